@@ -1,0 +1,190 @@
+"""Ordered, versioned schema steps for the metastore.
+
+Each step brings the tables from version ``n - 1`` to ``n`` and is recorded as a row of
+``cdc_schema_version``; a fresh database runs every step, an older one only the missing steps, so
+both end with the same tables. Steps are frozen history: a later change is a new step, never an
+edit of an old one. The whole upgrade runs in one transaction under a lock (PostgreSQL advisory
+lock, SQLite's write lock), so concurrent callers wait for each other and the second finds
+nothing left to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import DDLCompiler
+
+from airflow_provider_cdc.metastore.errors import SchemaVersionError
+from airflow_provider_cdc.metastore.model import PartitionState, WindowState
+from airflow_provider_cdc.metastore.schema import (
+    PARTITIONS_TABLE,
+    SCHEMA_VERSION_TABLE,
+    TABLE_WATERMARKS_TABLE,
+    WINDOWS_TABLE,
+    schema_version,
+    state_check,
+    utc_now_micros,
+)
+
+try:  # SQLAlchemy 2.x
+    from sqlalchemy.schema import ExecutableDDLElement as _DDLElement
+except ImportError:  # SQLAlchemy 1.4
+    from sqlalchemy.schema import DDLElement as _DDLElement
+
+# Key of the PostgreSQL advisory lock that serialises schema upgrades (fits a signed BIGINT).
+SCHEMA_LOCK_KEY = 0x63646353636865  # "cdcSche"
+
+
+class AddColumn(_DDLElement):
+    """``ALTER TABLE … ADD COLUMN …`` rendered from a Core ``Column`` (quoting by the dialect)."""
+
+    def __init__(self, table: sa.Table, column: sa.Column) -> None:
+        self.table = table
+        self.column = column
+
+
+@compiles(AddColumn)
+def _compile_add_column(element: AddColumn, compiler: DDLCompiler, **kw: object) -> str:
+    table = compiler.preparer.format_table(element.table)
+    return f"ALTER TABLE {table} ADD COLUMN {compiler.get_column_specification(element.column)}"
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema step: the version it produces and how."""
+
+    version: int
+    description: str
+    apply: Callable[[Connection], None]
+
+
+def _v1_partitions_and_windows(conn: Connection) -> None:
+    md = sa.MetaData()
+    sa.Table(
+        PARTITIONS_TABLE,
+        md,
+        sa.Column("stream", sa.String(512), primary_key=True),
+        sa.Column("token", sa.String(1024), primary_key=True),
+        sa.Column("parent_tokens", sa.Text, nullable=False),
+        sa.Column("start_us", sa.BigInteger, nullable=False),
+        sa.Column("end_us", sa.BigInteger, nullable=True),
+        sa.Column("state", sa.String(16), nullable=False),
+        sa.Column("watermark_us", sa.BigInteger, nullable=False),
+        sa.Column("heartbeat_ms", sa.Integer, nullable=True),
+        sa.Column("lease_owner", sa.String(256), nullable=True),
+        sa.Column("lease_expires_us", sa.BigInteger, nullable=True),
+        sa.Column("attempts", sa.Integer, nullable=False),
+        sa.Column("record_count", sa.BigInteger, nullable=False),
+        sa.Column("created_us", sa.BigInteger, nullable=False),
+        sa.Column("updated_us", sa.BigInteger, nullable=False),
+        sa.Column("finished_us", sa.BigInteger, nullable=True),
+        state_check("state", PartitionState, "ck_cdc_partitions_state"),
+        sa.Index("ix_cdc_partitions_stream_start", "stream", "start_us"),
+    )
+    sa.Table(
+        WINDOWS_TABLE,
+        md,
+        sa.Column("pipeline", sa.String(250), primary_key=True),
+        sa.Column("start_us", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column("end_us", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column("stream", sa.String(512), nullable=False),
+        sa.Column("state", sa.String(16), nullable=False),
+        sa.Column("attempt", sa.Integer, nullable=False),
+        sa.Column("staging_uri", sa.Text, nullable=True),
+        sa.Column("record_count", sa.BigInteger, nullable=True),
+        sa.Column("opened_us", sa.BigInteger, nullable=False),
+        sa.Column("updated_us", sa.BigInteger, nullable=False),
+        sa.Column("drained_us", sa.BigInteger, nullable=True),
+        sa.Column("merged_us", sa.BigInteger, nullable=True),
+        sa.Column("applied_us", sa.BigInteger, nullable=True),
+        state_check("state", WindowState, "ck_cdc_windows_state"),
+    )
+    md.create_all(conn)
+
+
+def _v2_change_sets_and_table_watermarks(conn: Connection) -> None:
+    md = sa.MetaData()
+    partitions = sa.Table(PARTITIONS_TABLE, md, sa.Column("progress_us", sa.BigInteger, nullable=True))
+    windows = sa.Table(
+        WINDOWS_TABLE,
+        md,
+        sa.Column("change_set_uri", sa.Text, nullable=True),
+        sa.Column("transaction_count", sa.BigInteger, nullable=True),
+        sa.Column("key_count", sa.BigInteger, nullable=True),
+        sa.Column("error", sa.Text, nullable=True),
+    )
+    for table in (partitions, windows):
+        for column in table.columns:
+            conn.execute(AddColumn(table, column))
+    watermarks = sa.Table(
+        TABLE_WATERMARKS_TABLE,
+        md,
+        sa.Column("pipeline", sa.String(250), primary_key=True),
+        sa.Column("table_name", sa.String(128), primary_key=True),
+        sa.Column("watermark_us", sa.BigInteger, nullable=False),
+        sa.Column("updated_us", sa.BigInteger, nullable=False),
+    )
+    watermarks.create(conn)
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "partitions and windows", _v1_partitions_and_windows),
+    Migration(
+        2,
+        "partition progress, window change sets and counts, per-table apply watermarks",
+        _v2_change_sets_and_table_watermarks,
+    ),
+)
+CURRENT_VERSION = MIGRATIONS[-1].version
+
+
+def _lock(conn: Connection) -> None:
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(SCHEMA_LOCK_KEY)))
+    # SQLite: the transaction began with BEGIN IMMEDIATE and already holds the write lock.
+
+
+def installed_version(conn: Connection) -> int | None:
+    """The highest recorded schema version, or None when the version table does not exist."""
+    if not sa.inspect(conn).has_table(SCHEMA_VERSION_TABLE):
+        return None
+    return conn.execute(sa.select(sa.func.max(schema_version.c.version))).scalar() or 0
+
+
+def upgrade(conn: Connection) -> list[int]:
+    """Bring the schema to ``CURRENT_VERSION`` inside the caller's transaction; return applied versions."""
+    _lock(conn)
+    current = installed_version(conn)
+    if current is None:
+        inspector = sa.inspect(conn)
+        present = [
+            t for t in (PARTITIONS_TABLE, WINDOWS_TABLE, TABLE_WATERMARKS_TABLE) if inspector.has_table(t)
+        ]
+        if present:
+            raise SchemaVersionError(
+                f"metastore tables {', '.join(present)} exist without a {SCHEMA_VERSION_TABLE} table; "
+                "they were not created by this provider, so they are left untouched"
+            )
+        schema_version.create(conn)
+        current = 0
+    if current > CURRENT_VERSION:
+        raise SchemaVersionError(
+            f"metastore schema version {current} is newer than version {CURRENT_VERSION} that this "
+            "provider understands; upgrade airflow-provider-cdc"
+        )
+    applied = []
+    for step in MIGRATIONS:
+        if step.version <= current:
+            continue
+        step.apply(conn)
+        conn.execute(
+            schema_version.insert().values(
+                version=step.version, description=step.description, applied_us=utc_now_micros()
+            )
+        )
+        applied.append(step.version)
+    return applied

@@ -1,0 +1,281 @@
+"""Values the metastore stores and returns, their states, and the pure rules that govern them.
+
+Nothing here touches a database: the rules (forward-only states, lineage readiness, drain checks,
+name validation) are plain functions so they can be tested and reused without SQL.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+
+from airflow_provider_cdc.domain.identifiers import validate_identifier
+from airflow_provider_cdc.domain.timestamps import coerce_timestamp, from_micros, to_micros
+
+MAX_STREAM_LENGTH = 512
+MAX_TOKEN_LENGTH = 1024
+MAX_OWNER_LENGTH = 256
+MAX_PIPELINE_LENGTH = 250
+
+_DATABASE_PATH_SEGMENT = re.compile(r"^[A-Za-z0-9_.:\-]+$")
+_PIPELINE = re.compile(r"^[\w.:/@+\-]+$")
+
+
+class PartitionState(str, Enum):
+    """Life of a change-stream partition: ``created`` → ``running`` → ``finished``."""
+
+    CREATED = "created"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+class WindowState(str, Enum):
+    """Life of a window: ``reading`` → ``drained`` → ``merged`` → ``applied``."""
+
+    READING = "reading"
+    DRAINED = "drained"
+    MERGED = "merged"
+    APPLIED = "applied"
+
+
+_WINDOW_ORDER = {state: rank for rank, state in enumerate(WindowState)}
+
+
+def is_forward_window_transition(expected: WindowState, new: WindowState) -> bool:
+    """A window only moves forward; skipping states forward (e.g. an empty window) is allowed."""
+    return _WINDOW_ORDER[new] > _WINDOW_ORDER[expected]
+
+
+def window_state(value: WindowState | str, what: str = "window state") -> WindowState:
+    """Parse a window state, naming the valid ones when ``value`` is not one."""
+    try:
+        return WindowState(value)
+    except ValueError:
+        valid = ", ".join(s.value for s in WindowState)
+        raise ValueError(f"invalid {what} {value!r}: expected one of {valid}") from None
+
+
+def window_id(start: datetime, end: datetime) -> str:
+    """The window's identifier ``{start_micros}-{end_micros}`` used in staging and change-set paths."""
+    return f"{to_micros(start)}-{to_micros(end)}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Validation of names and values that reach the database (always as bound parameters).
+
+
+def validate_stream(stream: object) -> str:
+    """Validate a stream's qualified name ``{database_path}/{stream}`` (the path may be omitted)."""
+    if not isinstance(stream, str) or not stream:
+        raise ValueError(f"invalid change stream name {stream!r}: expected a non-empty string")
+    if len(stream) > MAX_STREAM_LENGTH:
+        raise ValueError(f"change stream name {stream[:40]!r}… is longer than {MAX_STREAM_LENGTH} characters")
+    *path, name = stream.split("/")
+    validate_identifier(name, "change stream")
+    for segment in path:
+        if not _DATABASE_PATH_SEGMENT.match(segment):
+            raise ValueError(
+                f"invalid database path in change stream name {stream!r}: segment {segment!r} must be "
+                "non-empty letters, digits, '_', '-', '.' or ':'"
+            )
+    return stream
+
+
+def validate_token(token: object, stream: str = "") -> str:
+    """Validate a partition token: a non-empty printable string of at most 1024 characters."""
+    where = f" of change stream {stream!r}" if stream else ""
+    if not isinstance(token, str) or not token:
+        raise ValueError(f"invalid partition token {token!r}{where}: expected a non-empty string")
+    if len(token) > MAX_TOKEN_LENGTH or not token.isprintable():
+        raise ValueError(
+            f"invalid partition token {token[:40]!r}{where}: expected at most {MAX_TOKEN_LENGTH} "
+            "printable characters"
+        )
+    return token
+
+
+def validate_owner(owner: object) -> str:
+    """Validate a lease owner name (a reader's identity)."""
+    if not isinstance(owner, str) or not owner or len(owner) > MAX_OWNER_LENGTH or not owner.isprintable():
+        raise ValueError(
+            f"invalid lease owner {owner!r}: expected 1 to {MAX_OWNER_LENGTH} printable characters"
+        )
+    return owner
+
+
+def validate_pipeline(pipeline: object) -> str:
+    """Validate a pipeline id (letters, digits, ``_ . : / @ + -``; at most 250 characters)."""
+    if not isinstance(pipeline, str) or len(pipeline) > MAX_PIPELINE_LENGTH or not _PIPELINE.match(pipeline):
+        raise ValueError(
+            f"invalid pipeline id {pipeline!r}: expected 1 to {MAX_PIPELINE_LENGTH} letters, digits "
+            "or '_', '.', ':', '/', '@', '+', '-'"
+        )
+    return pipeline
+
+
+def lease_micros(lease_seconds: object) -> int:
+    """Lease length in whole microseconds; must be positive."""
+    if isinstance(lease_seconds, bool) or not isinstance(lease_seconds, (int, float)) or lease_seconds <= 0:
+        raise ValueError(f"invalid lease_seconds {lease_seconds!r}: expected a positive number of seconds")
+    return max(1, int(round(lease_seconds * 1_000_000)))
+
+
+def validate_count(name: str, value: object) -> int | None:
+    """A non-negative integer count, or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"invalid {name} {value!r}: expected a non-negative integer")
+    return value
+
+
+def timestamp_micros(value: datetime | str, what: str) -> int:
+    """Microseconds of an aware datetime or RFC 3339 text, naming ``what`` when it is neither."""
+    try:
+        return to_micros(coerce_timestamp(value))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"invalid {what}: {exc}") from None
+
+
+# --------------------------------------------------------------------------------------------------
+# Partitions.
+
+
+@dataclass(frozen=True)
+class PartitionSpec:
+    """A partition to record: its token, the first commit timestamp it holds, and its parents."""
+
+    token: str
+    start_timestamp: datetime
+    parent_tokens: tuple[str, ...] = ()
+    heartbeat_ms: int | None = None
+
+
+def _attr(obj: object, *names: str) -> object:
+    for name in names:
+        if isinstance(obj, Mapping):
+            if name in obj:
+                return obj[name]
+        elif hasattr(obj, name):
+            return getattr(obj, name)
+    return None
+
+
+def coerce_partition_spec(
+    obj: object,
+    stream: str,
+    *,
+    default_start: datetime | None = None,
+    default_parent: str | None = None,
+) -> PartitionSpec:
+    """Build a validated ``PartitionSpec`` from a spec, a mapping, a child-partition record or a token.
+
+    Accepted attribute/key names: ``token``; ``start_timestamp``; ``parent_tokens`` or
+    ``parent_partition_tokens`` (``None`` entries, as the first query returns them, are dropped);
+    ``heartbeat_ms``. A bare token string takes ``default_start`` and ``default_parent``.
+    """
+    if isinstance(obj, str):
+        token, start, parents, heartbeat = obj, default_start, None, None
+    else:
+        token = _attr(obj, "token")
+        start = _attr(obj, "start_timestamp") or default_start
+        parents = _attr(obj, "parent_tokens", "parent_partition_tokens")
+        heartbeat = _attr(obj, "heartbeat_ms", "heartbeat_milliseconds")
+    token = validate_token(token, stream)
+    if start is None:
+        raise ValueError(f"partition token {token!r} of change stream {stream!r} has no start_timestamp")
+    start_dt = from_micros(timestamp_micros(start, f"start_timestamp of partition token {token!r}"))
+    if parents is None:
+        parent_tokens: tuple[str, ...] = (default_parent,) if default_parent else ()
+    elif isinstance(parents, (str, bytes)) or not isinstance(parents, Iterable):
+        raise ValueError(f"parent tokens of partition token {token!r} must be a list, got {parents!r}")
+    else:
+        parent_tokens = tuple(dict.fromkeys(validate_token(p, stream) for p in parents if p is not None))
+    if token in parent_tokens:
+        raise ValueError(f"partition token {token!r} of change stream {stream!r} names itself as its parent")
+    if heartbeat is not None and (
+        isinstance(heartbeat, bool) or not isinstance(heartbeat, int) or heartbeat <= 0
+    ):
+        raise ValueError(f"invalid heartbeat_ms {heartbeat!r} of partition token {token!r}")
+    return PartitionSpec(token, start_dt, parent_tokens, heartbeat)
+
+
+def encode_tokens(tokens: Sequence[str]) -> str:
+    """Parent tokens as compact JSON array text."""
+    return json.dumps(list(tokens), separators=(",", ":"))
+
+
+def decode_tokens(text: str | None) -> tuple[str, ...]:
+    """Parent tokens from JSON array text."""
+    return tuple(json.loads(text)) if text else ()
+
+
+@dataclass(frozen=True)
+class PartitionRecord:
+    """A partition as the metastore holds it. Timestamps are aware UTC datetimes."""
+
+    stream: str
+    token: str
+    parent_tokens: tuple[str, ...]
+    start_timestamp: datetime
+    end_timestamp: datetime | None
+    state: PartitionState
+    watermark: datetime
+    heartbeat_ms: int | None
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    attempts: int
+    record_count: int
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    progress_at: datetime | None = None
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state is PartitionState.FINISHED
+
+    def is_alive_at(self, ts: datetime) -> bool:
+        """The partition holds changes committed at ``ts``: start ≤ ts < end (end unknown = open)."""
+        return self.start_timestamp <= ts and (self.end_timestamp is None or self.end_timestamp > ts)
+
+    def is_drained_to(self, ts: datetime) -> bool:
+        """Every change before ``ts`` that this partition holds has been read."""
+        bound = ts if self.end_timestamp is None else min(ts, self.end_timestamp)
+        return self.watermark >= bound
+
+
+def parents_drained(partition: PartitionRecord, parents: Iterable[PartitionRecord]) -> bool:
+    """Lineage rule: a partition may be read once every known parent is drained through its start."""
+    return all(parent.watermark >= partition.start_timestamp for parent in parents)
+
+
+@dataclass(frozen=True)
+class WindowRecord:
+    """A pipeline's window ``[start, end)`` as the metastore holds it."""
+
+    pipeline: str
+    stream: str
+    start: datetime
+    end: datetime
+    state: WindowState
+    attempt: int
+    staging_uri: str | None
+    change_set_uri: str | None
+    record_count: int | None
+    transaction_count: int | None
+    key_count: int | None
+    error: str | None
+    opened_at: datetime
+    updated_at: datetime
+    drained_at: datetime | None
+    merged_at: datetime | None
+    applied_at: datetime | None
+
+    @property
+    def window_id(self) -> str:
+        return window_id(self.start, self.end)

@@ -1,0 +1,367 @@
+"""Parquet staging of change rows, one directory per (stream, window, partition).
+
+Layout: ``{root}/{stream}/{window_id}/partition={partition_key}/part-{n:05d}.parquet``. File names
+are deterministic and a writer clears its partition's directory when it opens, so a retried read
+replaces the earlier attempt's files instead of adding to them; a resuming writer keeps them and
+continues the numbering. ``root`` is a local path or a URI (``gs://bucket/prefix``); on a local
+file system every file is written under a hidden temporary name and renamed into place, on object
+stores each file is one atomic object write. Memory is bounded by ``rows_per_file``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlparse
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from airflow_provider_cdc.domain.change_row import STAGED_CHANGE_COLUMNS, change_rows
+from airflow_provider_cdc.domain.identifiers import validate_identifier
+from airflow_provider_cdc.domain.records import DataChangeRecord
+from airflow_provider_cdc.domain.window import Window
+
+_TYPES: dict[str, pa.DataType] = {
+    "partition_token": pa.string(),
+    "commit_timestamp": pa.timestamp("us", tz="UTC"),
+    "server_transaction_id": pa.string(),
+    "record_sequence": pa.string(),
+    "mod_index": pa.int32(),
+    "table_name": pa.string(),
+    "mod_type": pa.string(),
+    "keys_json": pa.string(),
+    "new_values_json": pa.string(),
+    "old_values_json": pa.string(),
+    "column_types_json": pa.string(),
+    "value_capture_type": pa.string(),
+    "number_of_records_in_transaction": pa.int64(),
+    "number_of_partitions_in_transaction": pa.int64(),
+    "is_last_record_in_transaction_in_partition": pa.bool_(),
+    "change_sequence_number": pa.string(),
+}
+
+#: Arrow schema of a staged change row (every column is always set).
+STAGED_CHANGE_SCHEMA = pa.schema(
+    [pa.field(name, _TYPES[name], nullable=False) for name in STAGED_CHANGE_COLUMNS]
+)
+
+# Python types a row's values must have (checked per row, so a bad row is refused where it is written).
+_PYTHON_TYPES: dict[str, type] = {
+    name: {
+        pa.string(): str,
+        pa.int32(): int,
+        pa.int64(): int,
+        pa.bool_(): bool,
+        pa.timestamp("us", tz="UTC"): datetime,
+    }[type_]
+    for name, type_ in _TYPES.items()
+}
+
+DEFAULT_ROWS_PER_FILE = 50_000
+_PART_FILE = re.compile(r"part-([0-9]{5,})\.parquet")
+_PARTITION_DIR = "partition="
+
+
+def partition_key(partition_token: str) -> str:
+    """Directory key of a partition: the first 16 hex digits of the SHA-256 of its token."""
+    if not isinstance(partition_token, str) or not partition_token:
+        raise ValueError(f"partition token must be a non-empty string, got {partition_token!r}")
+    return hashlib.sha256(partition_token.encode("utf-8")).hexdigest()[:16]
+
+
+def window_location(root: str, stream: str, window: Window) -> str:
+    """Where a window's staged rows live: ``{root}/{stream}/{window_id}`` (``root`` as given)."""
+    validate_identifier(stream, "change stream")
+    return f"{root.rstrip('/')}/{stream}/{_window(window).window_id}"
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """One Parquet file a :class:`StagingWriter` has committed."""
+
+    path: str
+    rows: int
+    min_commit_timestamp: datetime
+    max_commit_timestamp: datetime
+
+
+class StagingWriter:
+    """Writes one partition's change rows of one window to Parquet files.
+
+    Use as a context manager. On entry the partition's directory is cleared (``resume=False``) or
+    its files are kept and numbering continues after the highest one (``resume=True``). Rows are
+    buffered up to ``rows_per_file`` and written as ``part-00000.parquet``, ``part-00001.parquet``,
+    ...; leaving the ``with`` block normally writes the rest, leaving it with an exception discards
+    the unwritten rows (they were not acknowledged, so the reader reads them again).
+    ``on_file_written`` is called after each file is committed, e.g. to advance a watermark.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        stream: str,
+        window: Window,
+        partition_token: str,
+        rows_per_file: int = DEFAULT_ROWS_PER_FILE,
+        filesystem: pafs.FileSystem | None = None,
+        *,
+        resume: bool = False,
+        on_file_written: Callable[[StagedFile], None] | None = None,
+    ) -> None:
+        if isinstance(rows_per_file, bool) or not isinstance(rows_per_file, int) or rows_per_file < 1:
+            raise ValueError(f"rows_per_file must be a positive integer, got {rows_per_file!r}")
+        self.stream = validate_identifier(stream, "change stream")
+        self.window = _window(window)
+        self.partition_token = partition_token
+        self.partition_key = partition_key(partition_token)
+        self.rows_per_file = rows_per_file
+        self.resume = resume
+        self.filesystem, base = _resolve(root, filesystem)
+        self.directory = f"{base}/{self.stream}/{self.window.window_id}/{_PARTITION_DIR}{self.partition_key}"
+        self.files: list[StagedFile] = []
+        self._on_file_written = on_file_written
+        self._local = _is_local(self.filesystem)
+        self._columns: dict[str, list[Any]] = {name: [] for name in STAGED_CHANGE_COLUMNS}
+        self._buffered = 0
+        self._next_index = 0
+        self._state = "new"
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def __enter__(self) -> StagingWriter:
+        self.open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._clear_buffer()
+            self._state = "closed"
+
+    def open(self) -> None:
+        """Prepare the partition directory: clear it, or find where a resumed write continues."""
+        if self._state != "new":
+            raise RuntimeError(f"staging writer for {self.directory} was already opened")
+        existing = _list_files(self.filesystem, self.directory)
+        for info in existing:
+            if False:
+                self.filesystem.delete_file(info.path)
+        if self.resume:
+            matches = (_PART_FILE.fullmatch(info.base_name) for info in existing)
+            numbers = [int(match.group(1)) for match in matches if match]
+            self._next_index = max(numbers, default=-1) + 1
+        self._state = "open"
+
+    def close(self) -> None:
+        """Write the buffered rows and close the writer."""
+        self._require_open()
+        self.flush()
+        self._state = "closed"
+
+    # -- writing -------------------------------------------------------------------------------
+
+    @property
+    def rows_written(self) -> int:
+        """Rows committed to files by this writer."""
+        return sum(staged.rows for staged in self.files)
+
+    @property
+    def buffered_rows(self) -> int:
+        """Rows waiting for the next file."""
+        return self._buffered
+
+    def write_record(self, record: DataChangeRecord) -> int:
+        """Stage every mod of a data change record; returns the number of rows added."""
+        count = 0
+        for row in change_rows(record, self.partition_token):
+            self.write_row(row)
+            count += 1
+        return count
+
+    def write_rows(self, rows: Iterable[Mapping[str, Any]]) -> int:
+        """Stage staged-change rows; returns how many were added."""
+        count = 0
+        for row in rows:
+            self.write_row(row)
+            count += 1
+        return count
+
+    def write_row(self, row: Mapping[str, Any]) -> None:
+        """Stage one row with exactly the staged-change columns."""
+        self._require_open()
+        if row.keys() != self._columns.keys():
+            missing = sorted(set(STAGED_CHANGE_COLUMNS) - set(row))
+            extra = sorted(set(row) - set(STAGED_CHANGE_COLUMNS))
+            raise ValueError(f"staged change row has missing columns {missing} and unknown columns {extra}")
+        for name, python_type in _PYTHON_TYPES.items():
+            value = row[name]
+            if value is None:
+                raise ValueError(f"staged change column {name!r} must not be null")
+            if not isinstance(value, python_type) or (python_type is int and isinstance(value, bool)):
+                raise ValueError(
+                    f"staged change column {name!r} expects {python_type.__name__}, got "
+                    f"{type(value).__name__} {value!r}"
+                )
+        if row["commit_timestamp"].tzinfo is None:
+            raise ValueError("staged change column 'commit_timestamp' must be timezone-aware")
+        if row["partition_token"] != self.partition_token:
+            raise ValueError(
+                f"row of partition {row['partition_token']!r} written to the staging of "
+                f"partition {self.partition_token!r}"
+            )
+        for name, values in self._columns.items():
+            values.append(row[name])
+        self._buffered += 1
+        if self._buffered >= self.rows_per_file:
+            self.flush()
+
+    def flush(self) -> StagedFile | None:
+        """Write the buffered rows as the next file; returns it, or ``None`` if nothing was buffered."""
+        self._require_open()
+        if not self._buffered:
+            return None
+        table = pa.Table.from_pydict(self._columns, schema=STAGED_CHANGE_SCHEMA)
+        path = f"{self.directory}/part-{self._next_index:05d}.parquet"
+        self._write(table, path)
+        timestamps = self._columns["commit_timestamp"]
+        staged = StagedFile(
+            path=path,
+            rows=self._buffered,
+            min_commit_timestamp=min(timestamps),
+            max_commit_timestamp=max(timestamps),
+        )
+        self._next_index += 1
+        self._clear_buffer()
+        self.files.append(staged)
+        if self._on_file_written is not None:
+            self._on_file_written(staged)
+        return staged
+
+    def _write(self, table: pa.Table, path: str) -> None:
+        if not self._local:
+            pq.write_table(table, path, filesystem=self.filesystem)
+            return
+        self.filesystem.create_dir(self.directory, recursive=True)
+        temporary = f"{self.directory}/.{os.path.basename(path)}.tmp"
+        try:
+            pq.write_table(table, temporary, filesystem=self.filesystem)
+            self.filesystem.move(temporary, path)
+        except BaseException:
+            _delete_quietly(self.filesystem, temporary)
+            raise
+
+    def _clear_buffer(self) -> None:
+        for values in self._columns.values():
+            values.clear()
+        self._buffered = 0
+
+    def _require_open(self) -> None:
+        if self._state != "open":
+            state = "not opened (use it in a with block)" if self._state == "new" else "closed"
+            raise RuntimeError(f"staging writer for {self.directory} is {state}")
+
+
+# -- reading -----------------------------------------------------------------------------------
+
+
+def staged_files(
+    root: str, stream: str, window: Window, filesystem: pafs.FileSystem | None = None
+) -> list[str]:
+    """Paths of the window's staged Parquet files, in partition and file order."""
+    validate_identifier(stream, "change stream")
+    fs, base = _resolve(root, filesystem)
+    window_dir = f"{base}/{stream}/{_window(window).window_id}"
+    paths = []
+    for info in _list_files(fs, window_dir, recursive=True):
+        parent = info.path[: -len(info.base_name) - 1]
+        if _PART_FILE.fullmatch(info.base_name) and parent.rsplit("/", 1)[-1].startswith(_PARTITION_DIR):
+            paths.append(info.path)
+    return sorted(paths)
+
+
+def read_staged_changes(
+    root: str, stream: str, window: Window, filesystem: pafs.FileSystem | None = None
+) -> ds.Dataset:
+    """The window's staged change rows as a dataset (empty if nothing was staged)."""
+    fs, _ = _resolve(root, filesystem)
+    paths = staged_files(root, stream, window, fs)
+    return ds.dataset(paths, schema=STAGED_CHANGE_SCHEMA, format="parquet", filesystem=fs)
+
+
+def iter_staged_batches(
+    root: str,
+    stream: str,
+    window: Window,
+    filesystem: pafs.FileSystem | None = None,
+    *,
+    batch_size: int = 10_000,
+    columns: Sequence[str] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Record batches of the window's staged rows, reading one file at a time."""
+    dataset = read_staged_changes(root, stream, window, filesystem)
+    yield from dataset.to_batches(
+        columns=list(columns) if columns is not None else None,
+        batch_size=batch_size,
+        batch_readahead=1,
+        fragment_readahead=1,
+    )
+
+
+# -- file system helpers -----------------------------------------------------------------------
+
+
+def _window(window: Window) -> Window:
+    if not isinstance(window, Window):
+        raise TypeError(f"expected a Window, got {type(window).__name__}")
+    return window
+
+
+def _resolve(root: str, filesystem: pafs.FileSystem | None) -> tuple[pafs.FileSystem, str]:
+    """File system and base path for ``root`` (a local path or a URI such as ``gs://bucket/prefix``)."""
+    if not isinstance(root, str) or not root.strip():
+        raise ValueError(f"staging root must be a non-empty path or URI, got {root!r}")
+    parsed = urlparse(root)
+    has_scheme = len(parsed.scheme) > 1  # a one-letter scheme is a Windows drive
+    if filesystem is None:
+        if has_scheme:
+            filesystem, path = pafs.FileSystem.from_uri(root)
+            return filesystem, path.rstrip("/")
+        return pafs.LocalFileSystem(), os.path.abspath(root).rstrip("/") or "/"
+    if has_scheme:
+        path = parsed.path if parsed.scheme == "file" else f"{parsed.netloc}{parsed.path}"
+    else:
+        path = os.path.abspath(root) if filesystem.type_name == "local" else root
+    return filesystem, path.rstrip("/")
+
+
+def _is_local(filesystem: pafs.FileSystem) -> bool:
+    while isinstance(filesystem, pafs.SubTreeFileSystem):
+        filesystem = filesystem.base_fs
+    return filesystem.type_name == "local"
+
+
+def _list_files(fs: pafs.FileSystem, directory: str, recursive: bool = False) -> list[pafs.FileInfo]:
+    selector = pafs.FileSelector(directory, allow_not_found=True, recursive=recursive)
+    return [info for info in fs.get_file_info(selector) if info.type == pafs.FileType.File]
+
+
+def _delete_quietly(fs: pafs.FileSystem, path: str) -> None:
+    try:
+        fs.delete_file(path)
+    except (FileNotFoundError, OSError):
+        pass

@@ -1,0 +1,14 @@
+"""A Spanner change-stream emulator: a gRPC server the unmodified ``google-cloud-spanner`` client talks to.
+
+Time: every commit gets a unique microsecond timestamp strictly after the clock's ``now`` and after
+the previous commit, and the clock moves to it; so everything at or before ``now`` is final and a
+change-stream read bounded by ``end_timestamp <= now`` completes at once, while a read whose end is
+later (or NULL) waits for the clock or for its partition's child records. With a ``ManualClock``
+time moves only by ``advance``/``set`` or by commits; splits and merges take a timestamp the same way.
+"""
+
+from .clock import Clock, ManualClock, WallClock
+from .database import PartitionSchedule
+from .server import SpannerEmulator
+
+__all__ = ["Clock", "ManualClock", "PartitionSchedule", "SpannerEmulator", "WallClock"]

@@ -1,0 +1,71 @@
+"""Run the change-stream emulator: ``python -m airflow_provider_cdc.testing.spanner_emulator --port 9010``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from datetime import timedelta
+
+from .database import PartitionSchedule
+from .server import SpannerEmulator, parse_clock
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m airflow_provider_cdc.testing.spanner_emulator",
+        description="Spanner change-stream emulator for the google-cloud-spanner client "
+        "(set SPANNER_EMULATOR_HOST=<host>:<port>).",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=9010, help="port to bind (0 = any free port)")
+    parser.add_argument(
+        "--clock", choices=["wall", "manual"], default="wall", help="wall time or simulated time"
+    )
+    parser.add_argument("--start", help="start of a manual clock (RFC 3339)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for partition tokens, splits and merges")
+    parser.add_argument("--initial-partitions", type=int, default=2, help="partitions of a new database")
+    parser.add_argument(
+        "--split-every", type=float, help="split or merge a partition every N seconds of clock time"
+    )
+    parser.add_argument("--max-partitions", type=int, default=8)
+    parser.add_argument("--min-partitions", type=int, default=1)
+    parser.add_argument("--port-file", help="write the bound host:port to this file once serving")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    schedule = None
+    if args.split_every:
+        schedule = PartitionSchedule(
+            every=timedelta(seconds=args.split_every),
+            seed=args.seed,
+            min_partitions=args.min_partitions,
+            max_partitions=args.max_partitions,
+        )
+    try:
+        clock = parse_clock(args.clock, args.start)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    emulator = SpannerEmulator(
+        clock, seed=args.seed, initial_partitions=args.initial_partitions, partition_schedule=schedule
+    )
+    host = emulator.start(port=args.port, host=args.host)
+    if args.port_file:
+        with open(args.port_file, "w") as handle:
+            handle.write(host)
+    logging.getLogger(__name__).info("Spanner change-stream emulator serving on %s", host)
+    signal.signal(signal.SIGTERM, lambda *_: emulator.stop())
+    try:
+        emulator.wait()
+    except KeyboardInterrupt:
+        emulator.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

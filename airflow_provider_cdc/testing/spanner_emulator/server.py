@@ -1,0 +1,452 @@
+"""The gRPC server: Spanner, DatabaseAdmin, InstanceAdmin and Operations as the real client calls them."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.cloud.spanner_admin_database_v1.types import spanner_database_admin as dbadmin
+from google.cloud.spanner_admin_instance_v1.types import spanner_instance_admin as instadmin
+from google.cloud.spanner_v1.types import commit_response, result_set, spanner, transaction
+from google.longrunning import operations_pb2
+from google.protobuf import empty_pb2, struct_pb2, timestamp_pb2
+
+from airflow_provider_cdc.domain.timestamps import from_micros
+
+from . import wire
+from .clock import Clock, ManualClock, WallClock
+from .database import FLUSH, Database, EmulatorError, PartitionSchedule
+from .query import is_change_stream_query, parse_change_stream_query
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 256 * 1024
+MAX_MESSAGE_ROWS = 2000
+
+
+@dataclass
+class _Fault:
+    remaining: int
+    code: grpc.StatusCode
+    after_rows: int
+
+
+def _identity(message: bytes) -> bytes:
+    return message
+
+
+def _timestamp_pb(micros: int) -> timestamp_pb2.Timestamp:
+    return timestamp_pb2.Timestamp(seconds=micros // 1_000_000, nanos=(micros % 1_000_000) * 1000)
+
+
+class SpannerEmulator:
+    """A Spanner change-stream emulator that the unmodified ``google-cloud-spanner`` client talks to.
+
+    Point the client at it with ``SPANNER_EMULATOR_HOST=<host>``. Partitions split and merge on a seeded
+    schedule or on ``split_partition``/``merge_partitions``; a ``ManualClock`` makes time simulated.
+    """
+
+    def __init__(
+        self,
+        clock: Clock | None = None,
+        *,
+        seed: int = 0,
+        initial_partitions: int = 2,
+        partition_schedule: PartitionSchedule | None = None,
+        max_workers: int = 32,
+    ) -> None:
+        self.clock = clock or WallClock()
+        self.seed = seed
+        self.initial_partitions = initial_partitions
+        self.partition_schedule = partition_schedule
+        self._databases: dict[str, Database] = {}
+        self._instances: dict[str, instadmin.Instance] = {}
+        self._sessions: dict[str, str] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._fault: _Fault | None = None
+        self._server: grpc.Server | None = None
+        self._max_workers = max_workers
+        self.port: int | None = None
+
+    # ----- lifecycle ------------------------------------------------------------------------------
+    def start(self, port: int = 0, host: str = "127.0.0.1") -> str:
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=self._max_workers, thread_name_prefix="spanner-emulator"),
+            options=[
+                ("grpc.max_send_message_length", 64 << 20),
+                ("grpc.max_receive_message_length", 64 << 20),
+            ],
+        )
+        server.add_generic_rpc_handlers(self._handlers())
+        self.port = server.add_insecure_port(f"{host}:{port}")
+        if not self.port:
+            raise RuntimeError(f"cannot bind the emulator to {host}:{port}")
+        server.start()
+        self._server = server
+        self._host = host
+        return self.host
+
+    @property
+    def host(self) -> str:
+        if self.port is None:
+            raise RuntimeError("the emulator is not started")
+        return f"{self._host}:{self.port}"
+
+    def stop(self, grace: float | None = 0.5) -> None:
+        if self._server is not None:
+            self._server.stop(grace).wait()
+            self._server = None
+        self.clock.notify()
+
+    def wait(self) -> None:
+        if self._server is not None:
+            self._server.wait_for_termination()
+
+    def __enter__(self) -> SpannerEmulator:
+        if self._server is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ----- control --------------------------------------------------------------------------------
+    def database(self, path: str) -> Database:
+        with self._lock:
+            database = self._databases.get(path)
+        if database is None:
+            raise EmulatorError(grpc.StatusCode.NOT_FOUND, f"Database not found: {path}")
+        return database
+
+    def split_partition(self, database_path: str) -> None:
+        """End one current partition now and give its key range to two children."""
+        self.database(database_path).split()
+
+    def merge_partitions(self, database_path: str) -> None:
+        """End two adjacent current partitions now and give their key ranges to one child."""
+        self.database(database_path).merge()
+
+    def inject_stream_faults(self, count: int = 1, code: str = "UNAVAILABLE", after_rows: int = 0) -> None:
+        """Make the next ``count`` change-stream reads fail with ``code`` after ``after_rows`` rows."""
+        status = {"UNAVAILABLE": grpc.StatusCode.UNAVAILABLE, "ABORTED": grpc.StatusCode.ABORTED}.get(
+            code.upper()
+        )
+        if status is None:
+            raise ValueError(f"unsupported fault code {code!r}: use UNAVAILABLE or ABORTED")
+        with self._lock:
+            self._fault = _Fault(count, status, after_rows)
+
+    # ----- gRPC plumbing --------------------------------------------------------------------------
+    def _handlers(self) -> list[grpc.GenericRpcHandler]:
+        def unary(fn: Callable, request_type: Any, response: Callable[[Any], bytes]) -> grpc.RpcMethodHandler:
+            def handle(request: Any, context: grpc.ServicerContext) -> Any:
+                try:
+                    return fn(request, context)
+                except EmulatorError as exc:
+                    context.abort(exc.code, exc.message)
+                except Exception as exc:
+                    log.exception("emulator error in %s", fn.__name__)
+                    context.abort(grpc.StatusCode.INTERNAL, f"emulator error: {type(exc).__name__}: {exc}")
+
+            return grpc.unary_unary_rpc_method_handler(
+                handle, request_deserializer=request_type.deserialize, response_serializer=response
+            )
+
+        spanner_methods = {
+            "CreateSession": unary(
+                self._create_session, spanner.CreateSessionRequest, spanner.Session.serialize
+            ),
+            "BatchCreateSessions": unary(
+                self._batch_create_sessions,
+                spanner.BatchCreateSessionsRequest,
+                spanner.BatchCreateSessionsResponse.serialize,
+            ),
+            "GetSession": unary(self._get_session, spanner.GetSessionRequest, spanner.Session.serialize),
+            "DeleteSession": unary(
+                self._delete_session, spanner.DeleteSessionRequest, empty_pb2.Empty.SerializeToString
+            ),
+            "BeginTransaction": unary(
+                self._begin_transaction, spanner.BeginTransactionRequest, transaction.Transaction.serialize
+            ),
+            "Commit": unary(self._commit, spanner.CommitRequest, commit_response.CommitResponse.serialize),
+            "Rollback": unary(self._rollback, spanner.RollbackRequest, empty_pb2.Empty.SerializeToString),
+            "ExecuteStreamingSql": grpc.unary_stream_rpc_method_handler(
+                self._execute_streaming_sql,
+                request_deserializer=spanner.ExecuteSqlRequest.deserialize,
+                response_serializer=_identity,
+            ),
+        }
+        database_methods = {
+            "CreateDatabase": unary(
+                self._create_database,
+                dbadmin.CreateDatabaseRequest,
+                operations_pb2.Operation.SerializeToString,
+            ),
+            "GetDatabase": unary(self._get_database, dbadmin.GetDatabaseRequest, dbadmin.Database.serialize),
+            "UpdateDatabaseDdl": unary(
+                self._update_ddl, dbadmin.UpdateDatabaseDdlRequest, operations_pb2.Operation.SerializeToString
+            ),
+            "GetDatabaseDdl": unary(
+                self._get_ddl, dbadmin.GetDatabaseDdlRequest, dbadmin.GetDatabaseDdlResponse.serialize
+            ),
+            "DropDatabase": unary(
+                self._drop_database, dbadmin.DropDatabaseRequest, empty_pb2.Empty.SerializeToString
+            ),
+        }
+        instance_methods = {
+            "CreateInstance": unary(
+                self._create_instance,
+                instadmin.CreateInstanceRequest,
+                operations_pb2.Operation.SerializeToString,
+            ),
+            "GetInstance": unary(
+                self._get_instance, instadmin.GetInstanceRequest, instadmin.Instance.serialize
+            ),
+        }
+        operations = {
+            "GetOperation": grpc.unary_unary_rpc_method_handler(
+                self._get_operation,
+                request_deserializer=operations_pb2.GetOperationRequest.FromString,
+                response_serializer=operations_pb2.Operation.SerializeToString,
+            )
+        }
+        return [
+            grpc.method_handlers_generic_handler("google.spanner.v1.Spanner", spanner_methods),
+            grpc.method_handlers_generic_handler(
+                "google.spanner.admin.database.v1.DatabaseAdmin", database_methods
+            ),
+            grpc.method_handlers_generic_handler(
+                "google.spanner.admin.instance.v1.InstanceAdmin", instance_methods
+            ),
+            grpc.method_handlers_generic_handler("google.longrunning.Operations", operations),
+        ]
+
+    # ----- admin ----------------------------------------------------------------------------------
+    def _done_operation(self, name: str, response: Any, metadata: Any = None) -> operations_pb2.Operation:
+        operation = operations_pb2.Operation(name=f"{name}/operations/op{next(self._ids)}", done=True)
+        operation.response.Pack(
+            response if isinstance(response, empty_pb2.Empty) else type(response).pb(response)
+        )
+        if metadata is not None:
+            operation.metadata.Pack(type(metadata).pb(metadata))
+        return operation
+
+    def _get_operation(self, request: Any, context: grpc.ServicerContext) -> operations_pb2.Operation:
+        return operations_pb2.Operation(name=request.name, done=True)
+
+    def _create_instance(self, request: Any, context: grpc.ServicerContext) -> operations_pb2.Operation:
+        name = f"{request.parent}/instances/{request.instance_id}"
+        with self._lock:
+            if name in self._instances:
+                raise EmulatorError(grpc.StatusCode.ALREADY_EXISTS, f"Instance already exists: {name}")
+            instance = instadmin.Instance(request.instance)
+            instance.name = name
+            instance.state = instadmin.Instance.State.READY
+            self._instances[name] = instance
+        return self._done_operation(name, instance, instadmin.CreateInstanceMetadata(instance=instance))
+
+    def _get_instance(self, request: Any, context: grpc.ServicerContext) -> instadmin.Instance:
+        with self._lock:
+            instance = self._instances.get(request.name)
+        if instance is None:
+            raise EmulatorError(grpc.StatusCode.NOT_FOUND, f"Instance not found: {request.name}")
+        return instance
+
+    def _create_database(self, request: Any, context: grpc.ServicerContext) -> operations_pb2.Operation:
+        words = request.create_statement.split()
+        if len(words) != 3 or [w.upper() for w in words[:2]] != ["CREATE", "DATABASE"]:
+            raise EmulatorError(
+                grpc.StatusCode.INVALID_ARGUMENT, f"Invalid create statement: {request.create_statement}"
+            )
+        name = f"{request.parent}/databases/{words[2].strip('`')}"
+        with self._lock:
+            if request.parent not in self._instances:
+                self._instances[request.parent] = instadmin.Instance(
+                    name=request.parent, state=instadmin.Instance.State.READY
+                )
+            if name in self._databases:
+                raise EmulatorError(grpc.StatusCode.ALREADY_EXISTS, f"Database already exists: {name}")
+            database = Database(name, self.clock, self.seed, self.initial_partitions, self.partition_schedule)
+        database.apply_ddl(list(request.extra_statements))
+        with self._lock:
+            self._databases[name] = database
+        info = dbadmin.Database(name=name, state=dbadmin.Database.State.READY)
+        return self._done_operation(name, info, dbadmin.CreateDatabaseMetadata(database=name))
+
+    def _get_database(self, request: Any, context: grpc.ServicerContext) -> dbadmin.Database:
+        self.database(request.name)
+        return dbadmin.Database(name=request.name, state=dbadmin.Database.State.READY)
+
+    def _update_ddl(self, request: Any, context: grpc.ServicerContext) -> operations_pb2.Operation:
+        self.database(request.database).apply_ddl(list(request.statements))
+        metadata = dbadmin.UpdateDatabaseDdlMetadata(
+            database=request.database, statements=list(request.statements)
+        )
+        return self._done_operation(request.database, empty_pb2.Empty(), metadata)
+
+    def _get_ddl(self, request: Any, context: grpc.ServicerContext) -> dbadmin.GetDatabaseDdlResponse:
+        return dbadmin.GetDatabaseDdlResponse(statements=self.database(request.database).ddl_statements)
+
+    def _drop_database(self, request: Any, context: grpc.ServicerContext) -> empty_pb2.Empty:
+        with self._lock:
+            self._databases.pop(request.database, None)
+        return empty_pb2.Empty()
+
+    # ----- sessions and transactions --------------------------------------------------------------
+    def _new_session(self, database: str, template: Any) -> spanner.Session:
+        self.database(database)
+        name = f"{database}/sessions/s{next(self._ids)}"
+        with self._lock:
+            self._sessions[name] = database
+        session = spanner.Session(name=name, multiplexed=bool(template and template.multiplexed))
+        session.create_time = from_micros(self.clock.now_us())
+        return session
+
+    def _session_database(self, session: str) -> Database:
+        with self._lock:
+            path = self._sessions.get(session)
+        if path is None:
+            raise EmulatorError(grpc.StatusCode.NOT_FOUND, f"Session not found: {session}")
+        return self.database(path)
+
+    def _create_session(self, request: Any, context: grpc.ServicerContext) -> spanner.Session:
+        return self._new_session(request.database, request.session)
+
+    def _batch_create_sessions(self, request: Any, context: grpc.ServicerContext) -> Any:
+        count = max(1, min(request.session_count, 100))
+        sessions = [self._new_session(request.database, request.session_template) for _ in range(count)]
+        return spanner.BatchCreateSessionsResponse(session=sessions)
+
+    def _get_session(self, request: Any, context: grpc.ServicerContext) -> spanner.Session:
+        self._session_database(request.name)
+        return spanner.Session(name=request.name)
+
+    def _delete_session(self, request: Any, context: grpc.ServicerContext) -> empty_pb2.Empty:
+        with self._lock:
+            self._sessions.pop(request.name, None)
+        return empty_pb2.Empty()
+
+    def _begin_transaction(self, request: Any, context: grpc.ServicerContext) -> transaction.Transaction:
+        self._session_database(request.session)
+        return transaction.Transaction(id=f"tx{next(self._ids)}".encode())
+
+    def _rollback(self, request: Any, context: grpc.ServicerContext) -> empty_pb2.Empty:
+        return empty_pb2.Empty()
+
+    def _commit(self, request: Any, context: grpc.ServicerContext) -> commit_response.CommitResponse:
+        database = self._session_database(request.session)
+        commit_us = database.commit(list(type(request).pb(request).mutations))
+        response = commit_response.CommitResponse()
+        type(response).pb(response).commit_timestamp.CopyFrom(_timestamp_pb(commit_us))
+        return response
+
+    # ----- queries --------------------------------------------------------------------------------
+    def _execute_streaming_sql(self, request: Any, context: grpc.ServicerContext) -> Iterator[bytes]:
+        try:
+            database = self._session_database(request.session)
+            raw = type(request).pb(request)
+            if raw.transaction.HasField("begin") and raw.transaction.begin.HasField("read_write"):
+                raise EmulatorError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "Change stream queries are not supported in read-write transactions",
+                )
+            if not is_change_stream_query(request.sql):
+                yield from self._simple_query(request.sql)
+                return
+            query = parse_change_stream_query(request.sql, raw.params)
+            skip = int(raw.resume_token.decode() or 0) if raw.resume_token else 0
+            rows = database.read(query, context.is_active)
+            yield from self._stream(rows, skip, context)
+        except EmulatorError as exc:
+            context.abort(exc.code, exc.message)
+
+    def _simple_query(self, sql: str) -> Iterator[bytes]:
+        if sql.strip().rstrip(";").upper() != "SELECT 1":
+            raise EmulatorError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "the emulator serves change-stream queries on READ_<stream>(...) "
+                f"and SELECT 1; unsupported: {sql[:120]!r}",
+            )
+        from google.cloud.spanner_v1 import StructType, Type, TypeCode
+
+        metadata = result_set.ResultSetMetadata(
+            row_type=StructType(fields=[StructType.Field(name="", type_=Type(code=TypeCode.INT64))])
+        )
+        value = struct_pb2.Value(string_value="1").SerializeToString()
+        yield wire.partial_result_set([value], b"", result_set.ResultSetMetadata.serialize(metadata))
+
+    def _take_fault(self) -> _Fault | None:
+        with self._lock:
+            fault = self._fault
+            if fault is None or fault.remaining <= 0:
+                return None
+            fault.remaining -= 1
+            if fault.remaining == 0:
+                self._fault = None
+            return _Fault(1, fault.code, fault.after_rows)
+
+    def _stream(self, rows: Iterator[Any], skip: int, context: grpc.ServicerContext) -> Iterator[bytes]:
+        fault = self._take_fault()
+        metadata: bytes | None = wire.change_record_metadata()
+        sent = skip
+        emitted_here = 0
+        batch: list[bytes] = []
+        size = 0
+        position = 0
+
+        def flush() -> bytes:
+            nonlocal batch, size, metadata
+            message = wire.partial_result_set(batch, str(sent).encode(), metadata)
+            metadata, batch, size = None, [], 0
+            return message
+
+        for row in rows:
+            if row is FLUSH:
+                if batch or metadata is not None:
+                    yield flush()
+                continue
+            position += 1
+            if position <= skip:
+                continue
+            if fault is not None and emitted_here >= fault.after_rows:
+                if batch or metadata is not None:
+                    yield flush()
+                context.abort(fault.code, "injected fault: the change-stream query was interrupted")
+            batch.append(row)
+            size += len(row)
+            sent += 1
+            emitted_here += 1
+            if (
+                size >= MAX_MESSAGE_BYTES
+                or len(batch) >= MAX_MESSAGE_ROWS
+                or (fault is not None and emitted_here >= fault.after_rows)
+            ):
+                yield flush()
+        if fault is not None and emitted_here >= fault.after_rows:
+            if batch or metadata is not None:
+                yield flush()
+            context.abort(fault.code, "injected fault: the change-stream query was interrupted")
+        if batch or metadata is not None:
+            yield flush()
+
+
+def parse_clock(kind: str, start: str | None) -> Clock:
+    from airflow_provider_cdc.domain.timestamps import parse_timestamp
+
+    if kind == "wall":
+        return WallClock()
+    if kind == "manual":
+        if not start:
+            raise ValueError("--clock manual needs --start")
+        return ManualClock(parse_timestamp(start))
+    raise ValueError(f"unknown clock {kind!r}")
+
+
+__all__ = ["ManualClock", "PartitionSchedule", "SpannerEmulator", "WallClock", "parse_clock"]

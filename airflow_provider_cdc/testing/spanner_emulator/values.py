@@ -1,0 +1,145 @@
+"""Column types and values: protobuf ``Value`` in, Spanner's JSON encoding of typed values out.
+
+Cells are kept in the form change-stream mods carry them (Spanner's JSON encoding): INT64, NUMERIC,
+DATE, TIMESTAMP, STRING, BYTES (base64) and JSON (text) as strings, FLOAT32/FLOAT64 as numbers or
+``"NaN"``/``"Infinity"``/``"-Infinity"``, BOOL as booleans, ARRAY as lists, NULL as ``None``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+from dataclasses import dataclass
+from datetime import date
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from google.protobuf import struct_pb2
+
+from airflow_provider_cdc.domain.timestamps import format_timestamp, parse_timestamp
+
+COMMIT_TIMESTAMP_PLACEHOLDER = "spanner.commit_timestamp()"
+SCALAR_CODES = {
+    "BOOL",
+    "INT64",
+    "FLOAT32",
+    "FLOAT64",
+    "NUMERIC",
+    "STRING",
+    "JSON",
+    "BYTES",
+    "DATE",
+    "TIMESTAMP",
+}
+
+
+class ValueError_(ValueError):
+    """A mutation value that does not fit its column (reported as INVALID_ARGUMENT)."""
+
+
+@dataclass(frozen=True)
+class SpannerType:
+    """A column type: a scalar code, or ARRAY of a scalar element type."""
+
+    code: str
+    element: SpannerType | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The type as change records' ``column_types[].type`` JSON carries it."""
+        if self.code == "ARRAY":
+            assert self.element is not None
+            return {"code": "ARRAY", "array_element_type": self.element.to_json()}
+        return {"code": self.code}
+
+    def __str__(self) -> str:
+        return f"ARRAY<{self.element}>" if self.code == "ARRAY" else self.code
+
+
+def decode_cell(value: struct_pb2.Value, type_: SpannerType, where: str, commit_ts: str | None) -> Any:
+    """Decode a mutation's protobuf value into the stored (JSON-encoded) form, validating it."""
+    kind = value.WhichOneof("kind")
+    if kind is None or kind == "null_value":
+        return None
+    if type_.code == "ARRAY":
+        if kind != "list_value":
+            raise ValueError_(f"{where}: expected {type_}, got {kind}")
+        assert type_.element is not None
+        return [decode_cell(v, type_.element, where, None) for v in value.list_value.values]
+    return _decode_scalar(value, kind, type_.code, where, commit_ts)
+
+
+def _decode_scalar(value: struct_pb2.Value, kind: str, code: str, where: str, commit_ts: str | None) -> Any:
+    if code == "BOOL":
+        if kind != "bool_value":
+            raise ValueError_(f"{where}: expected BOOL, got {kind}")
+        return value.bool_value
+    if code in ("FLOAT64", "FLOAT32"):
+        if kind == "number_value":
+            number = value.number_value
+            if math.isnan(number):
+                return "NaN"
+            if math.isinf(number):
+                return "Infinity" if number > 0 else "-Infinity"
+            return number
+        if kind == "string_value" and value.string_value in ("NaN", "Infinity", "-Infinity"):
+            return value.string_value
+        raise ValueError_(f"{where}: expected {code}, got {kind}")
+    if kind != "string_value":
+        raise ValueError_(f"{where}: expected {code} encoded as a string, got {kind}")
+    text = value.string_value
+    try:
+        if code == "INT64":
+            number = int(text)
+            if not -(2**63) <= number < 2**63:
+                raise ValueError_(f"{where}: {text} is out of range for INT64")
+            return str(number)
+        if code == "STRING":
+            return text
+        if code == "NUMERIC":
+            return _normalize_numeric(Decimal(text), where)
+        if code == "DATE":
+            return date.fromisoformat(text).isoformat()
+        if code == "TIMESTAMP":
+            if text == COMMIT_TIMESTAMP_PLACEHOLDER:
+                if commit_ts is None:
+                    raise ValueError_(
+                        f"{where}: spanner.commit_timestamp() needs allow_commit_timestamp=true"
+                    )
+                return commit_ts
+            return format_timestamp(parse_timestamp(text))
+        if code == "BYTES":
+            return base64.b64encode(base64.b64decode(text, validate=True)).decode("ascii")
+        if code == "JSON":
+            return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+    except (ValueError, InvalidOperation, binascii.Error) as exc:
+        if isinstance(exc, ValueError_):
+            raise
+        raise ValueError_(f"{where}: invalid {code} value {text!r}") from exc
+    raise ValueError_(f"{where}: unsupported type {code}")
+
+
+def _normalize_numeric(number: Decimal, where: str) -> str:
+    if not number.is_finite():
+        raise ValueError_(f"{where}: NUMERIC must be finite")
+    if number != number.quantize(Decimal("1e-9")) or abs(number) >= Decimal("1e29"):
+        raise ValueError_(f"{where}: {number} does not fit NUMERIC (precision 38, scale 9)")
+    text = format(number.normalize(), "f")
+    return "0" if text in ("-0", "0") else text
+
+
+def sort_key(value: Any, type_: SpannerType) -> tuple:
+    """Order of stored values as Spanner orders keys (NULL first)."""
+    if value is None:
+        return (0,)
+    code = type_.code
+    if code == "INT64":
+        return (1, int(value))
+    if code in ("FLOAT64", "FLOAT32"):
+        return (1, float(value) if not isinstance(value, str) else float(value.replace("Infinity", "inf")))
+    if code == "NUMERIC":
+        return (1, Decimal(value))
+    if code == "BYTES":
+        return (1, base64.b64decode(value))
+    return (1, value)

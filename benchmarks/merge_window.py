@@ -1,0 +1,278 @@
+"""Benchmark of the merge job: change rows merged per second, and driver memory vs window size.
+
+    .venv/bin/python benchmarks/merge_window.py                    # 0.5M and 2M changes, local[2]
+    .venv/bin/python benchmarks/merge_window.py --sizes 200000 --cores 2
+
+For every size it writes a synthetic staging folder (ARCHITECTURE.md staged rows: several tables,
+multi-record transactions, chains of INSERT/UPDATE/DELETE per key, 1% duplicate rows), then runs,
+in a fresh process with its own Spark session: a baseline (a plain read + count of the staging and
+a full scan of all its columns) and ``merge_window``. It prints changes/s, the ratio to the
+baseline, and the peak resident memory of the driver (JVM, Python driver, Python workers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from airflow_provider_cdc.domain.sequence_number import spanner_change_sequence_number  # noqa: E402
+from airflow_provider_cdc.domain.timestamps import to_micros  # noqa: E402
+
+STAGED_SCHEMA = pa.schema(
+    [
+        ("partition_token", pa.string()),
+        ("commit_timestamp", pa.timestamp("us", tz="UTC")),
+        ("server_transaction_id", pa.string()),
+        ("record_sequence", pa.string()),
+        ("mod_index", pa.int32()),
+        ("table_name", pa.string()),
+        ("mod_type", pa.string()),
+        ("keys_json", pa.string()),
+        ("new_values_json", pa.string()),
+        ("old_values_json", pa.string()),
+        ("column_types_json", pa.string()),
+        ("value_capture_type", pa.string()),
+        ("number_of_records_in_transaction", pa.int64()),
+        ("number_of_partitions_in_transaction", pa.int64()),
+        ("is_last_record_in_transaction_in_partition", pa.bool_()),
+        ("change_sequence_number", pa.string()),
+    ]
+)
+TABLES = ("Orders", "Customers", "Payments")
+COLUMN_TYPES = json.dumps(
+    [
+        {"name": "Id", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 1},
+        {"name": "Amount", "type": {"code": "NUMERIC"}, "is_primary_key": False, "ordinal_position": 2},
+        {"name": "Name", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 3},
+        {"name": "Score", "type": {"code": "FLOAT64"}, "is_primary_key": False, "ordinal_position": 4},
+    ],
+    separators=(",", ":"),
+)
+WINDOW_START = datetime(2024, 5, 1, tzinfo=timezone.utc)
+WINDOW_END = WINDOW_START + timedelta(hours=1)
+PARTITIONS = 8
+MODS_PER_TRANSACTION = 4
+
+
+def generate_staging(directory: Path, changes: int, seed: int = 7) -> None:
+    """Write ``changes`` staged rows (+1% duplicates) under ``directory``/partition=…/part-00000.parquet."""
+    rng = np.random.default_rng(seed)
+    keys = max(1, int(changes * 0.6))
+    key_of = rng.integers(0, keys, changes)
+    table_of = key_of % len(TABLES)
+    # Position of each change within its key's chain (changes are in commit order already).
+    order = np.argsort(key_of, kind="stable")
+    sorted_keys = key_of[order]
+    first = np.ones(changes, dtype=bool)
+    first[1:] = sorted_keys[1:] != sorted_keys[:-1]
+    last = np.ones(changes, dtype=bool)
+    last[:-1] = sorted_keys[1:] != sorted_keys[:-1]
+    is_first = np.empty(changes, dtype=bool)
+    is_first[order] = first
+    is_last = np.empty(changes, dtype=bool)
+    is_last[order] = last
+    coin = rng.random(changes)
+    mod_types = np.where(is_first & (coin < 0.5), "INSERT", "UPDATE").astype(object)
+    mod_types[is_last & ~is_first & (coin > 0.9)] = "DELETE"
+    amounts = rng.integers(0, 1_000_000, changes)
+
+    base = to_micros(WINDOW_START)
+    span = to_micros(WINDOW_END) - base
+    transactions = (changes + MODS_PER_TRANSACTION - 1) // MODS_PER_TRANSACTION
+    step = max(1, span // (transactions + 1))
+    rows: dict[str, list] = {name: [] for name in STAGED_SCHEMA.names}
+    for index in range(changes):
+        txn, position = divmod(index, MODS_PER_TRANSACTION)
+        size = min(MODS_PER_TRANSACTION, changes - txn * MODS_PER_TRANSACTION)
+        commit = base + txn * step
+        tx_id = f"tx-{seed}-{txn}"
+        record_sequence = f"{position:08d}"
+        mod_type = mod_types[index]
+        if mod_type == "INSERT":
+            values = f'{{"Amount":"{amounts[index]}","Name":"n{key_of[index]}","Score":{amounts[index] / 7:.3f}}}'
+        elif mod_type == "UPDATE":
+            values = f'{{"Amount":"{amounts[index]}"}}' if coin[index] < 0.75 else f'{{"Score":{coin[index]:.4f}}}'
+        else:
+            values = "{}"
+        rows["partition_token"].append(f"token-{txn % PARTITIONS}")
+        rows["commit_timestamp"].append(commit)
+        rows["server_transaction_id"].append(tx_id)
+        rows["record_sequence"].append(record_sequence)
+        rows["mod_index"].append(0)
+        rows["table_name"].append(TABLES[table_of[index]])
+        rows["mod_type"].append(mod_type)
+        rows["keys_json"].append(f'{{"Id":"{key_of[index]}"}}')
+        rows["new_values_json"].append(values)
+        rows["old_values_json"].append("{}")
+        rows["column_types_json"].append(COLUMN_TYPES)
+        rows["value_capture_type"].append("OLD_AND_NEW_VALUES")
+        rows["number_of_records_in_transaction"].append(size)
+        rows["number_of_partitions_in_transaction"].append(1)
+        rows["is_last_record_in_transaction_in_partition"].append(position == size - 1)
+        rows["change_sequence_number"].append(spanner_change_sequence_number(commit, tx_id, record_sequence, 0))
+    arrays = {name: values for name, values in rows.items()}
+    arrays["commit_timestamp"] = pa.array(np.array(rows["commit_timestamp"], dtype="datetime64[us]"),
+                                          pa.timestamp("us", tz="UTC"))
+    table = pa.table({name: arrays[name] for name in STAGED_SCHEMA.names}, schema=STAGED_SCHEMA)
+    duplicates = table.take(rng.choice(changes, size=changes // 100, replace=False))
+    table = pa.concat_tables([table, duplicates])
+    partition = np.array([int(token.rsplit("-", 1)[1]) for token in table.column("partition_token").to_pylist()])
+    for number in range(PARTITIONS):
+        folder = directory / f"partition={number:04x}"
+        folder.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table.filter(pa.array(partition == number)), folder / "part-00000.parquet")
+    (directory / "_generated").write_text(str(changes))
+
+
+class PeakMemory:
+    """Samples the resident memory of this process's descendants (JVM, Python workers) and itself."""
+
+    def __init__(self, interval: float = 0.1) -> None:
+        self.interval = interval
+        self.peak = {"jvm": 0, "python_driver": 0, "python_workers": 0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @staticmethod
+    def _rss(pid: int) -> int:
+        try:
+            with open(f"/proc/{pid}/statm") as statm:
+                return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            return 0
+
+    @staticmethod
+    def _children() -> dict[int, list[int]]:
+        tree: dict[int, list[int]] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as stat:
+                        parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+                tree.setdefault(parent, []).append(int(entry))
+        return tree
+
+    def _run(self) -> None:
+        me = os.getpid()
+        while not self._stop.is_set():
+            tree = self._children()
+            jvm = workers = 0
+            stack = list(tree.get(me, []))
+            while stack:
+                pid = stack.pop()
+                try:
+                    with open(f"/proc/{pid}/comm") as comm:
+                        name = comm.read().strip()
+                except OSError:
+                    continue
+                if name == "java":
+                    jvm += self._rss(pid)
+                elif name.startswith("python"):
+                    workers += self._rss(pid)
+                stack.extend(tree.get(pid, []))
+            for key, value in (("jvm", jvm), ("python_workers", workers), ("python_driver", self._rss(me))):
+                self.peak[key] = max(self.peak[key], value)
+            self._stop.wait(self.interval)
+
+
+def run_child(staging: Path, changeset: Path, cores: int) -> dict:
+    """Baseline and merge in one Spark session; returns timings and peak memory."""
+    from pyspark.sql import SparkSession
+
+    from airflow_provider_cdc.jobs.merge_job import MergeArguments, _spark_session, merge_window
+
+    with PeakMemory() as memory:
+        SparkSession.builder.master(f"local[{cores}]").config("spark.ui.enabled", "false").config(
+            "spark.log.level", "WARN").getOrCreate()
+        spark = _spark_session(None)
+        staged = spark.read.parquet(str(staging))
+        began = time.monotonic()
+        rows = staged.count()
+        count_seconds = time.monotonic() - began
+        began = time.monotonic()
+        staged.write.format("noop").mode("overwrite").save()
+        scan_seconds = time.monotonic() - began
+        args = MergeArguments(staging=str(staging), changeset=str(changeset),
+                              window_start=WINDOW_START, window_end=WINDOW_END)
+        began = time.monotonic()
+        manifest = merge_window(spark, args)
+        merge_seconds = time.monotonic() - began
+        spark.stop()
+    return {
+        "staged_rows": rows,
+        "count_seconds": count_seconds,
+        "scan_seconds": scan_seconds,
+        "merge_seconds": merge_seconds,
+        "changeset_rows": manifest["rows"],
+        "peak_bytes": memory.peak,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[500_000, 2_000_000])
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/cdc-merge-benchmark"))
+    parser.add_argument("--child", nargs=2, metavar=("STAGING", "CHANGESET"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(run_child(Path(args.child[0]), Path(args.child[1]), args.cores)))
+        return
+
+    results = []
+    for size in args.sizes:
+        staging = args.workdir / f"staging-{size}"
+        if not (staging / "_generated").exists() or (staging / "_generated").read_text() != str(size):
+            began = time.monotonic()
+            generate_staging(staging, size)
+            print(f"generated {size:,} changes in {time.monotonic() - began:.1f}s at {staging}", flush=True)
+        child = subprocess.run(
+            [sys.executable, __file__, "--cores", str(args.cores), "--child", str(staging),
+             str(args.workdir / f"changeset-{size}")],
+            check=True, capture_output=True, text=True,
+        )
+        result = json.loads(child.stdout.strip().splitlines()[-1])
+        result["changes"] = size
+        results.append(result)
+
+    mib = 1024 * 1024
+    print(f"\nmerge_window benchmark, local[{args.cores}]")
+    print(f"{'changes':>10} {'staged':>10} {'count s':>8} {'scan s':>7} {'merge s':>8} {'changes/s':>10} "
+          f"{'vs scan':>8} {'jvm MiB':>8} {'py drv':>7} {'py wrk':>7}")
+    for result in results:
+        peak = result["peak_bytes"]
+        print(
+            f"{result['changes']:>10,} {result['staged_rows']:>10,} {result['count_seconds']:>8.2f} "
+            f"{result['scan_seconds']:>7.2f} {result['merge_seconds']:>8.2f} "
+            f"{result['staged_rows'] / result['merge_seconds']:>10,.0f} "
+            f"{result['merge_seconds'] / result['scan_seconds']:>7.1f}x "
+            f"{peak['jvm'] / mib:>8.0f} {peak['python_driver'] / mib:>7.0f} {peak['python_workers'] / mib:>7.0f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

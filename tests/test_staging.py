@@ -1,0 +1,335 @@
+"""Parquet staging of change rows: layout, retries, resume, types, local and GCS."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+from datetime import datetime, timedelta, timezone
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_provider_cdc.domain.change_row import change_rows
+from airflow_provider_cdc.domain.identifiers import InvalidIdentifierError
+from airflow_provider_cdc.domain.records import DataChangeRecord, parse_record_dict
+from airflow_provider_cdc.domain.timestamps import format_timestamp
+from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.staging import (
+    STAGED_CHANGE_SCHEMA,
+    StagingWriter,
+    iter_staged_batches,
+    partition_key,
+    read_staged_changes,
+    staged_files,
+    window_location,
+)
+
+UTC = timezone.utc
+WINDOW = Window(datetime(2022, 9, 27, 12, 0, tzinfo=UTC), datetime(2022, 9, 27, 13, 0, tzinfo=UTC))
+STREAM = "AccountsStream"
+
+# The staged-row contract of ARCHITECTURE.md, column by column.
+ARCHITECTURE_COLUMNS = [
+    ("partition_token", pa.string()),
+    ("commit_timestamp", pa.timestamp("us", tz="UTC")),
+    ("server_transaction_id", pa.string()),
+    ("record_sequence", pa.string()),
+    ("mod_index", pa.int32()),
+    ("table_name", pa.string()),
+    ("mod_type", pa.string()),
+    ("keys_json", pa.string()),
+    ("new_values_json", pa.string()),
+    ("old_values_json", pa.string()),
+    ("column_types_json", pa.string()),
+    ("value_capture_type", pa.string()),
+    ("number_of_records_in_transaction", pa.int64()),
+    ("number_of_partitions_in_transaction", pa.int64()),
+    ("is_last_record_in_transaction_in_partition", pa.bool_()),
+    ("change_sequence_number", pa.string()),
+]
+
+
+def make_record(index: int, mods: int = 3, mod_type: str = "UPDATE") -> DataChangeRecord:
+    """A data change record of ``mods`` account updates, committed ``index`` seconds into the window."""
+    return parse_record_dict(
+        "data_change_record",
+        {
+            "commit_timestamp": format_timestamp(WINDOW.start + timedelta(seconds=index, microseconds=index)),
+            "record_sequence": f"{index:08d}",
+            "server_transaction_id": f"tx-{index}",
+            "is_last_record_in_transaction_in_partition": True,
+            "table_name": "AccountBalance",
+            "column_types": [
+                {
+                    "name": "AccountId",
+                    "type": {"code": "STRING"},
+                    "is_primary_key": True,
+                    "ordinal_position": 1,
+                },
+                {
+                    "name": "Balance",
+                    "type": {"code": "INT64"},
+                    "is_primary_key": False,
+                    "ordinal_position": 2,
+                },
+            ],
+            "mods": [
+                {
+                    "keys": {"AccountId": f"Id{index}-{m}"},
+                    "new_values": {"Balance": str(100 * index + m)},
+                    "old_values": {"Balance": "0"},
+                }
+                for m in range(mods)
+            ],
+            "mod_type": mod_type,
+            "value_capture_type": "OLD_AND_NEW_VALUES",
+            "number_of_records_in_transaction": 1,
+            "number_of_partitions_in_transaction": 1,
+        },
+    )
+
+
+def expected_rows(records: list[DataChangeRecord], token: str) -> list[dict]:
+    return [row for record in records for row in change_rows(record, token)]
+
+
+def file_names(directory) -> list[str]:
+    return sorted(path.name for path in directory.iterdir()) if directory.exists() else []
+
+
+def partition_dir(root, token: str, window: Window = WINDOW):
+    return root / STREAM / window.window_id / f"partition={hashlib.sha256(token.encode()).hexdigest()[:16]}"
+
+
+def sort_key(row: dict) -> tuple:
+    return (row["partition_token"], row["change_sequence_number"])
+
+
+# --- local file system ---------------------------------------------------------------------------
+
+
+def test_round_trip_with_deterministic_file_names(tmp_path):
+    records = [make_record(i) for i in range(7)]  # 21 rows
+    written = []
+    with StagingWriter(
+        str(tmp_path), STREAM, WINDOW, "token-A", rows_per_file=5, on_file_written=written.append
+    ) as w:
+        for record in records:
+            w.write_record(record)
+            assert w.buffered_rows < 5  # a full buffer is written out at once
+    directory = partition_dir(tmp_path, "token-A")
+    assert file_names(directory) == [f"part-0000{n}.parquet" for n in range(5)]
+    assert [staged.rows for staged in written] == [5, 5, 5, 5, 1]
+    assert written == w.files and w.rows_written == 21
+    assert written[0].min_commit_timestamp == records[0].commit_timestamp
+    assert written[0].max_commit_timestamp == records[1].commit_timestamp  # rows 3 and 4 come from record 1
+
+    table = read_staged_changes(str(tmp_path), STREAM, WINDOW).to_table()
+    assert table.schema == STAGED_CHANGE_SCHEMA
+    assert sorted(table.to_pylist(), key=sort_key) == sorted(expected_rows(records, "token-A"), key=sort_key)
+
+
+def test_layout_and_partition_key(tmp_path):
+    assert partition_key("token-A") == hashlib.sha256(b"token-A").hexdigest()[:16]
+    assert (
+        window_location("gs://bucket/prefix/", STREAM, WINDOW)
+        == f"gs://bucket/prefix/{STREAM}/{WINDOW.window_id}"
+    )
+    with StagingWriter(str(tmp_path), STREAM, WINDOW, "token-A") as writer:
+        writer.write_record(make_record(1))
+    assert writer.directory == str(partition_dir(tmp_path, "token-A"))
+    assert staged_files(str(tmp_path), STREAM, WINDOW) == [f"{writer.directory}/part-00000.parquet"]
+
+
+def test_column_types_match_the_contract(tmp_path):
+    assert [(field.name, field.type) for field in STAGED_CHANGE_SCHEMA] == ARCHITECTURE_COLUMNS
+    with StagingWriter(str(tmp_path), STREAM, WINDOW, "token-A") as writer:
+        writer.write_record(make_record(2, mod_type="DELETE"))
+    schema = pq.read_schema(writer.files[0].path)
+    assert [(field.name, field.type) for field in schema] == ARCHITECTURE_COLUMNS
+    row = pq.read_table(writer.files[0].path).to_pylist()[0]
+    assert row["commit_timestamp"] == WINDOW.start + timedelta(seconds=2, microseconds=2)
+    assert row["commit_timestamp"].tzinfo is not None
+    assert row["mod_index"] == 0 and row["mod_type"] == "DELETE"
+    assert row["is_last_record_in_transaction_in_partition"] is True
+
+
+def test_retried_writer_replaces_the_first_attempt(tmp_path):
+    root = str(tmp_path)
+    with StagingWriter(root, STREAM, WINDOW, "token-B", rows_per_file=4) as other:
+        other.write_record(make_record(50))
+    with StagingWriter(root, STREAM, WINDOW, "token-A", rows_per_file=4) as first:
+        for i in range(4):
+            first.write_record(make_record(i))  # 12 rows, 3 files
+    assert file_names(partition_dir(tmp_path, "token-A")) == [
+        "part-00000.parquet",
+        "part-00001.parquet",
+        "part-00002.parquet",
+    ]
+
+    with StagingWriter(root, STREAM, WINDOW, "token-A", rows_per_file=4) as retry:
+        retry.write_record(make_record(0))
+        retry.write_record(make_record(1))  # 6 rows, 2 files
+    assert file_names(partition_dir(tmp_path, "token-A")) == ["part-00000.parquet", "part-00001.parquet"]
+    rows = read_staged_changes(root, STREAM, WINDOW).to_table().to_pylist()
+    expected = expected_rows([make_record(0), make_record(1)], "token-A") + expected_rows(
+        [make_record(50)], "token-B"
+    )
+    assert sorted(rows, key=sort_key) == sorted(expected, key=sort_key)  # token-B untouched, no duplicates
+
+
+def test_resume_keeps_files_and_continues_numbering(tmp_path):
+    root = str(tmp_path)
+    with StagingWriter(root, STREAM, WINDOW, "token-A", rows_per_file=3) as first:
+        first.write_record(make_record(0))
+        first.write_record(make_record(1))
+    directory = partition_dir(tmp_path, "token-A")
+    (directory / ".part-00002.parquet.tmp").write_bytes(b"half a file from a crashed write")
+    with StagingWriter(root, STREAM, WINDOW, "token-A", rows_per_file=3, resume=True) as resumed:
+        resumed.write_record(make_record(2))
+    assert file_names(directory) == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    rows = read_staged_changes(root, STREAM, WINDOW).to_table().to_pylist()
+    expected = expected_rows([make_record(i) for i in range(3)], "token-A")
+    assert sorted(rows, key=sort_key) == sorted(expected, key=sort_key)
+
+
+def test_failure_discards_unwritten_rows_and_keeps_written_files(tmp_path):
+    with pytest.raises(RuntimeError, match="reader lost its partition"):
+        with StagingWriter(str(tmp_path), STREAM, WINDOW, "token-A", rows_per_file=4) as writer:
+            writer.write_record(make_record(0))
+            writer.write_record(make_record(1))  # 6 rows: one file of 4, 2 buffered
+            raise RuntimeError("reader lost its partition")
+    assert file_names(partition_dir(tmp_path, "token-A")) == ["part-00000.parquet"]
+    assert read_staged_changes(str(tmp_path), STREAM, WINDOW).count_rows() == 4
+
+
+def test_empty_partition_writes_no_file(tmp_path):
+    root = str(tmp_path)
+    with StagingWriter(root, STREAM, WINDOW, "token-A"):
+        pass
+    assert not partition_dir(tmp_path, "token-A").exists()
+    dataset = read_staged_changes(root, STREAM, WINDOW)
+    assert dataset.schema == STAGED_CHANGE_SCHEMA and dataset.count_rows() == 0
+    assert list(iter_staged_batches(root, STREAM, WINDOW)) == []
+
+    with StagingWriter(root, STREAM, WINDOW, "token-A") as first:
+        first.write_record(make_record(0))
+    with StagingWriter(root, STREAM, WINDOW, "token-A"):
+        pass  # a retry that finds nothing replaces the earlier attempt's rows with none
+    assert file_names(partition_dir(tmp_path, "token-A")) == []
+    assert read_staged_changes(root, STREAM, WINDOW).count_rows() == 0
+
+
+def test_batches_cover_all_partitions_in_bounded_pieces(tmp_path):
+    root = str(tmp_path)
+    for token, first in (("token-A", 0), ("token-B", 10)):
+        with StagingWriter(root, STREAM, WINDOW, token, rows_per_file=4) as writer:
+            for i in range(first, first + 5):
+                writer.write_record(make_record(i))
+    other_window = Window(WINDOW.end, WINDOW.end + timedelta(hours=1))
+    with StagingWriter(root, STREAM, other_window, "token-A") as writer:
+        writer.write_record(make_record(99))
+
+    batches = list(
+        iter_staged_batches(root, STREAM, WINDOW, batch_size=3, columns=["partition_token", "keys_json"])
+    )
+    assert all(batch.num_rows <= 3 for batch in batches)
+    assert all(batch.schema.names == ["partition_token", "keys_json"] for batch in batches)
+    table = pa.Table.from_batches(batches)
+    assert table.num_rows == 30
+    assert sorted(set(table.column("partition_token").to_pylist())) == ["token-A", "token-B"]
+
+
+def test_relative_root_and_file_uri(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with StagingWriter("staging", STREAM, WINDOW, "token-A") as writer:
+        writer.write_record(make_record(0))
+    assert writer.directory == str(partition_dir(tmp_path / "staging", "token-A"))
+    assert read_staged_changes(f"file://{tmp_path}/staging", STREAM, WINDOW).count_rows() == 3
+
+
+def test_bad_rows_and_misuse_are_refused(tmp_path):
+    root = str(tmp_path)
+    row = next(change_rows(make_record(0), "token-A"))
+    with pytest.raises(InvalidIdentifierError, match="change stream"):
+        StagingWriter(root, "../elsewhere", WINDOW, "token-A")
+    with pytest.raises(ValueError, match="rows_per_file must be a positive integer"):
+        StagingWriter(root, STREAM, WINDOW, "token-A", rows_per_file=0)
+    with pytest.raises(ValueError, match="partition token must be a non-empty string"):
+        StagingWriter(root, STREAM, WINDOW, "")
+    with pytest.raises(RuntimeError, match="not opened"):
+        StagingWriter(root, STREAM, WINDOW, "token-A").write_row(row)
+
+    with StagingWriter(root, STREAM, WINDOW, "token-A") as writer:
+        with pytest.raises(
+            ValueError, match=r"missing columns \['mod_index'\] and unknown columns \['extra'\]"
+        ):
+            writer.write_row({**{k: v for k, v in row.items() if k != "mod_index"}, "extra": 1})
+        with pytest.raises(ValueError, match="row of partition 'token-B'"):
+            writer.write_row({**row, "partition_token": "token-B"})
+        with pytest.raises(ValueError, match="column 'mod_index' expects int, got str 'first'"):
+            writer.write_row({**row, "mod_index": "first"})
+        with pytest.raises(
+            ValueError, match="column 'is_last_record_in_transaction_in_partition' expects bool"
+        ):
+            writer.write_row({**row, "is_last_record_in_transaction_in_partition": 1})
+        with pytest.raises(ValueError, match="column 'change_sequence_number' must not be null"):
+            writer.write_row({**row, "change_sequence_number": None})
+        with pytest.raises(ValueError, match="'commit_timestamp' must be timezone-aware"):
+            writer.write_row({**row, "commit_timestamp": datetime(2022, 9, 27, 12, 0)})
+        writer.write_row(row)
+    assert writer.rows_written == 1  # refused rows never reached a file
+    with pytest.raises(RuntimeError, match="closed"):
+        writer.write_row(row)
+
+
+# --- Google Cloud Storage (gcp-storage-emulator on loopback) ---------------------------------------
+
+
+@pytest.fixture
+def gcs():
+    server_module = pytest.importorskip("gcp_storage_emulator.server")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = server_module.create_server("127.0.0.1", port, in_memory=True, default_bucket="staging-bucket")
+    server.start()
+    try:
+        yield pafs.GcsFileSystem(
+            anonymous=True,
+            endpoint_override=f"127.0.0.1:{port}",
+            scheme="http",
+            retry_time_limit=timedelta(seconds=10),
+        )
+    finally:
+        server.stop()
+
+
+def test_gcs_round_trip_retry_and_resume(gcs):
+    root = "gs://staging-bucket/cdc"
+    with StagingWriter(root, STREAM, WINDOW, "token-A", rows_per_file=4, filesystem=gcs) as first:
+        for i in range(3):
+            first.write_record(make_record(i))  # 9 rows: 3 objects
+    prefix = f"staging-bucket/cdc/{STREAM}/{WINDOW.window_id}/partition={partition_key('token-A')}"
+    assert first.directory == prefix
+    assert staged_files(root, STREAM, WINDOW, gcs) == [f"{prefix}/part-0000{n}.parquet" for n in range(3)]
+
+    with StagingWriter(root, STREAM, WINDOW, "token-A", rows_per_file=4, filesystem=gcs) as retry:
+        retry.write_record(make_record(0))  # 3 rows: replaces all three objects
+    with StagingWriter(
+        root, STREAM, WINDOW, "token-A", rows_per_file=4, filesystem=gcs, resume=True
+    ) as resumed:
+        resumed.write_record(make_record(1))
+    assert staged_files(root, STREAM, WINDOW, gcs) == [
+        f"{prefix}/part-00000.parquet",
+        f"{prefix}/part-00001.parquet",
+    ]
+
+    dataset = read_staged_changes(root, STREAM, WINDOW, filesystem=gcs)
+    assert dataset.schema == STAGED_CHANGE_SCHEMA
+    rows = dataset.to_table().to_pylist()
+    expected = expected_rows([make_record(0), make_record(1)], "token-A")
+    assert sorted(rows, key=sort_key) == sorted(expected, key=sort_key)
+    assert sum(batch.num_rows for batch in iter_staged_batches(root, STREAM, WINDOW, gcs, batch_size=2)) == 6
