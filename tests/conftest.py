@@ -90,6 +90,16 @@ def new_spanner_database(spanner_instance: Any) -> Callable[[Sequence[str]], Any
     return create
 
 
+@pytest.fixture(scope="session")
+def emulator_instance() -> Callable[[Any], Any]:
+    """Factory: the instance ``test-instance`` on a given (extra) emulator."""
+
+    def create(emulator: Any) -> Any:
+        return create_emulator_instance(emulator_client(emulator.host))
+
+    return create
+
+
 @pytest.fixture
 def start_emulator() -> Iterator[Callable[..., Any]]:
     """Factory: start an extra emulator (stopped after the test); keyword arguments as the constructor's."""

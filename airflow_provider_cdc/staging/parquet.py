@@ -159,7 +159,7 @@ class StagingWriter:
             raise RuntimeError(f"staging writer for {self.directory} was already opened")
         existing = _list_files(self.filesystem, self.directory)
         for info in existing:
-            if False:
+            if not self.resume or not _PART_FILE.fullmatch(info.base_name):
                 self.filesystem.delete_file(info.path)
         if self.resume:
             matches = (_PART_FILE.fullmatch(info.base_name) for info in existing)

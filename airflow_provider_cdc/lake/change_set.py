@@ -1,0 +1,397 @@
+"""Change sets (merge job → upsert job): reading them and turning them into typed merge sources.
+
+A change set holds, per source table, one row per changed key of a window (see ARCHITECTURE.md,
+"Change sets"): the key and row image as Spanner-encoded JSON, the non-key columns the image
+carries, ``_CHANGE_TYPE`` (``UPSERT``/``DELETE``) and the sortable ``_CHANGE_SEQUENCE_NUMBER``.
+:func:`to_merge_source` decodes one batch into typed columns; :class:`ChangeSetReader` opens
+``{changeset_root}/{window_id}`` locally or on object storage and refuses it without a manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pa_ds
+import pyarrow.fs as pa_fs
+
+from airflow_provider_cdc.domain.identifiers import validate_identifier
+from airflow_provider_cdc.domain.spanner_types import (
+    ColumnType,
+    SpannerValueError,
+    arrow_type,
+    decode_json_objects,
+    parse_column_types,
+)
+
+MANIFEST_NAME = "_manifest.json"
+KEYS_JSON = "_keys_json"
+VALUES_JSON = "_values_json"
+PRESENT_COLUMNS = "_present_columns"
+FULL_IMAGE = "_full_image"
+CHANGE_TYPE = "_CHANGE_TYPE"
+CHANGE_SEQUENCE_NUMBER = "_CHANGE_SEQUENCE_NUMBER"
+COMMIT_TIMESTAMP = "_commit_timestamp"
+COLUMN_TYPES_JSON = "_column_types_json"
+CHANGE_SET_COLUMNS = (
+    KEYS_JSON,
+    VALUES_JSON,
+    PRESENT_COLUMNS,
+    FULL_IMAGE,
+    CHANGE_TYPE,
+    CHANGE_SEQUENCE_NUMBER,
+    COMMIT_TIMESTAMP,
+    COLUMN_TYPES_JSON,
+)
+CHANGE_TYPES = ("UPSERT", "DELETE")
+
+# Columns of a decoded merge source besides the table's own columns. Spanner column names start
+# with a letter, so these never collide with a source column.
+SOURCE_SEQUENCE = "_change_sequence_number"
+SOURCE_COMMIT_TIMESTAMP = "_commit_timestamp"
+SOURCE_CHANGE_TYPE = "_change_type"
+SOURCE_PRESENT = "_present_columns"
+SOURCE_FULL_IMAGE = "_full_image"
+SOURCE_KEYS_JSON = "_keys_json"
+
+SEQUENCE_TYPE = pa.string()
+COMMIT_TIMESTAMP_TYPE = pa.timestamp("us", tz="UTC")
+_SORTABLE_SEQUENCE = r"^[0-9A-F]{16}(/[0-9A-F]{16}){0,3}$"
+_WINDOW_ID = re.compile(r"^(\d+)-(\d+)$")
+
+
+class ChangeSetError(ValueError):
+    """A change set that breaks the change-set contract (names the table and the problem)."""
+
+
+@dataclass(frozen=True)
+class TableColumns:
+    """A table's columns split into key and non-key columns, in ordinal order."""
+
+    table: str
+    columns: tuple[ColumnType, ...]
+
+    @classmethod
+    def from_column_types(cls, table: str, column_types: Any) -> TableColumns:
+        validate_identifier(table, "table")
+        columns = tuple(parse_column_types(column_types))
+        if not any(c.is_primary_key for c in columns):
+            raise ChangeSetError(f"table {table!r}: column_types name no primary-key column")
+        return cls(table, columns)
+
+    @property
+    def keys(self) -> tuple[ColumnType, ...]:
+        return tuple(c for c in self.columns if c.is_primary_key)
+
+    @property
+    def values(self) -> tuple[ColumnType, ...]:
+        return tuple(c for c in self.columns if not c.is_primary_key)
+
+    def table_schema(self) -> pa.Schema:
+        """Schema of the Delta table: source columns, then sequence number and commit timestamp."""
+        fields = [pa.field(c.name, arrow_type(c.type, c.name)) for c in self.columns]
+        fields.append(pa.field(SOURCE_SEQUENCE, SEQUENCE_TYPE))
+        fields.append(pa.field(SOURCE_COMMIT_TIMESTAMP, COMMIT_TIMESTAMP_TYPE))
+        return pa.schema(fields)
+
+    def source_schema(self) -> pa.Schema:
+        """Schema of a decoded merge source (the table schema plus change metadata)."""
+        return pa.schema(
+            list(self.table_schema())
+            + [
+                pa.field(SOURCE_CHANGE_TYPE, pa.string()),
+                pa.field(SOURCE_PRESENT, pa.list_(pa.string())),
+                pa.field(SOURCE_FULL_IMAGE, pa.bool_()),
+                pa.field(SOURCE_KEYS_JSON, pa.string()),
+            ]
+        )
+
+
+def merge_column_types(texts: Iterable[str | None], table: str) -> list[dict[str, Any]]:
+    """Union of the distinct ``_column_types_json`` values of a table's change set.
+
+    A column added during the window appears in the later values only; a column whose type
+    differs between values is an error naming table and column.
+    """
+    merged: dict[str, ColumnType] = {}
+    for text in texts:
+        if text is None:
+            continue
+        for column in parse_column_types(text):
+            previous = merged.get(column.name)
+            if previous is not None and (
+                previous.type != column.type or previous.is_primary_key != column.is_primary_key
+            ):
+                raise ChangeSetError(
+                    f"table {table!r}: column {column.name!r} has conflicting types in the change set: "
+                    f"{previous.type} and {column.type}"
+                )
+            if previous is None or column.ordinal_position > previous.ordinal_position:
+                merged[column.name] = column
+    if not merged:
+        raise ChangeSetError(f"table {table!r}: the change set carries no column types")
+    return [c.to_json_dict() for c in sorted(merged.values(), key=lambda c: (c.ordinal_position, c.name))]
+
+
+def _first_offending(array: pa.Array, bad: pa.Array) -> Any:
+    index = pc.index(bad, True).as_py()
+    return array[index].as_py()
+
+
+def to_merge_source(batch: pa.RecordBatch | pa.Table, table: TableColumns) -> pa.RecordBatch:
+    """Decode one change-set batch into the typed merge source of ``table``.
+
+    Validates change types, sequence numbers (sortable form), present columns and keys; the
+    errors name the table and the offending value.
+    """
+    if isinstance(batch, pa.RecordBatch):
+        batch = pa.Table.from_batches([batch])
+    name = table.table
+    missing = [c for c in CHANGE_SET_COLUMNS if c not in batch.column_names and c != COLUMN_TYPES_JSON]
+    if missing:
+        raise ChangeSetError(f"table {name!r}: change set lacks column(s) {missing}")
+    rows = batch.num_rows
+    schema = table.source_schema()
+    if rows == 0:
+        return pa.RecordBatch.from_pylist([], schema=schema)
+
+    change_type = batch.column(CHANGE_TYPE).combine_chunks().cast(pa.string())
+    bad = pc.invert(pc.fill_null(pc.is_in(change_type, pa.array(CHANGE_TYPES)), False))
+    if pc.any(bad).as_py():
+        raise ChangeSetError(
+            f"table {name!r}: {CHANGE_TYPE} must be UPSERT or DELETE, got {_first_offending(change_type, bad)!r}"
+        )
+
+    sequence = batch.column(CHANGE_SEQUENCE_NUMBER).combine_chunks().cast(pa.string())
+    bad = pc.invert(pc.fill_null(pc.match_substring_regex(sequence, _SORTABLE_SEQUENCE), False))
+    if pc.any(bad).as_py():
+        raise ChangeSetError(
+            f"table {name!r}: {CHANGE_SEQUENCE_NUMBER} {_first_offending(sequence, bad)!r} is not in sortable "
+            "form (1-4 '/'-separated sections of 16 upper-case hex digits)"
+        )
+
+    commit_ts = batch.column(COMMIT_TIMESTAMP).combine_chunks()
+    if commit_ts.type != COMMIT_TIMESTAMP_TYPE:
+        commit_ts = commit_ts.cast(COMMIT_TIMESTAMP_TYPE)
+
+    present = batch.column(PRESENT_COLUMNS).combine_chunks()
+    if not pa.types.is_list(present.type):
+        present = present.cast(pa.list_(pa.string()))
+    elif present.type != pa.list_(pa.string()):
+        present = present.cast(pa.list_(pa.string()))
+    value_names = pa.array([c.name for c in table.values], pa.string())
+    flat = pc.list_flatten(present)
+    unknown = pc.invert(pc.is_in(flat, value_names))
+    if len(flat) and pc.any(unknown).as_py():
+        raise ChangeSetError(
+            f"table {name!r}: {PRESENT_COLUMNS} names {_first_offending(flat, unknown)!r}, "
+            "which is not a non-key column of the table's column types"
+        )
+    full_image = pc.fill_null(batch.column(FULL_IMAGE).combine_chunks().cast(pa.bool_()), False)
+
+    keys_json = batch.column(KEYS_JSON).combine_chunks().cast(pa.string())
+    if keys_json.null_count:
+        raise ChangeSetError(f"table {name!r}: {KEYS_JSON} is NULL in {keys_json.null_count} row(s)")
+    keys = _decode_keys(keys_json, table)
+    try:
+        values = decode_json_objects(
+            batch.column(VALUES_JSON).combine_chunks().cast(pa.string()), table.values, what=VALUES_JSON
+        )
+    except SpannerValueError as exc:
+        raise ChangeSetError(f"table {name!r}: {exc}") from None
+
+    arrays: list[pa.Array] = []
+    for column in table.columns:
+        source = keys if column.is_primary_key else values
+        arrays.append(source.column(column.name).combine_chunks())
+    arrays += [sequence, commit_ts, change_type, present, full_image, keys_json]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _decode_keys(keys_json: pa.Array, table: TableColumns) -> pa.Table:
+    try:
+        keys = decode_json_objects(keys_json, table.keys, what=KEYS_JSON)
+    except SpannerValueError as exc:
+        raise ChangeSetError(f"table {table.table!r}: {exc}") from None
+    if any(keys.column(c.name).null_count for c in table.keys):
+        # A NULL key may be a legitimate NULL or a missing key column: tell them apart.
+        names = [c.name for c in table.keys]
+        for row, text in enumerate(keys_json.to_pylist()):
+            absent = [n for n in names if n not in json.loads(text)]
+            if absent:
+                raise ChangeSetError(f"table {table.table!r}: {KEYS_JSON} of row {row} lacks key column(s) {absent}")
+    return keys
+
+
+# --------------------------------------------------------------------------- reading change sets
+
+
+def filesystem_for(uri: str, storage_options: Mapping[str, str] | None = None) -> tuple[pa_fs.FileSystem, str]:
+    """A pyarrow filesystem and path for a local path or an object-store URI.
+
+    Object-store URIs (``gs://``, ``s3://``, ``az://`` …) go through delta-rs's object store with
+    the same storage options as the Delta tables, so one set of credentials serves both.
+    """
+    if "://" not in uri or uri.startswith("file://"):
+        local = uri[len("file://") :] if uri.startswith("file://") else uri
+        return pa_fs.LocalFileSystem(), local.rstrip("/") or "/"
+    from deltalake.fs import DeltaStorageHandler
+
+    root = uri.rstrip("/")
+    handler = DeltaStorageHandler(root, options=dict(storage_options or {}))
+    return pa_fs.PyFileSystem(handler), ""
+
+
+@dataclass(frozen=True)
+class ChangeSetTable:
+    """One table of a change set: its name, expected row count and Parquet dataset."""
+
+    name: str
+    expected_rows: int | None
+    dataset: pa_ds.Dataset
+
+    def column_types(self) -> list[dict[str, Any]]:
+        """Union of the table's column types as seen in the window."""
+        texts: set[str] = set()
+        scanner = self.dataset.scanner(columns=[COLUMN_TYPES_JSON])
+        for batch in scanner.to_batches():
+            texts.update(v for v in pc.unique(batch.column(0)).to_pylist() if v is not None)
+        return merge_column_types(sorted(texts), self.name)
+
+    def count_rows(self) -> int:
+        return self.dataset.count_rows()
+
+
+class ChangeSetReader:
+    """Reads ``{changeset_root}/{window_id}``: its manifest and one Parquet dataset per table."""
+
+    def __init__(self, uri: str, storage_options: Mapping[str, str] | None = None) -> None:
+        self.uri = uri.rstrip("/")
+        self._fs, self._root = filesystem_for(self.uri, storage_options)
+
+    def __repr__(self) -> str:
+        return f"ChangeSetReader({self.uri!r})"
+
+    def _path(self, *parts: str) -> str:
+        return "/".join(p for p in (self._root, *parts) if p)
+
+    @property
+    def window_id(self) -> str:
+        return self.uri.rsplit("/", 1)[-1]
+
+    def window_bounds(self) -> tuple[int, int] | None:
+        """``(start_micros, end_micros)`` parsed from the window id, or ``None``."""
+        match = _WINDOW_ID.match(self.window_id)
+        return (int(match.group(1)), int(match.group(2))) if match else None
+
+    def manifest(self) -> dict[str, Any]:
+        """The manifest; its absence means the change set is incomplete and is an error."""
+        path = self._path(MANIFEST_NAME)
+        info = self._fs.get_file_info(path)
+        if info.type != pa_fs.FileType.File:
+            raise ChangeSetError(
+                f"change set {self.uri!r} has no {MANIFEST_NAME}: it is incomplete (the merge that writes it "
+                "did not finish); refusing to apply it"
+            )
+        with self._fs.open_input_stream(path) as stream:
+            raw = stream.read()
+        try:
+            manifest = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ChangeSetError(f"change set {self.uri!r}: {MANIFEST_NAME} is not valid JSON: {exc}") from None
+        if not isinstance(manifest, dict):
+            raise ChangeSetError(f"change set {self.uri!r}: {MANIFEST_NAME} must be a JSON object")
+        return manifest
+
+    def tables(self) -> list[ChangeSetTable]:
+        """The manifest's tables in name order, each with its dataset."""
+        listed = manifest_tables(self.manifest(), self.uri)
+        result = []
+        for name in sorted(listed):
+            directory = self._path(f"table={name}")
+            files = [
+                info.path
+                for info in self._fs.get_file_info(pa_fs.FileSelector(directory, allow_not_found=True))
+                if info.type == pa_fs.FileType.File and info.base_name.endswith(".parquet")
+            ]
+            expected = listed[name]
+            if not files and expected:
+                raise ChangeSetError(
+                    f"change set {self.uri!r}: manifest lists table {name!r} with {expected} rows "
+                    f"but {directory!r} holds no Parquet files"
+                )
+            dataset = pa_ds.dataset(sorted(files), format="parquet", filesystem=self._fs)
+            if expected is not None:
+                actual = dataset.count_rows()
+                if actual != expected:
+                    raise ChangeSetError(
+                        f"change set {self.uri!r}: table {name!r} has {actual} rows, manifest says {expected}"
+                    )
+            result.append(ChangeSetTable(name, expected, dataset))
+        return result
+
+
+_ROW_COUNT_KEYS = ("rows", "row_count", "num_rows", "change_rows", "count")
+
+
+def manifest_tables(manifest: Mapping[str, Any], where: str = "change set") -> dict[str, int | None]:
+    """Table name → expected row count (``None`` if not stated) from a manifest.
+
+    Accepts ``"tables"`` as an object (name → count or name → {"rows": count, ...}), a list of
+    names, or a list of objects with ``"name"``/``"table"``; ``"row_counts"`` may give counts.
+    """
+    tables = manifest.get("tables")
+    counts = manifest.get("row_counts") if isinstance(manifest.get("row_counts"), Mapping) else {}
+    result: dict[str, int | None] = {}
+
+    def _count(value: Any) -> int | None:
+        if isinstance(value, bool):
+            return None
+        if isinstance(value, int):
+            return value
+        if isinstance(value, Mapping):
+            for key in _ROW_COUNT_KEYS:
+                if isinstance(value.get(key), int) and not isinstance(value.get(key), bool):
+                    return int(value[key])
+        return None
+
+    if isinstance(tables, Mapping):
+        items: Iterable[tuple[Any, Any]] = tables.items()
+    elif isinstance(tables, Sequence) and not isinstance(tables, (str, bytes)):
+        items = []
+        for entry in tables:
+            if isinstance(entry, str):
+                items.append((entry, counts.get(entry)))
+            elif isinstance(entry, Mapping) and isinstance(entry.get("name", entry.get("table")), str):
+                items.append((entry.get("name", entry.get("table")), entry))
+            else:
+                raise ChangeSetError(f"{where}: manifest table entry {entry!r} has no name")
+    else:
+        raise ChangeSetError(f"{where}: manifest has no 'tables' list or object")
+    for name, value in items:
+        validate_identifier(name, "table")
+        count = _count(value)
+        result[name] = count if count is not None else _count(counts.get(name))
+    return result
+
+
+def iter_batches(change_set: Any, batch_size: int = 65_536) -> Iterator[pa.RecordBatch]:
+    """Record batches of a change set given as a Table, batch, reader, dataset or iterable of batches."""
+    if isinstance(change_set, pa.RecordBatch):
+        yield change_set
+    elif isinstance(change_set, pa.Table):
+        yield from change_set.to_batches(max_chunksize=batch_size)
+    elif isinstance(change_set, pa_ds.Dataset):
+        yield from change_set.to_batches(batch_size=batch_size)
+    elif isinstance(change_set, pa.RecordBatchReader):
+        yield from change_set
+    elif isinstance(change_set, Iterable):
+        for item in change_set:
+            yield from iter_batches(item, batch_size)
+    else:
+        raise TypeError(f"unsupported change set type {type(change_set).__name__}")

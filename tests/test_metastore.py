@@ -1,0 +1,725 @@
+"""Metastore behaviour on SQLite and PostgreSQL: schema versions, lineage, leases, windows, watermarks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from airflow_provider_cdc.domain.identifiers import InvalidIdentifierError
+from airflow_provider_cdc.domain.records import ChildPartition
+from airflow_provider_cdc.metastore import (
+    CURRENT_VERSION,
+    LeaseLostError,
+    Metastore,
+    MetastoreError,
+    PartitionNotFoundError,
+    PartitionSpec,
+    PartitionState,
+    PartitionStateError,
+    SchemaVersionError,
+    UnknownStreamError,
+    WindowConflictError,
+    WindowNotFoundError,
+    WindowState,
+)
+from airflow_provider_cdc.metastore import schema as schema_module
+
+ROOT = Path(__file__).resolve().parents[1]
+STREAM = "projects/test-project/instances/test-instance/databases/shop/OrdersStream"
+PIPELINE = "shop_orders"
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def store(metastore_url: str) -> Iterator[Metastore]:
+    metastore = Metastore(metastore_url)
+    metastore.create_schema()
+    yield metastore
+    metastore.dispose()
+
+
+def run_workers(code: str, args: list[list[str]], timeout: float = 60) -> list[str]:
+    """Run ``code`` in one fresh interpreter per argument list at once; return their stdouts."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(code), *a],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for a in args
+    ]
+    outputs = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=timeout)
+        assert proc.returncode == 0, f"worker failed:\n{err}"
+        outputs.append(out)
+    return outputs
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema creation, versions and upgrades.
+
+V1_DDL = [
+    """CREATE TABLE cdc_schema_version (
+        version INTEGER NOT NULL PRIMARY KEY, description VARCHAR(200) NOT NULL, applied_us BIGINT NOT NULL)""",
+    """CREATE TABLE cdc_partitions (
+        stream VARCHAR(512) NOT NULL, token VARCHAR(1024) NOT NULL, parent_tokens TEXT NOT NULL,
+        start_us BIGINT NOT NULL, end_us BIGINT, state VARCHAR(16) NOT NULL, watermark_us BIGINT NOT NULL,
+        heartbeat_ms INTEGER, lease_owner VARCHAR(256), lease_expires_us BIGINT, attempts INTEGER NOT NULL,
+        record_count BIGINT NOT NULL, created_us BIGINT NOT NULL, updated_us BIGINT NOT NULL, finished_us BIGINT,
+        PRIMARY KEY (stream, token))""",
+    "CREATE INDEX ix_cdc_partitions_stream_start ON cdc_partitions (stream, start_us)",
+    """CREATE TABLE cdc_windows (
+        pipeline VARCHAR(250) NOT NULL, start_us BIGINT NOT NULL, end_us BIGINT NOT NULL,
+        stream VARCHAR(512) NOT NULL, state VARCHAR(16) NOT NULL, attempt INTEGER NOT NULL, staging_uri TEXT,
+        record_count BIGINT, opened_us BIGINT NOT NULL, updated_us BIGINT NOT NULL, drained_us BIGINT,
+        merged_us BIGINT, applied_us BIGINT, PRIMARY KEY (pipeline, start_us, end_us))""",
+    "INSERT INTO cdc_schema_version VALUES (1, 'partitions and windows', 1700000000000000)",
+]
+
+
+def columns_of(engine: sa.engine.Engine) -> dict[str, dict[str, tuple[str, bool]]]:
+    inspector = sa.inspect(engine)
+    return {
+        table: {
+            c["name"]: (c["type"].compile(engine.dialect), c["nullable"]) for c in inspector.get_columns(table)
+        }
+        for table in sorted(schema_module.metadata.tables)
+    }
+
+
+def test_create_schema_is_idempotent_and_versioned(metastore_url: str) -> None:
+    store = Metastore(metastore_url)
+    assert store.schema_version() is None
+    assert store.create_schema() == list(range(1, CURRENT_VERSION + 1))
+    assert store.create_schema() == []
+    assert store.schema_version() == CURRENT_VERSION
+    with store.engine.connect() as conn:
+        versions = conn.execute(sa.text("SELECT version FROM cdc_schema_version ORDER BY version")).scalars()
+        assert list(versions) == list(range(1, CURRENT_VERSION + 1))
+    assert set(sa.inspect(store.engine).get_table_names()) >= {
+        "cdc_partitions",
+        "cdc_windows",
+        "cdc_schema_version",
+        "cdc_table_watermarks",
+    }
+    store.dispose()
+
+
+def test_migrated_schema_matches_table_definitions(metastore_url: str) -> None:
+    store = Metastore(metastore_url)
+    store.create_schema()
+    expected = {
+        name: {c.name: (c.type.compile(store.engine.dialect), c.nullable) for c in table.columns}
+        for name, table in schema_module.metadata.tables.items()
+    }
+    assert columns_of(store.engine) == expected
+    inspector = sa.inspect(store.engine)
+    for name, table in schema_module.metadata.tables.items():
+        assert inspector.get_pk_constraint(name)["constrained_columns"] == [c.name for c in table.primary_key]
+    store.dispose()
+
+
+def test_upgrade_from_version_1_keeps_data(metastore_url: str, sqlite_url: str) -> None:
+    engine = sa.create_engine(metastore_url)
+    with engine.begin() as conn:
+        for ddl in V1_DDL:
+            conn.execute(sa.text(ddl))
+        conn.execute(
+            sa.text(
+                "INSERT INTO cdc_partitions VALUES (:stream, 'tok-1', '[\"tok-0\"]', :start, NULL, 'running', "
+                ":wm, 1000, NULL, NULL, 2, 17, 1, 2, NULL)"
+            ),
+            {"stream": STREAM, "start": 1767225600000000, "wm": 1767225600123456},
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO cdc_windows VALUES (:pipeline, 1767225600000000, 1767225660000000, :stream, "
+                "'drained', 1, 'file:///staging/w', 42, 1, 2, 3, NULL, NULL)"
+            ),
+            {"pipeline": PIPELINE, "stream": STREAM},
+        )
+    engine.dispose()
+
+    store = Metastore(metastore_url)
+    assert store.schema_version() == 1
+    assert store.create_schema() == [2]
+    assert store.create_schema() == []
+
+    partition = store.get_partition(STREAM, "tok-1")
+    assert partition.parent_tokens == ("tok-0",)
+    assert partition.state is PartitionState.RUNNING
+    assert partition.watermark == T0 + timedelta(microseconds=123456)
+    assert (partition.attempts, partition.record_count, partition.heartbeat_ms) == (2, 17, 1000)
+    assert partition.progress_at is None
+
+    window = store.get_window(PIPELINE, T0, at(60))
+    assert (window.state, window.staging_uri, window.record_count) == (WindowState.DRAINED, "file:///staging/w", 42)
+    assert window.change_set_uri is None
+    assert store.transition_window(
+        PIPELINE, T0, at(60), "drained", "merged", change_set_uri="file:///cs/w", key_count=5, transaction_count=3
+    )
+    merged = store.get_window(PIPELINE, T0, at(60))
+    assert (merged.change_set_uri, merged.key_count, merged.transaction_count) == ("file:///cs/w", 5, 3)
+    assert store.advance_table_watermark(PIPELINE, "Orders", at(60))
+    assert store.table_watermarks(PIPELINE) == {"Orders": at(60)}
+
+    # The upgraded tables have the same columns as freshly created ones.
+    fresh = Metastore(sqlite_url) if store.dialect_name == "sqlite" else None
+    if fresh is not None:
+        fresh.create_schema()
+        assert columns_of(store.engine) == columns_of(fresh.engine)
+        fresh.dispose()
+    else:
+        expected = {
+            name: {c.name: (c.type.compile(store.engine.dialect), c.nullable) for c in table.columns}
+            for name, table in schema_module.metadata.tables.items()
+        }
+        assert columns_of(store.engine) == expected
+    store.dispose()
+
+
+def test_newer_or_foreign_schema_is_refused(metastore_url: str) -> None:
+    engine = sa.create_engine(metastore_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE cdc_windows (pipeline VARCHAR(10))"))
+    store = Metastore(metastore_url)
+    with pytest.raises(SchemaVersionError, match="cdc_windows exist without a cdc_schema_version"):
+        store.create_schema()
+    with engine.begin() as conn:
+        conn.execute(sa.text("DROP TABLE cdc_windows"))
+    store.create_schema()
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO cdc_schema_version VALUES (99, 'future', 0)"))
+    with pytest.raises(SchemaVersionError, match="version 99 is newer than version 2"):
+        store.create_schema()
+    engine.dispose()
+    store.dispose()
+
+
+CREATE_SCHEMA_WORKER = """
+    import json, sys, time
+    from airflow_provider_cdc.metastore import Metastore
+    url, start_at = sys.argv[1], float(sys.argv[2])
+    store = Metastore(url)
+    while time.time() < start_at:
+        time.sleep(0.001)
+    print(json.dumps(store.create_schema()))
+"""
+
+
+def test_concurrent_create_schema_in_processes(metastore_url: str) -> None:
+    start_at = str(time.time() + 2.0)
+    outputs = run_workers(CREATE_SCHEMA_WORKER, [[metastore_url, start_at] for _ in range(3)])
+    applied = sorted(json.loads(out) for out in outputs)
+    assert applied == [[], [], list(range(1, CURRENT_VERSION + 1))]
+    store = Metastore(metastore_url)
+    assert store.schema_version() == CURRENT_VERSION
+    assert store.create_schema() == []
+    store.dispose()
+
+
+# ---------------------------------------------------------------------------------------------
+# Partitions: lineage, forward-only states, watermarks.
+
+
+def test_add_partitions_is_insert_if_absent(store: Metastore) -> None:
+    specs = [PartitionSpec("a", T0, heartbeat_ms=2000), {"token": "b", "start_timestamp": "2026-01-01T00:00:00Z"}]
+    assert store.add_partitions(STREAM, specs) == ["a", "b"]
+    assert store.advance_watermark(STREAM, "a", at(5))
+    # A second report of the same tokens (retry, another reader) changes nothing.
+    assert store.add_partitions(STREAM, [PartitionSpec("a", at(1)), PartitionSpec("c", at(2))]) == ["c"]
+    a = store.get_partition(STREAM, "a")
+    assert (a.start_timestamp, a.watermark, a.heartbeat_ms, a.state) == (T0, at(5), 2000, PartitionState.CREATED)
+    assert [p.token for p in store.list_partitions(STREAM)] == ["a", "b", "c"]
+    assert store.is_known_stream(STREAM)
+    assert not store.is_known_stream(STREAM + "Other")
+
+
+def test_finish_records_children_and_end_once(store: Metastore) -> None:
+    store.add_partitions(STREAM, [PartitionSpec("p1", T0), PartitionSpec("p2", T0)])
+    merged = ChildPartition(token="m", parent_partition_tokens=("p1", "p2"))
+    split = [ChildPartition("s1", ("p1",)), ChildPartition("s2", ("p1",))]
+
+    assert store.finish_partition(STREAM, "p1", at(30), [*split, merged]) is True
+    p1 = store.get_partition(STREAM, "p1")
+    assert (p1.state, p1.end_timestamp, p1.watermark) == (PartitionState.FINISHED, at(30), at(30))
+    assert p1.finished_at is not None and p1.lease_owner is None
+    # The other parent reports the same merged child: it exists once, with both parents.
+    assert store.finish_partition(STREAM, "p2", at(30), [merged]) is True
+    assert [p.token for p in store.list_partitions(STREAM) if p.token == "m"] == ["m"]
+    child = store.get_partition(STREAM, "m")
+    assert (child.parent_tokens, child.start_timestamp, child.watermark) == (("p1", "p2"), at(30), at(30))
+    assert [p.token for p in store.children_of(STREAM, "p1")] == ["m", "s1", "s2"]
+    assert [p.token for p in store.children_of(STREAM, "p2")] == ["m"]
+    assert [p.token for p in store.parents_of(STREAM, "m")] == ["p1", "p2"]
+
+    # Forward only: finishing again at the same end is a harmless retry, at another end an error.
+    assert store.finish_partition(STREAM, "p1", at(30), split) is False
+    with pytest.raises(PartitionStateError, match=r"'p1'.*already finished at 2026-01-01 00:00:30"):
+        store.finish_partition(STREAM, "p1", at(31), split)
+    assert store.claim_partition(STREAM, "p1", "reader-1", 30) is None
+    assert store.advance_watermark(STREAM, "p1", at(40)) is False
+    assert store.get_partition(STREAM, "p1").watermark == at(30)
+
+
+def test_finish_rejects_what_spanner_never_reports(store: Metastore) -> None:
+    store.add_partitions(STREAM, [PartitionSpec("p", at(10))])
+    with pytest.raises(PartitionStateError, match="must be retried, not finished"):
+        store.finish_partition(STREAM, "p", at(20), [])
+    with pytest.raises(PartitionStateError, match="child partition 'x' does not name it"):
+        store.finish_partition(STREAM, "p", at(20), [ChildPartition("x", ("other",))])
+    with pytest.raises(PartitionStateError, match="before its start"):
+        store.finish_partition(STREAM, "p", at(5), ["c"])
+    with pytest.raises(PartitionNotFoundError, match=f"'nope' of change stream '{STREAM}'"):
+        store.finish_partition(STREAM, "nope", at(20), ["c"])
+    assert store.get_partition(STREAM, "p").state is PartitionState.CREATED
+
+
+def test_watermark_never_moves_back(store: Metastore) -> None:
+    store.add_partitions(STREAM, [PartitionSpec("p", T0)])
+    assert store.get_partition(STREAM, "p").watermark == T0
+    assert store.advance_watermark(STREAM, "p", at(10), records=4) is True
+    assert store.advance_watermark(STREAM, "p", at(3), records=9) is False
+    assert store.advance_watermark(STREAM, "p", at(10), records=9) is False
+    p = store.get_partition(STREAM, "p")
+    assert (p.watermark, p.record_count) == (at(10), 4)
+    exact = at(10) + timedelta(microseconds=1)
+    assert store.advance_watermark(STREAM, "p", exact.isoformat(), records=1) is True
+    assert store.get_partition(STREAM, "p").watermark == exact
+    # Finishing below the watermark keeps the watermark.
+    store.finish_partition(STREAM, "p", at(10), ["q"])
+    assert store.get_partition(STREAM, "p").watermark == exact
+
+
+def test_timestamps_are_exact_microseconds(store: Metastore) -> None:
+    far = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)
+    early = datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=timezone(timedelta(hours=2)))
+    store.add_partitions(STREAM, [PartitionSpec("e", early)])
+    assert store.advance_watermark(STREAM, "e", far)
+    p = store.get_partition(STREAM, "e")
+    assert p.start_timestamp == early and p.start_timestamp.tzinfo == timezone.utc
+    assert p.watermark == far
+
+
+def test_children_of_matches_tokens_exactly(store: Metastore) -> None:
+    # LIKE wildcards and JSON escapes in tokens must not produce false matches.
+    store.add_partitions(STREAM, [PartitionSpec("a_b", T0), PartitionSpec("a%b", T0), PartitionSpec('q"x', T0)])
+    store.finish_partition(STREAM, "a_b", at(1), [ChildPartition("c1", ("a_b",))])
+    store.finish_partition(STREAM, "a%b", at(1), [ChildPartition("c2", ("a%b", 'q"x'))])
+    assert [p.token for p in store.children_of(STREAM, "a_b")] == ["c1"]
+    assert [p.token for p in store.children_of(STREAM, "a%b")] == ["c2"]
+    assert [p.token for p in store.children_of(STREAM, 'q"x')] == ["c2"]
+
+
+def test_merged_child_created_once_when_parents_race(store: Metastore, metastore_url: str) -> None:
+    rounds = 8
+    tokens = [(f"l{i}", f"r{i}", f"m{i}") for i in range(rounds)]
+    store.add_partitions(STREAM, [PartitionSpec(t, T0) for left, right, _ in tokens for t in (left, right)])
+    stores = [Metastore(metastore_url) for _ in range(2)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def finish(side: int) -> None:
+        try:
+            for i, (left, right, child) in enumerate(tokens):
+                barrier.wait(timeout=30)
+                parent = (left, right)[side]
+                stores[side].finish_partition(STREAM, parent, at(10 + i), [ChildPartition(child, (left, right))])
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=finish, args=(side,)) for side in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    for i, (left, right, child) in enumerate(tokens):
+        rows = [p for p in store.list_partitions(STREAM) if p.token == child]
+        assert len(rows) == 1
+        assert rows[0].parent_tokens == (left, right) and rows[0].start_timestamp == at(10 + i)
+    for s in stores:
+        s.dispose()
+
+
+def test_concurrent_add_of_same_token_creates_it_once(store: Metastore, metastore_url: str) -> None:
+    stores = [Metastore(metastore_url) for _ in range(4)]
+    created: list[list[str]] = [[] for _ in stores]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(stores))
+
+    def add(n: int) -> None:
+        try:
+            for i in range(10):
+                barrier.wait(timeout=30)
+                created[n] += stores[n].add_partitions(STREAM, [PartitionSpec(f"t{i}", at(i), ("root",))])
+        except BaseException as exc:
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=add, args=(n,)) for n in range(len(stores))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
+    assert sorted(tok for c in created for tok in c) == sorted(f"t{i}" for i in range(10))
+    assert len(store.list_partitions(STREAM)) == 10
+    for s in stores:
+        s.dispose()
+
+
+def test_child_waits_for_all_parents(store: Metastore) -> None:
+    store.add_partitions(STREAM, [PartitionSpec("p1", T0), PartitionSpec("p2", T0)])
+    store.finish_partition(STREAM, "p1", at(30), [ChildPartition("m", ("p1", "p2"))])
+    # p2 has not reached 00:00:30, so the merged child must not be read yet.
+    assert [p.token for p in store.waiting_on_parents(STREAM, "m")] == ["p2"]
+    assert store.claim_partition(STREAM, "m", "reader-1", 30) is None
+    assert store.claim_next(STREAM, "reader-1", 30, eligible=lambda p: p.token == "m") is None
+    assert store.advance_watermark(STREAM, "p2", at(29))
+    assert store.claim_partition(STREAM, "m", "reader-1", 30) is None
+    store.finish_partition(STREAM, "p2", at(30), [ChildPartition("m", ("p1", "p2"))])
+    assert store.waiting_on_parents(STREAM, "m") == []
+    claimed = store.claim_next(STREAM, "reader-1", 30)
+    assert claimed is not None and claimed.token == "m" and claimed.state is PartitionState.RUNNING
+
+
+# ---------------------------------------------------------------------------------------------
+# Leases.
+
+
+def test_lease_is_exclusive_and_expires(store: Metastore) -> None:
+    store.add_partitions(STREAM, [PartitionSpec("p", T0)])
+    first = store.claim_partition(STREAM, "p", "reader-a", 0.4)
+    assert first is not None
+    assert (first.lease_owner, first.attempts, first.state) == ("reader-a", 1, PartitionState.RUNNING)
+    assert store.claim_partition(STREAM, "p", "reader-b", 30) is None
+    assert store.claim_next(STREAM, "reader-b", 30) is None
+    assert store.renew_lease(STREAM, "p", "reader-a", 0.4)
+    assert not store.renew_lease(STREAM, "p", "reader-b", 30)
+
+    time.sleep(0.6)  # reader-a dies: its lease runs out
+    taken = store.claim_next(STREAM, "reader-b", 30)
+    assert taken is not None and (taken.token, taken.lease_owner, taken.attempts) == ("p", "reader-b", 2)
+    assert not store.renew_lease(STREAM, "p", "reader-a", 30)
+    with pytest.raises(LeaseLostError, match="'reader-a' no longer holds the lease; it is held by 'reader-b'"):
+        store.advance_watermark(STREAM, "p", at(5), owner="reader-a")
+    with pytest.raises(LeaseLostError, match="'p'"):
+        store.finish_partition(STREAM, "p", at(9), ["c"], owner="reader-a")
+    assert store.get_partition(STREAM, "p").watermark == T0
+    assert store.advance_watermark(STREAM, "p", at(5), owner="reader-b")
+    assert not store.release(STREAM, "p", "reader-a")
+    assert store.release(STREAM, "p", "reader-b")
+    assert store.get_partition(STREAM, "p").lease_owner is None
+    again = store.claim_partition(STREAM, "p", "reader-a", 30)
+    assert again is not None and again.attempts == 3 and again.watermark == at(5)
+    assert store.finish_partition(STREAM, "p", at(9), ["c"], owner="reader-a")
+
+
+def test_claim_next_respects_window_end_and_order(store: Metastore) -> None:
+    store.add_partitions(
+        STREAM, [PartitionSpec("late", at(100)), PartitionSpec("b", at(0)), PartitionSpec("a", at(0))]
+    )
+    store.advance_watermark(STREAM, "a", at(60))
+    # Window [0, 60): "a" is drained to 60, "late" starts after it; "b" is next.
+    got = store.claim_next(STREAM, "r1", 30, drain_to=at(60))
+    assert got is not None and got.token == "b"
+    assert store.claim_next(STREAM, "r2", 30, drain_to=at(60)) is None
+    assert store.claim_next(STREAM, "r2", 30, drain_to=at(200)).token == "a"
+    with pytest.raises(UnknownStreamError, match="OtherStream"):
+        store.claim_next(STREAM.replace("OrdersStream", "OtherStream"), "r1", 30)
+
+
+CLAIM_WORKER = """
+    import json, random, sys, time
+    from datetime import datetime, timedelta, timezone
+    from airflow_provider_cdc.metastore import Metastore
+    url, stream, owner, start_at, rounds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), int(sys.argv[5])
+    store = Metastore(url)
+    base = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    while time.time() < start_at:
+        time.sleep(0.001)
+    claims = []
+    for n in range(rounds):
+        got = store.claim_next(stream, owner, 30)
+        if got is None:
+            time.sleep(0.002)
+            continue
+        began = time.monotonic()
+        time.sleep(random.uniform(0.005, 0.02))
+        store.advance_watermark(stream, got.token, base + timedelta(microseconds=time.time_ns() // 1000), owner=owner)
+        ended = time.monotonic()
+        assert store.release(stream, got.token, owner)
+        claims.append([owner, got.token, began, ended])
+    print(json.dumps(claims))
+"""
+
+
+def assert_no_overlapping_holds(claims: list[list]) -> None:
+    by_token: dict[str, list[tuple[float, float, str]]] = {}
+    for owner, token, began, ended in claims:
+        by_token.setdefault(token, []).append((began, ended, owner))
+    for token, holds in by_token.items():
+        holds.sort()
+        for (b1, e1, o1), (b2, _e2, o2) in zip(holds, holds[1:]):
+            assert e1 <= b2, f"{o1} and {o2} held partition {token!r} at the same time"
+    # The check is meaningful only if readers really held different partitions at once.
+    events = sorted([(b, 1) for _, _, b, _ in claims] + [(e, -1) for _, _, _, e in claims])
+    held = peak = 0
+    for _, delta in events:
+        held += delta
+        peak = max(peak, held)
+    assert peak >= 2, "readers never held partitions concurrently"
+
+
+def test_threads_never_hold_a_partition_at_once(store: Metastore, metastore_url: str) -> None:
+    store.add_partitions(STREAM, [PartitionSpec(f"p{i}", T0) for i in range(6)])
+    claims: list[list] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    start = threading.Barrier(4)
+
+    def reader(owner: str) -> None:
+        metastore = Metastore(metastore_url)
+        try:
+            start.wait(timeout=30)
+            for _ in range(15):
+                got = metastore.claim_next(STREAM, owner, 30)
+                if got is None:
+                    time.sleep(0.002)
+                    continue
+                began = time.monotonic()
+                time.sleep(0.01)
+                metastore.advance_watermark(STREAM, got.token, at(time.monotonic()), owner=owner)
+                ended = time.monotonic()
+                assert metastore.release(STREAM, got.token, owner)
+                with lock:
+                    claims.append([owner, got.token, began, ended])
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            metastore.dispose()
+
+    threads = [threading.Thread(target=reader, args=(f"thread-{n}",)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    assert len(claims) >= 30
+    assert_no_overlapping_holds(claims)
+    assert sum(p.attempts for p in store.list_partitions(STREAM)) == len(claims)
+
+
+def test_processes_never_hold_a_partition_at_once(store: Metastore, metastore_url: str) -> None:
+    store.add_partitions(STREAM, [PartitionSpec(f"p{i}", T0) for i in range(6)])
+    start_at = str(time.time() + 2.0)
+    outputs = run_workers(
+        CLAIM_WORKER, [[metastore_url, STREAM, f"process-{n}", start_at, "15"] for n in range(4)], timeout=120
+    )
+    claims = [claim for out in outputs for claim in json.loads(out)]
+    assert len(claims) >= 30
+    assert len({owner for owner, *_ in claims}) == 4
+    assert_no_overlapping_holds(claims)
+    assert sum(p.attempts for p in store.list_partitions(STREAM)) == len(claims)
+
+
+# ---------------------------------------------------------------------------------------------
+# Partition queries.
+
+
+def build_lineage(store: Metastore) -> None:
+    """a, b from 0; a splits at 30 into c, d; b and d merge at 50 into e."""
+    store.add_partitions(STREAM, [PartitionSpec("a", T0), PartitionSpec("b", T0)])
+    store.finish_partition(STREAM, "a", at(30), [ChildPartition("c", ("a",)), ChildPartition("d", ("a",))])
+    store.advance_watermark(STREAM, "b", at(50))
+    store.finish_partition(STREAM, "b", at(50), [ChildPartition("e", ("b", "d"))])
+    store.finish_partition(STREAM, "d", at(50), [ChildPartition("e", ("b", "d"))])
+
+
+def tokens(records: list) -> list[str]:
+    return sorted(r.token for r in records)
+
+
+def test_alive_overlapping_and_lagging(store: Metastore) -> None:
+    build_lineage(store)
+    assert tokens(store.partitions_alive_at(STREAM, at(0))) == ["a", "b"]
+    assert tokens(store.partitions_alive_at(STREAM, at(30))) == ["b", "c", "d"]
+    assert tokens(store.partitions_alive_at(STREAM, at(49))) == ["b", "c", "d"]
+    assert tokens(store.partitions_alive_at(STREAM, at(50))) == ["c", "e"]
+    assert tokens(store.partitions_overlapping(STREAM, at(10), at(30))) == ["a", "b"]
+    assert tokens(store.partitions_overlapping(STREAM, at(29), at(51))) == ["a", "b", "c", "d", "e"]
+
+    lagging = store.lagging_partitions(STREAM, at(40))
+    assert [(p.token, p.watermark) for p in lagging] == [("c", at(30))]
+    assert tokens(store.lagging_partitions(STREAM, at(60))) == ["c", "e"]
+    assert store.lagging_partitions(STREAM, at(30)) == []
+    assert store.global_watermark(STREAM) == at(30)
+    store.advance_watermark(STREAM, "c", at(60))
+    store.advance_watermark(STREAM, "e", at(60))
+    assert store.lagging_partitions(STREAM, at(60)) == []
+    assert store.global_watermark(STREAM) == at(60)
+    with pytest.raises(ValueError, match="empty interval"):
+        store.partitions_overlapping(STREAM, at(5), at(5))
+
+
+def test_unknown_stream_and_token_are_named(store: Metastore) -> None:
+    other = "projects/x/instances/y/databases/z/Missing"
+    for call in (
+        lambda: store.partitions_alive_at(other, T0),
+        lambda: store.lagging_partitions(other, T0),
+        lambda: store.partitions_overlapping(other, T0, at(1)),
+        lambda: store.global_watermark(other),
+        lambda: store.list_partitions(other),
+    ):
+        with pytest.raises(UnknownStreamError, match=f"change stream '{other}' has no partitions"):
+            call()
+    store.add_partitions(STREAM, [PartitionSpec("p", T0)])
+    for call in (
+        lambda: store.get_partition(STREAM, "ghost"),
+        lambda: store.advance_watermark(STREAM, "ghost", at(1)),
+        lambda: store.claim_partition(STREAM, "ghost", "r", 5),
+        lambda: store.renew_lease(STREAM, "ghost", "r", 5),
+        lambda: store.release(STREAM, "ghost", "r"),
+        lambda: store.children_of(STREAM, "ghost"),
+        lambda: store.parents_of(STREAM, "ghost"),
+    ):
+        with pytest.raises(PartitionNotFoundError, match=f"token 'ghost' of change stream '{STREAM}'") as info:
+            call()
+        assert isinstance(info.value, MetastoreError)
+
+
+def test_stalled_partitions_by_missed_heartbeats(store: Metastore) -> None:
+    store.add_partitions(STREAM, [PartitionSpec("p", T0, heartbeat_ms=50), PartitionSpec("q", T0)])
+    store.claim_partition(STREAM, "p", "r", 30)
+    store.claim_partition(STREAM, "q", "r", 30)
+    assert store.stalled_partitions(STREAM, missed_heartbeats=3) == []
+    time.sleep(0.3)
+    assert tokens(store.stalled_partitions(STREAM, missed_heartbeats=3)) == ["p"]
+    store.advance_watermark(STREAM, "p", at(1), owner="r")
+    assert store.stalled_partitions(STREAM, missed_heartbeats=3) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Windows and table watermarks.
+
+
+def test_window_moves_forward_only(store: Metastore) -> None:
+    w = store.open_window(PIPELINE, STREAM, T0, at(60), staging_uri="gs://bucket/staging")
+    assert (w.state, w.attempt, w.window_id) == (WindowState.READING, 1, "1767225600000000-1767225660000000")
+    assert store.open_window(PIPELINE, STREAM, T0, at(60)) == w
+    with pytest.raises(WindowConflictError, match="recorded for change stream"):
+        store.open_window(PIPELINE, STREAM + "2", T0, at(60))
+
+    assert store.transition_window(PIPELINE, T0, at(60), "reading", "drained", record_count=10)
+    assert not store.transition_window(PIPELINE, T0, at(60), "reading", "drained", record_count=99)
+    with pytest.raises(WindowConflictError, match="only moves forward.*merged → drained"):
+        store.transition_window(PIPELINE, T0, at(60), "merged", "drained")
+    with pytest.raises(ValueError, match="invalid new window state 'done'"):
+        store.transition_window(PIPELINE, T0, at(60), "drained", "done")
+    assert store.transition_window(
+        PIPELINE, T0, at(60), WindowState.DRAINED, WindowState.MERGED, change_set_uri="gs://b/cs", key_count=4
+    )
+    assert store.transition_window(PIPELINE, T0, at(60), "merged", "applied")
+    w = store.get_window(PIPELINE, T0, at(60))
+    assert (w.state, w.record_count, w.key_count, w.staging_uri) == (WindowState.APPLIED, 10, 4, "gs://bucket/staging")
+    assert w.drained_at <= w.merged_at <= w.applied_at
+    with pytest.raises(WindowNotFoundError, match=f"window 1767225660000000-1767225720000000 of pipeline '{PIPELINE}'"):
+        store.transition_window(PIPELINE, at(60), at(120), "reading", "drained")
+
+
+def test_reopen_window_for_rerun_fences_the_old_attempt(store: Metastore) -> None:
+    store.open_window(PIPELINE, STREAM, T0, at(60))
+    store.transition_window(PIPELINE, T0, at(60), "reading", "drained", record_count=3)
+    store.record_window_error(PIPELINE, T0, at(60), "merge failed: disk full")
+    assert store.get_window(PIPELINE, T0, at(60)).error == "merge failed: disk full"
+    with pytest.raises(WindowConflictError, match="is drained, not applied"):
+        store.reopen_window(PIPELINE, T0, at(60), expected="applied")
+    again = store.reopen_window(PIPELINE, T0, at(60), expected="drained")
+    assert (again.state, again.attempt, again.record_count, again.error, again.drained_at) == (
+        WindowState.READING,
+        2,
+        None,
+        None,
+        None,
+    )
+    store.transition_window(PIPELINE, T0, at(60), "reading", "drained", attempt=2)
+    # A straggler of attempt 1 cannot move the re-run's window.
+    assert not store.transition_window(PIPELINE, T0, at(60), "drained", "merged", attempt=1)
+    assert store.transition_window(PIPELINE, T0, at(60), "drained", "merged", attempt=2)
+
+
+def test_list_windows(store: Metastore) -> None:
+    for start in (120, 0, 60):
+        store.open_window(PIPELINE, STREAM, at(start), at(start + 60))
+    store.open_window("other_pipeline", STREAM, T0, at(60))
+    store.transition_window(PIPELINE, at(60), at(120), "reading", "applied")
+    assert [w.start for w in store.list_windows(PIPELINE)] == [at(0), at(60), at(120)]
+    assert [w.start for w in store.list_windows(PIPELINE, state="applied")] == [at(60)]
+    assert store.list_windows("nobody") == []
+
+
+def test_table_watermarks_only_advance(store: Metastore) -> None:
+    assert store.table_watermarks(PIPELINE) == {}
+    assert store.advance_table_watermark(PIPELINE, "Orders", at(60))
+    assert store.advance_table_watermark(PIPELINE, "Customers", at(30))
+    assert not store.advance_table_watermark(PIPELINE, "Orders", at(59))
+    assert store.advance_table_watermark(PIPELINE, "Orders", at(120))
+    assert store.advance_table_watermark("other", "Orders", at(1))
+    assert store.table_watermarks(PIPELINE) == {"Customers": at(30), "Orders": at(120)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Input validation.
+
+
+def test_bad_input_is_named(store: Metastore) -> None:
+    with pytest.raises(InvalidIdentifierError, match="invalid change stream name 'Orders; DROP TABLE x'"):
+        store.add_partitions("projects/p/Orders; DROP TABLE x", [PartitionSpec("t", T0)])
+    with pytest.raises(ValueError, match="invalid database path"):
+        store.add_partitions("projects//Orders", [PartitionSpec("t", T0)])
+    with pytest.raises(InvalidIdentifierError, match="invalid table name 'Orders-x'"):
+        store.advance_table_watermark(PIPELINE, "Orders-x", T0)
+    with pytest.raises(ValueError, match="invalid pipeline id 'a b'"):
+        store.list_windows("a b")
+    with pytest.raises(ValueError, match="invalid partition token ''"):
+        store.add_partitions(STREAM, [PartitionSpec("", T0)])
+    with pytest.raises(ValueError, match="'t' .* has no start_timestamp"):
+        store.add_partitions(STREAM, [{"token": "t"}])
+    with pytest.raises(ValueError, match="names itself as its parent"):
+        store.add_partitions(STREAM, [PartitionSpec("t", T0, ("t",))])
+    with pytest.raises(ValueError, match="invalid lease_seconds 0"):
+        store.claim_next(STREAM, "r", 0)
+    with pytest.raises(ValueError, match="invalid watermark of partition token 't'"):
+        store.advance_watermark(STREAM, "t", "yesterday")
+    with pytest.raises(ValueError, match="end 2026-01-01 00:00:00\\+00:00 is not after start"):
+        store.open_window(PIPELINE, STREAM, T0, T0)
+    assert not store.is_known_stream(STREAM)
+
+
+def test_bad_urls_are_refused() -> None:
+    with pytest.raises(ValueError, match="not a SQLAlchemy URL"):
+        Metastore("no url here")
+    with pytest.raises(MetastoreError, match="'mysql' is not supported"):
+        Metastore("mysql://user:secret@host/db")
+    assert "secret" not in repr(Metastore("postgresql://user:secret@localhost/db"))
