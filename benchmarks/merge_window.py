@@ -205,6 +205,7 @@ def run_child(staging: Path, changeset: Path, cores: int) -> dict:
 
     from airflow_provider_cdc.jobs.merge_job import MergeArguments, _spark_session, merge_window
 
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     with PeakMemory() as memory:
         SparkSession.builder.master(f"local[{cores}]").config("spark.ui.enabled", "false").config(
             "spark.log.level", "WARN").getOrCreate()

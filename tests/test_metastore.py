@@ -54,11 +54,16 @@ def store(metastore_url: str) -> Iterator[Metastore]:
 
 
 def run_workers(code: str, args: list[list[str]], timeout: float = 60) -> list[str]:
-    """Run ``code`` in one fresh interpreter per argument list at once; return their stdouts."""
+    """Run ``code`` in one fresh interpreter per argument list; release them together; return stdouts.
+
+    Each worker prints ``ready`` once imported and set up, then waits for a line on stdin, so the
+    interesting part starts at the same moment in every process.
+    """
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", textwrap.dedent(code), *a],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -66,12 +71,23 @@ def run_workers(code: str, args: list[list[str]], timeout: float = 60) -> list[s
         )
         for a in args
     ]
-    outputs = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=timeout)
-        assert proc.returncode == 0, f"worker failed:\n{err}"
-        outputs.append(out)
-    return outputs
+    try:
+        for proc in procs:
+            assert proc.stdout.readline().strip() == "ready", f"worker did not start:\n{proc.stderr.read()}"
+        for proc in procs:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        outputs = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            assert proc.returncode == 0, f"worker failed:\n{err}"
+            outputs.append(out)
+        return outputs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -79,12 +95,14 @@ def run_workers(code: str, args: list[list[str]], timeout: float = 60) -> list[s
 
 V1_DDL = [
     """CREATE TABLE cdc_schema_version (
-        version INTEGER NOT NULL PRIMARY KEY, description VARCHAR(200) NOT NULL, applied_us BIGINT NOT NULL)""",
+        version INTEGER NOT NULL PRIMARY KEY, description VARCHAR(200) NOT NULL,
+        applied_us BIGINT NOT NULL)""",
     """CREATE TABLE cdc_partitions (
         stream VARCHAR(512) NOT NULL, token VARCHAR(1024) NOT NULL, parent_tokens TEXT NOT NULL,
         start_us BIGINT NOT NULL, end_us BIGINT, state VARCHAR(16) NOT NULL, watermark_us BIGINT NOT NULL,
         heartbeat_ms INTEGER, lease_owner VARCHAR(256), lease_expires_us BIGINT, attempts INTEGER NOT NULL,
-        record_count BIGINT NOT NULL, created_us BIGINT NOT NULL, updated_us BIGINT NOT NULL, finished_us BIGINT,
+        record_count BIGINT NOT NULL, created_us BIGINT NOT NULL, updated_us BIGINT NOT NULL,
+        finished_us BIGINT,
         PRIMARY KEY (stream, token))""",
     "CREATE INDEX ix_cdc_partitions_stream_start ON cdc_partitions (stream, start_us)",
     """CREATE TABLE cdc_windows (
@@ -100,7 +118,8 @@ def columns_of(engine: sa.engine.Engine) -> dict[str, dict[str, tuple[str, bool]
     inspector = sa.inspect(engine)
     return {
         table: {
-            c["name"]: (c["type"].compile(engine.dialect), c["nullable"]) for c in inspector.get_columns(table)
+            c["name"]: (c["type"].compile(engine.dialect), c["nullable"])
+            for c in inspector.get_columns(table)
         }
         for table in sorted(schema_module.metadata.tables)
     }
@@ -145,8 +164,8 @@ def test_upgrade_from_version_1_keeps_data(metastore_url: str, sqlite_url: str) 
             conn.execute(sa.text(ddl))
         conn.execute(
             sa.text(
-                "INSERT INTO cdc_partitions VALUES (:stream, 'tok-1', '[\"tok-0\"]', :start, NULL, 'running', "
-                ":wm, 1000, NULL, NULL, 2, 17, 1, 2, NULL)"
+                "INSERT INTO cdc_partitions VALUES (:stream, 'tok-1', '[\"tok-0\"]', :start, NULL, "
+                "'running', :wm, 1000, NULL, NULL, 2, 17, 1, 2, NULL)"
             ),
             {"stream": STREAM, "start": 1767225600000000, "wm": 1767225600123456},
         )
@@ -172,10 +191,21 @@ def test_upgrade_from_version_1_keeps_data(metastore_url: str, sqlite_url: str) 
     assert partition.progress_at is None
 
     window = store.get_window(PIPELINE, T0, at(60))
-    assert (window.state, window.staging_uri, window.record_count) == (WindowState.DRAINED, "file:///staging/w", 42)
+    assert (window.state, window.staging_uri, window.record_count) == (
+        WindowState.DRAINED,
+        "file:///staging/w",
+        42,
+    )
     assert window.change_set_uri is None
     assert store.transition_window(
-        PIPELINE, T0, at(60), "drained", "merged", change_set_uri="file:///cs/w", key_count=5, transaction_count=3
+        PIPELINE,
+        T0,
+        at(60),
+        "drained",
+        "merged",
+        change_set_uri="file:///cs/w",
+        key_count=5,
+        transaction_count=3,
     )
     merged = store.get_window(PIPELINE, T0, at(60))
     assert (merged.change_set_uri, merged.key_count, merged.transaction_count) == ("file:///cs/w", 5, 3)
@@ -216,21 +246,19 @@ def test_newer_or_foreign_schema_is_refused(metastore_url: str) -> None:
 
 
 CREATE_SCHEMA_WORKER = """
-    import json, sys, time
+    import json, sys
     from airflow_provider_cdc.metastore import Metastore
-    url, start_at = sys.argv[1], float(sys.argv[2])
-    store = Metastore(url)
-    while time.time() < start_at:
-        time.sleep(0.001)
+    store = Metastore(sys.argv[1])
+    print("ready", flush=True)
+    sys.stdin.readline()
     print(json.dumps(store.create_schema()))
 """
 
 
 def test_concurrent_create_schema_in_processes(metastore_url: str) -> None:
-    start_at = str(time.time() + 2.0)
-    outputs = run_workers(CREATE_SCHEMA_WORKER, [[metastore_url, start_at] for _ in range(3)])
+    outputs = run_workers(CREATE_SCHEMA_WORKER, [[metastore_url] for _ in range(2)])
     applied = sorted(json.loads(out) for out in outputs)
-    assert applied == [[], [], list(range(1, CURRENT_VERSION + 1))]
+    assert applied == [[], list(range(1, CURRENT_VERSION + 1))]
     store = Metastore(metastore_url)
     assert store.schema_version() == CURRENT_VERSION
     assert store.create_schema() == []
@@ -242,13 +270,21 @@ def test_concurrent_create_schema_in_processes(metastore_url: str) -> None:
 
 
 def test_add_partitions_is_insert_if_absent(store: Metastore) -> None:
-    specs = [PartitionSpec("a", T0, heartbeat_ms=2000), {"token": "b", "start_timestamp": "2026-01-01T00:00:00Z"}]
+    specs = [
+        PartitionSpec("a", T0, heartbeat_ms=2000),
+        {"token": "b", "start_timestamp": "2026-01-01T00:00:00Z"},
+    ]
     assert store.add_partitions(STREAM, specs) == ["a", "b"]
     assert store.advance_watermark(STREAM, "a", at(5))
     # A second report of the same tokens (retry, another reader) changes nothing.
     assert store.add_partitions(STREAM, [PartitionSpec("a", at(1)), PartitionSpec("c", at(2))]) == ["c"]
     a = store.get_partition(STREAM, "a")
-    assert (a.start_timestamp, a.watermark, a.heartbeat_ms, a.state) == (T0, at(5), 2000, PartitionState.CREATED)
+    assert (a.start_timestamp, a.watermark, a.heartbeat_ms, a.state) == (
+        T0,
+        at(5),
+        2000,
+        PartitionState.CREATED,
+    )
     assert [p.token for p in store.list_partitions(STREAM)] == ["a", "b", "c"]
     assert store.is_known_stream(STREAM)
     assert not store.is_known_stream(STREAM + "Other")
@@ -322,7 +358,9 @@ def test_timestamps_are_exact_microseconds(store: Metastore) -> None:
 
 def test_children_of_matches_tokens_exactly(store: Metastore) -> None:
     # LIKE wildcards and JSON escapes in tokens must not produce false matches.
-    store.add_partitions(STREAM, [PartitionSpec("a_b", T0), PartitionSpec("a%b", T0), PartitionSpec('q"x', T0)])
+    store.add_partitions(
+        STREAM, [PartitionSpec("a_b", T0), PartitionSpec("a%b", T0), PartitionSpec('q"x', T0)]
+    )
     store.finish_partition(STREAM, "a_b", at(1), [ChildPartition("c1", ("a_b",))])
     store.finish_partition(STREAM, "a%b", at(1), [ChildPartition("c2", ("a%b", 'q"x'))])
     assert [p.token for p in store.children_of(STREAM, "a_b")] == ["c1"]
@@ -343,7 +381,9 @@ def test_merged_child_created_once_when_parents_race(store: Metastore, metastore
             for i, (left, right, child) in enumerate(tokens):
                 barrier.wait(timeout=30)
                 parent = (left, right)[side]
-                stores[side].finish_partition(STREAM, parent, at(10 + i), [ChildPartition(child, (left, right))])
+                stores[side].finish_partition(
+                    STREAM, parent, at(10 + i), [ChildPartition(child, (left, right))]
+                )
         except BaseException as exc:  # surfaced below
             errors.append(exc)
             barrier.abort()
@@ -422,7 +462,9 @@ def test_lease_is_exclusive_and_expires(store: Metastore) -> None:
     taken = store.claim_next(STREAM, "reader-b", 30)
     assert taken is not None and (taken.token, taken.lease_owner, taken.attempts) == ("p", "reader-b", 2)
     assert not store.renew_lease(STREAM, "p", "reader-a", 30)
-    with pytest.raises(LeaseLostError, match="'reader-a' no longer holds the lease; it is held by 'reader-b'"):
+    with pytest.raises(
+        LeaseLostError, match="'reader-a' no longer holds the lease; it is held by 'reader-b'"
+    ):
         store.advance_watermark(STREAM, "p", at(5), owner="reader-a")
     with pytest.raises(LeaseLostError, match="'p'"):
         store.finish_partition(STREAM, "p", at(9), ["c"], owner="reader-a")
@@ -452,13 +494,13 @@ def test_claim_next_respects_window_end_and_order(store: Metastore) -> None:
 
 CLAIM_WORKER = """
     import json, random, sys, time
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timezone
     from airflow_provider_cdc.metastore import Metastore
-    url, stream, owner, start_at, rounds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), int(sys.argv[5])
+    url, stream, owner, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     store = Metastore(url)
-    base = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    while time.time() < start_at:
-        time.sleep(0.001)
+    store.is_known_stream(stream)  # connect before the start
+    print("ready", flush=True)
+    sys.stdin.readline()
     claims = []
     for n in range(rounds):
         got = store.claim_next(stream, owner, 30)
@@ -467,7 +509,7 @@ CLAIM_WORKER = """
             continue
         began = time.monotonic()
         time.sleep(random.uniform(0.005, 0.02))
-        store.advance_watermark(stream, got.token, base + timedelta(microseconds=time.time_ns() // 1000), owner=owner)
+        store.advance_watermark(stream, got.token, datetime.now(timezone.utc), owner=owner)
         ended = time.monotonic()
         assert store.release(stream, got.token, owner)
         claims.append([owner, got.token, began, ended])
@@ -481,7 +523,7 @@ def assert_no_overlapping_holds(claims: list[list]) -> None:
         by_token.setdefault(token, []).append((began, ended, owner))
     for token, holds in by_token.items():
         holds.sort()
-        for (b1, e1, o1), (b2, _e2, o2) in zip(holds, holds[1:]):
+        for (_b1, e1, o1), (b2, _e2, o2) in zip(holds, holds[1:], strict=False):
             assert e1 <= b2, f"{o1} and {o2} held partition {token!r} at the same time"
     # The check is meaningful only if readers really held different partitions at once.
     events = sorted([(b, 1) for _, _, b, _ in claims] + [(e, -1) for _, _, _, e in claims])
@@ -533,9 +575,8 @@ def test_threads_never_hold_a_partition_at_once(store: Metastore, metastore_url:
 
 def test_processes_never_hold_a_partition_at_once(store: Metastore, metastore_url: str) -> None:
     store.add_partitions(STREAM, [PartitionSpec(f"p{i}", T0) for i in range(6)])
-    start_at = str(time.time() + 2.0)
     outputs = run_workers(
-        CLAIM_WORKER, [[metastore_url, STREAM, f"process-{n}", start_at, "15"] for n in range(4)], timeout=120
+        CLAIM_WORKER, [[metastore_url, STREAM, f"process-{n}", "15"] for n in range(4)], timeout=120
     )
     claims = [claim for out in outputs for claim in json.loads(out)]
     assert len(claims) >= 30
@@ -604,7 +645,9 @@ def test_unknown_stream_and_token_are_named(store: Metastore) -> None:
         lambda: store.children_of(STREAM, "ghost"),
         lambda: store.parents_of(STREAM, "ghost"),
     ):
-        with pytest.raises(PartitionNotFoundError, match=f"token 'ghost' of change stream '{STREAM}'") as info:
+        with pytest.raises(
+            PartitionNotFoundError, match=f"token 'ghost' of change stream '{STREAM}'"
+        ) as info:
             call()
         assert isinstance(info.value, MetastoreError)
 
@@ -642,9 +685,16 @@ def test_window_moves_forward_only(store: Metastore) -> None:
     )
     assert store.transition_window(PIPELINE, T0, at(60), "merged", "applied")
     w = store.get_window(PIPELINE, T0, at(60))
-    assert (w.state, w.record_count, w.key_count, w.staging_uri) == (WindowState.APPLIED, 10, 4, "gs://bucket/staging")
+    assert (w.state, w.record_count, w.key_count, w.staging_uri) == (
+        WindowState.APPLIED,
+        10,
+        4,
+        "gs://bucket/staging",
+    )
     assert w.drained_at <= w.merged_at <= w.applied_at
-    with pytest.raises(WindowNotFoundError, match=f"window 1767225660000000-1767225720000000 of pipeline '{PIPELINE}'"):
+    with pytest.raises(
+        WindowNotFoundError, match=f"window 1767225660000000-1767225720000000 of pipeline '{PIPELINE}'"
+    ):
         store.transition_window(PIPELINE, at(60), at(120), "reading", "drained")
 
 
@@ -722,4 +772,4 @@ def test_bad_urls_are_refused() -> None:
         Metastore("no url here")
     with pytest.raises(MetastoreError, match="'mysql' is not supported"):
         Metastore("mysql://user:secret@host/db")
-    assert "secret" not in repr(Metastore("postgresql://user:secret@localhost/db"))
+    assert "secret" not in repr(Metastore("postgresql+psycopg2://user:secret@localhost/db"))

@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,10 @@ from airflow_provider_cdc.domain.timestamps import format_timestamp, parse_times
 NUMERIC_PRECISION = 38
 NUMERIC_SCALE = 9
 _NUMERIC_QUANTUM = Decimal(1).scaleb(-NUMERIC_SCALE)
+_NUMERIC_CONTEXT = Context(prec=NUMERIC_PRECISION + 10)
+
+FIELD_METADATA_TYPE = "spanner.type"
+FIELD_METADATA_PRIMARY_KEY = "spanner.primary_key"
 
 _SCALAR_ARROW_TYPES: dict[str, pa.DataType] = {
     "BOOL": pa.bool_(),
@@ -129,7 +133,11 @@ def parse_spanner_type(value: Any, column: str = "?") -> SpannerType:
             element = value.get("array_element_type", value.get("arrayElementType"))
             if element is None:
                 raise SpannerTypeError(f"column {column!r}: ARRAY type {value!r} has no element type")
-            return _array_of(parse_spanner_type(element, column), column, value)
+            try:
+                element_type = parse_spanner_type(element, column)
+            except SpannerTypeError as exc:
+                raise SpannerTypeError(f"column {column!r}: unsupported Spanner type {value!r}: {exc}") from None
+            return _array_of(element_type, column, value)
         return _scalar(code, column, value)
     raise SpannerTypeError(f"column {column!r}: unsupported type description {value!r}")
 
@@ -205,13 +213,14 @@ def parse_column_types(value: str | Iterable[Mapping[str, Any] | ColumnType]) ->
 def arrow_schema(column_types: str | Iterable[Mapping[str, Any] | ColumnType]) -> pa.Schema:
     """Arrow schema of a table's columns ordered by ordinal position, key columns as ordinary columns.
 
-    Each field carries metadata ``spanner_type`` and ``primary_key``.
+    Each field carries metadata ``spanner.type`` (e.g. ``ARRAY<INT64>``) and ``spanner.primary_key``
+    (``true``/``false``).
     """
     fields = []
     for column in parse_column_types(column_types):
         metadata = {
-            "spanner_type": str(column.type),
-            "primary_key": "true" if column.is_primary_key else "false",
+            FIELD_METADATA_TYPE: str(column.type),
+            FIELD_METADATA_PRIMARY_KEY: "true" if column.is_primary_key else "false",
         }
         fields.append(pa.field(column.name, arrow_type(column.type, column.name), True, metadata))
     return pa.schema(fields)
@@ -284,7 +293,7 @@ def _decode_numeric(value: Any) -> Decimal:
     number = Decimal(str(value))
     if not number.is_finite():
         raise SpannerValueError("NUMERIC must be finite")
-    quantized = number.quantize(_NUMERIC_QUANTUM)
+    quantized = number.quantize(_NUMERIC_QUANTUM, context=_NUMERIC_CONTEXT)
     if quantized != number:
         raise SpannerValueError(f"more than {NUMERIC_SCALE} fractional digits")
     if len(quantized.as_tuple().digits) > NUMERIC_PRECISION:
@@ -516,6 +525,8 @@ def write_json_value(spanner_type: SpannerType | Any, value: Any, column: str = 
 
 
 __all__ = [
+    "FIELD_METADATA_PRIMARY_KEY",
+    "FIELD_METADATA_TYPE",
     "ColumnType",
     "SUPPORTED_TYPE_CODES",
     "SpannerType",

@@ -24,7 +24,7 @@ from airflow_provider_cdc.domain.identifiers import validate_identifier
 from airflow_provider_cdc.domain.spanner_types import (
     ColumnType,
     SpannerValueError,
-    arrow_type,
+    arrow_schema,
     decode_json_objects,
     parse_column_types,
 )
@@ -94,7 +94,7 @@ class TableColumns:
 
     def table_schema(self) -> pa.Schema:
         """Schema of the Delta table: source columns, then sequence number and commit timestamp."""
-        fields = [pa.field(c.name, arrow_type(c.type, c.name)) for c in self.columns]
+        fields = list(arrow_schema(self.columns))
         fields.append(pa.field(SOURCE_SEQUENCE, SEQUENCE_TYPE))
         fields.append(pa.field(SOURCE_COMMIT_TIMESTAMP, COMMIT_TIMESTAMP_TYPE))
         return pa.schema(fields)
@@ -164,15 +164,16 @@ def to_merge_source(batch: pa.RecordBatch | pa.Table, table: TableColumns) -> pa
     bad = pc.invert(pc.fill_null(pc.is_in(change_type, pa.array(CHANGE_TYPES)), False))
     if pc.any(bad).as_py():
         raise ChangeSetError(
-            f"table {name!r}: {CHANGE_TYPE} must be UPSERT or DELETE, got {_first_offending(change_type, bad)!r}"
+            f"table {name!r}: {CHANGE_TYPE} must be UPSERT or DELETE, "
+            f"got {_first_offending(change_type, bad)!r}"
         )
 
     sequence = batch.column(CHANGE_SEQUENCE_NUMBER).combine_chunks().cast(pa.string())
     bad = pc.invert(pc.fill_null(pc.match_substring_regex(sequence, _SORTABLE_SEQUENCE), False))
     if pc.any(bad).as_py():
         raise ChangeSetError(
-            f"table {name!r}: {CHANGE_SEQUENCE_NUMBER} {_first_offending(sequence, bad)!r} is not in sortable "
-            "form (1-4 '/'-separated sections of 16 upper-case hex digits)"
+            f"table {name!r}: {CHANGE_SEQUENCE_NUMBER} {_first_offending(sequence, bad)!r} is not in "
+            "sortable form (1-4 '/'-separated sections of 16 upper-case hex digits)"
         )
 
     commit_ts = batch.column(COMMIT_TIMESTAMP).combine_chunks()
@@ -224,14 +225,18 @@ def _decode_keys(keys_json: pa.Array, table: TableColumns) -> pa.Table:
         for row, text in enumerate(keys_json.to_pylist()):
             absent = [n for n in names if n not in json.loads(text)]
             if absent:
-                raise ChangeSetError(f"table {table.table!r}: {KEYS_JSON} of row {row} lacks key column(s) {absent}")
+                raise ChangeSetError(
+                    f"table {table.table!r}: {KEYS_JSON} of row {row} lacks key column(s) {absent}"
+                )
     return keys
 
 
 # --------------------------------------------------------------------------- reading change sets
 
 
-def filesystem_for(uri: str, storage_options: Mapping[str, str] | None = None) -> tuple[pa_fs.FileSystem, str]:
+def filesystem_for(
+    uri: str, storage_options: Mapping[str, str] | None = None
+) -> tuple[pa_fs.FileSystem, str]:
     """A pyarrow filesystem and path for a local path or an object-store URI.
 
     Object-store URIs (``gs://``, ``s3://``, ``az://`` …) go through delta-rs's object store with
@@ -303,7 +308,9 @@ class ChangeSetReader:
         try:
             manifest = json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise ChangeSetError(f"change set {self.uri!r}: {MANIFEST_NAME} is not valid JSON: {exc}") from None
+            raise ChangeSetError(
+                f"change set {self.uri!r}: {MANIFEST_NAME} is not valid JSON: {exc}"
+            ) from None
         if not isinstance(manifest, dict):
             raise ChangeSetError(f"change set {self.uri!r}: {MANIFEST_NAME} must be a JSON object")
         return manifest
@@ -317,7 +324,9 @@ class ChangeSetReader:
             files = [
                 info.path
                 for info in self._fs.get_file_info(pa_fs.FileSelector(directory, allow_not_found=True))
-                if info.type == pa_fs.FileType.File and info.base_name.endswith(".parquet")
+                if info.type == pa_fs.FileType.File
+                and info.base_name.endswith(".parquet")
+                and not info.base_name.startswith((".", "_"))
             ]
             expected = listed[name]
             if not files and expected:

@@ -8,6 +8,8 @@ and 2.x.
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
@@ -150,7 +152,8 @@ class Metastore:
         if backend == "sqlite":
             database = parsed.database or ""
             in_memory = database in ("", ":memory:") or "mode=memory" in str(parsed.query)
-            _use_explicit_sqlite_transactions(self._engine, wal=not in_memory)
+            busy_timeout = float(kwargs["connect_args"].get("timeout", 30.0))
+            _use_explicit_sqlite_transactions(self._engine, wal=not in_memory, busy_timeout=busy_timeout)
 
     # ------------------------------------------------------------------------------------------
     # Plumbing.
@@ -906,17 +909,40 @@ class Metastore:
             return {name: from_micros(us) for name, us in rows}
 
 
-def _use_explicit_sqlite_transactions(engine: Engine, *, wal: bool) -> None:
+def _use_explicit_sqlite_transactions(engine: Engine, *, wal: bool, busy_timeout: float) -> None:
     """Let SQLAlchemy, not the sqlite3 module, begin transactions, with ``BEGIN IMMEDIATE`` for writers."""
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, connection_record: Any) -> None:
         dbapi_connection.isolation_level = None
         if wal:
-            cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.close()
+            _enable_wal(dbapi_connection, busy_timeout)
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         conn.exec_driver_sql(conn.info.get(_SQLITE_BEGIN, "BEGIN"))
+
+
+def _enable_wal(dbapi_connection: Any, busy_timeout: float) -> None:
+    """Switch a SQLite file to write-ahead logging (readers do not block the writer).
+
+    The switch needs a moment of exclusive access and SQLite does not wait for it, so processes
+    opening a new file together retry until one of them has switched it.
+    """
+    deadline = time.monotonic() + busy_timeout
+    cursor = dbapi_connection.cursor()
+    try:
+        while True:
+            try:
+                if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                    # Where WAL is impossible SQLite answers with the mode it keeps; that is accepted.
+                    cursor.execute("PRAGMA journal_mode=WAL").fetchall()
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+    finally:
+        cursor.close()

@@ -28,6 +28,7 @@ import json
 import logging
 import math
 import random
+import re
 import time
 from array import array
 from bisect import bisect_left
@@ -245,6 +246,8 @@ def schema_ddl(
     :data:`ALL_CHANGES_STREAM` watches everything; :data:`ORDER_STATUS_STREAM` watches
     ``Orders(Status, Amount)`` only.
     """
+    if not re.fullmatch(r"[1-9][0-9]*[smhd]", retention):
+        raise ValueError(f"invalid retention period {retention!r}: expected a duration such as '7d' or '36h'")
     chosen = list(tables) if tables is not None else [*WORKLOAD_TABLES, BULK_TABLE]
     statements = [table.ddl() for table in chosen]
     if streams:

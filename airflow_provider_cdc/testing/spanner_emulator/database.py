@@ -144,7 +144,8 @@ class Database:
         )
 
     # ----- schema ---------------------------------------------------------------------------------
-    def apply_ddl(self, statements: list[str]) -> None:
+    def apply_ddl(self, statements: list[str]) -> list[int]:
+        """Apply DDL statements; each takes a commit timestamp (µs), returned in order."""
         with self.lock:
             parsed = []
             for sql in statements:
@@ -152,11 +153,16 @@ class Database:
                     parsed.append(ddl.parse_statement(sql))
                 except ddl.DdlError as exc:
                     raise EmulatorError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
+            applied = []
             for statement in parsed:
-                self._apply_statement(statement)
+                at = self.clock.next_commit_us(self.last_commit_us)
+                self._apply_statement(statement, at)
+                self.last_commit_us = at
+                applied.append(at)
             self.ddl_statements.extend(statements)
+            return applied
 
-    def _apply_statement(self, statement: ddl.Statement) -> None:
+    def _apply_statement(self, statement: ddl.Statement, at_us: int) -> None:
         exists = grpc.StatusCode.FAILED_PRECONDITION
         if isinstance(statement, ddl.CreateTable):
             if statement.name in self.tables:
@@ -187,9 +193,7 @@ class Database:
                             "key columns are always tracked.",
                         )
                     table.column(column)
-            created = self.clock.next_commit_us(self.last_commit_us)
-            self.last_commit_us = created
-            self.streams[statement.name] = ChangeStream(statement.name, statement, created)
+            self.streams[statement.name] = ChangeStream(statement.name, statement, at_us)
         elif isinstance(statement, ddl.DropChangeStream):
             self._stream(statement.name)
             del self.streams[statement.name]

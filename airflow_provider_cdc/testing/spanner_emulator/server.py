@@ -285,9 +285,11 @@ class SpannerEmulator:
         return dbadmin.Database(name=request.name, state=dbadmin.Database.State.READY)
 
     def _update_ddl(self, request: Any, context: grpc.ServicerContext) -> operations_pb2.Operation:
-        self.database(request.database).apply_ddl(list(request.statements))
+        applied = self.database(request.database).apply_ddl(list(request.statements))
         metadata = dbadmin.UpdateDatabaseDdlMetadata(
-            database=request.database, statements=list(request.statements)
+            database=request.database,
+            statements=list(request.statements),
+            commit_timestamps=[from_micros(ts) for ts in applied],
         )
         return self._done_operation(request.database, empty_pb2.Empty(), metadata)
 

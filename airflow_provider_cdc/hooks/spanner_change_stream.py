@@ -1,0 +1,230 @@
+"""Hook that reads bounded windows of a Google Cloud Spanner change stream into staging."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from functools import cached_property
+from typing import Any
+
+from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
+
+from airflow_provider_cdc._compat import AirflowException
+from airflow_provider_cdc.domain.identifiers import InvalidIdentifierError, validate_identifier
+from airflow_provider_cdc.domain.timestamps import ensure_utc, format_timestamp
+from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+from airflow_provider_cdc.metastore import Metastore, MetastoreError
+from airflow_provider_cdc.spanner.change_stream_query import ChangeStreamQuery
+from airflow_provider_cdc.spanner.window_reader import ChangeStreamReadError, ReadSummary, WindowReader
+
+EMULATOR_ENV = "SPANNER_EMULATOR_HOST"
+_SPANNER_ID_HINT = "lowercase letters, digits, hyphens and underscores"
+
+
+def _validate_resource_id(value: str, kind: str) -> str:
+    import re
+
+    if not isinstance(value, str) or not re.fullmatch(r"[a-z][a-z0-9_\-]{1,62}[a-z0-9]", value):
+        raise AirflowException(f"invalid Spanner {kind} id {value!r}: expected {_SPANNER_ID_HINT}")
+    return value
+
+
+@dataclass(frozen=True)
+class LaggingPartition:
+    """A partition that holds back a drain check: how far its watermark is behind the target."""
+
+    token: str
+    watermark: datetime
+    behind_seconds: float
+    reason: str
+
+
+class SpannerChangeStreamHook(GoogleBaseHook):
+    """Reads ``[start, end)`` windows of a Spanner change stream, partition lineage in the metastore.
+
+    Uses the same Google Cloud connection as ``SpannerHook`` (credentials, project, impersonation);
+    with ``SPANNER_EMULATOR_HOST`` set it talks to that emulator with anonymous credentials.
+
+    :param instance_id: Spanner instance id.
+    :param database_id: Spanner database id.
+    :param stream: change stream name (read through ``READ_<stream>``).
+    :param project_id: Google Cloud project (defaults to the connection's project).
+    :param metastore_conn_id: connection of the partition/window metastore.
+    :param heartbeat_ms: heartbeat interval asked of each partition query (1000–300000).
+    :param retention: the stream's retention period; windows older than 80% of it log a warning.
+    """
+
+    conn_name_attr = "gcp_conn_id"
+    default_conn_name = "google_cloud_default"
+    conn_type = "gcpspanner"
+    hook_name = "Google Cloud Spanner Change Stream"
+
+    def __init__(
+        self,
+        *,
+        instance_id: str,
+        database_id: str,
+        stream: str,
+        project_id: str | None = None,
+        gcp_conn_id: str = "google_cloud_default",
+        impersonation_chain: str | Sequence[str] | None = None,
+        metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
+        heartbeat_ms: int = 10_000,
+        retention: timedelta = timedelta(days=1),
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(gcp_conn_id=gcp_conn_id, impersonation_chain=impersonation_chain, **kwargs)
+        try:
+            self.stream = validate_identifier(stream, "change stream")
+        except InvalidIdentifierError as exc:
+            raise AirflowException(str(exc)) from exc
+        self.instance_id = _validate_resource_id(instance_id, "instance")
+        self.database_id = _validate_resource_id(database_id, "database")
+        self._project_id = project_id
+        self.metastore_conn_id = metastore_conn_id
+        self.heartbeat_ms = heartbeat_ms
+        self.retention = retention
+
+    # ----- connections ----------------------------------------------------------------------------
+    @property
+    def emulator_host(self) -> str | None:
+        return os.environ.get(EMULATOR_ENV) or None
+
+    @cached_property
+    def resolved_project_id(self) -> str:
+        if self._project_id:
+            return self._project_id
+        if self.emulator_host:
+            return "emulator-project"
+        project = self.project_id
+        if not project:
+            raise AirflowException(
+                f"no Google Cloud project: set project_id or the connection {self.gcp_conn_id!r}'s project"
+            )
+        return project
+
+    @cached_property
+    def client(self) -> Any:
+        from google.cloud.spanner_v1 import Client
+
+        if self.emulator_host:
+            from google.auth.credentials import AnonymousCredentials
+
+            return Client(project=self.resolved_project_id, credentials=AnonymousCredentials())
+        from airflow.providers.google.common.consts import CLIENT_INFO
+
+        return Client(
+            project=self.resolved_project_id,
+            credentials=self.get_credentials(),
+            client_info=CLIENT_INFO,
+            client_options=self.get_client_options(),
+        )
+
+    def get_conn(self) -> Any:
+        """The ``google.cloud.spanner_v1.database.Database`` the stream belongs to."""
+        return self.database
+
+    @cached_property
+    def database(self) -> Any:
+        return self.client.instance(self.instance_id).database(self.database_id)
+
+    @property
+    def database_path(self) -> str:
+        return f"projects/{self.resolved_project_id}/instances/{self.instance_id}/databases/{self.database_id}"
+
+    @property
+    def stream_key(self) -> str:
+        """The stream's name in the metastore: ``projects/…/databases/<db>/<stream>``."""
+        return f"{self.database_path}/{self.stream}"
+
+    @cached_property
+    def metastore(self) -> Metastore:
+        return CdcMetastoreHook(self.metastore_conn_id).metastore
+
+    def change_stream_query(self) -> ChangeStreamQuery:
+        return ChangeStreamQuery(self.database, self.stream, self.heartbeat_ms)
+
+    # ----- windows --------------------------------------------------------------------------------
+    def window_reader(self, staging_root: str, owner: str, **kwargs: Any) -> WindowReader:
+        kwargs.setdefault("log", self.log)
+        return WindowReader(self.change_stream_query(), self.metastore, self.stream_key, staging_root, owner=owner, **kwargs)
+
+    def check_retention(self, window: Window, now: datetime | None = None) -> None:
+        """Fail if the window starts outside the retention period; warn when it is close to it."""
+        now = ensure_utc(now or datetime.now(timezone.utc))
+        age = now - window.start
+        if self.emulator_host:
+            return  # the emulator's clock is simulated; it enforces retention itself
+        if age > self.retention:
+            raise AirflowException(
+                f"window {window} starts {age} ago, outside the change stream {self.stream}'s retention "
+                f"period of {self.retention}: its changes can no longer be read"
+            )
+        if age > self.retention * 0.8:
+            self.log.warning(
+                "Window %s starts %s ago; change stream %s keeps changes for %s only", window, age, self.stream,
+                self.retention,
+            )
+
+    def open_window(self, pipeline: str, window: Window, staging_root: str, owner: str) -> list[str]:
+        """Start (or restart) reading a window: record it, extend the lineage, reset its partitions.
+
+        Returns the tokens the window must read (more may appear as partitions split or merge).
+        """
+        self.check_retention(window)
+        try:
+            record = self.metastore.open_window(
+                pipeline, self.stream_key, window.start, window.end, staging_uri=staging_root
+            )
+            if record.state.value != "reading":  # a re-run (retry, clear, backfill) of a later stage
+                self.metastore.reopen_window(pipeline, window.start, window.end)
+            self.metastore.reset_window_partitions(self.stream_key, window.start, window.end)
+            return self.window_reader(staging_root, owner).prepare(window)
+        except ChangeStreamReadError as exc:
+            raise AirflowException(str(exc)) from exc
+        except MetastoreError as exc:
+            raise AirflowException(f"window {window}: {exc}") from exc
+
+    def read_window(self, window: Window, staging_root: str, owner: str, **kwargs: Any) -> ReadSummary:
+        """Read partitions of the window (sharing the work with other readers) into staging."""
+        try:
+            return self.window_reader(staging_root, owner, **kwargs).read(window)
+        except ChangeStreamReadError as exc:
+            raise AirflowException(str(exc)) from exc
+        except MetastoreError as exc:
+            raise AirflowException(f"window {window}: {exc}") from exc
+
+    def lagging_partitions(self, timestamp: datetime, window: Window | None = None) -> list[LaggingPartition]:
+        """Partitions alive at ``timestamp`` not drained to it, and unread partitions of ``window``."""
+        timestamp = ensure_utc(timestamp)
+        store = self.metastore
+        if not store.is_known_stream(self.stream_key):
+            if window is not None:
+                return [LaggingPartition("<initial query>", timestamp, 0.0, "the window has not been opened")]
+            return []
+        lagging = [
+            LaggingPartition(
+                p.token,
+                p.watermark,
+                (timestamp - p.watermark).total_seconds(),
+                f"drained to {format_timestamp(p.watermark)}",
+            )
+            for p in store.lagging_partitions(self.stream_key, timestamp)
+        ]
+        if window is not None:
+            items = store.window_partitions(self.stream_key, window.start, window.end)
+            if not items:
+                lagging.append(LaggingPartition("<window>", timestamp, 0.0, "the window has not been opened"))
+            for item in items:
+                if item.state != "done":
+                    lagging.append(
+                        LaggingPartition(
+                            item.token, window.start, (window.end - window.start).total_seconds(),
+                            f"not yet read for window {window} (state {item.state}, reader {item.lease_owner})",
+                        )
+                    )
+        return lagging

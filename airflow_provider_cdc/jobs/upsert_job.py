@@ -1,0 +1,134 @@
+"""spark-submit entry point: apply one window's change set to the Delta Lake target.
+
+    spark-submit upsert_job.py --changeset gs://bucket/changesets/1700000000000000-1700000060000000 \\
+        --lake-root gs://bucket/lake --pipeline-id orders --window-version 1700000060000000
+
+Object-store credentials come from the environment variable ``CDC_LAKE_STORAGE_OPTIONS`` (a JSON
+object of delta-rs storage options), never from the command line. The change set must have its
+``_manifest.json`` (written last by the merge); each listed table is applied as one Delta commit
+tagged with the window, so a re-run skips the tables already applied. The work happens in the
+driver with delta-rs; no SparkSession is started. The last line on stdout is a JSON summary.
+
+This module imports no Airflow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from airflow_provider_cdc.lake.change_set import ChangeSetError, ChangeSetReader
+from airflow_provider_cdc.lake.delta import DeltaLakeTarget, LakeError, app_id_for
+
+STORAGE_OPTIONS_ENV = "CDC_LAKE_STORAGE_OPTIONS"
+log = logging.getLogger("airflow_provider_cdc.jobs.upsert_job")
+
+
+class UpsertJobError(RuntimeError):
+    """Bad arguments or environment for the upsert job."""
+
+
+def storage_options_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
+    """delta-rs storage options from ``CDC_LAKE_STORAGE_OPTIONS`` (``None`` when unset or empty)."""
+    raw = (os.environ if environ is None else environ).get(STORAGE_OPTIONS_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        options = json.loads(raw)
+    except json.JSONDecodeError:
+        # The value holds credentials: report where the problem is, not the value.
+        raise UpsertJobError(f"{STORAGE_OPTIONS_ENV} is not valid JSON") from None
+    if not isinstance(options, dict) or not all(isinstance(k, str) for k in options):
+        raise UpsertJobError(f"{STORAGE_OPTIONS_ENV} must be a JSON object of option name to value")
+    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in options.items()}
+
+
+def _window_version(arg: str | None, reader: ChangeSetReader) -> int:
+    bounds = reader.window_bounds()
+    if arg is None:
+        if bounds is None:
+            raise UpsertJobError(
+                f"--window-version is required: change set {reader.uri!r} is not named {{start}}-{{end}}"
+            )
+        return bounds[1]
+    try:
+        version = int(arg)
+    except ValueError:
+        raise UpsertJobError(f"--window-version must be an integer (window end in µs), got {arg!r}") from None
+    if bounds is not None and bounds[1] != version:
+        raise UpsertJobError(
+            f"--window-version {version} does not match change set {reader.window_id!r}, "
+            f"whose window ends at {bounds[1]}"
+        )
+    return version
+
+
+def run(
+    changeset: str,
+    lake_root: str,
+    pipeline_id: str,
+    window_version: str | int | None,
+    storage_options: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Apply every table of the change set; return the summary."""
+    app_id_for(pipeline_id)  # validates the pipeline id before any I/O
+    reader = ChangeSetReader(changeset, storage_options)
+    version = _window_version(None if window_version is None else str(window_version), reader)
+    target = DeltaLakeTarget(lake_root, storage_options)
+    tables = reader.tables()  # refuses a change set without manifest
+    results = []
+    for table in tables:
+        result = target.apply_change_set(
+            table.name, table.dataset, table.column_types(), pipeline_id, version
+        )
+        results.append(result.to_dict())
+    applied = [r for r in results if r["status"] == "applied"]
+    return {
+        "changeset": reader.uri,
+        "pipeline_id": pipeline_id,
+        "window_version": version,
+        "tables": results,
+        "rows_upserted": sum(r["rows_inserted"] + r["rows_updated"] for r in results),
+        "rows_deleted": sum(r["rows_deleted"] for r in results),
+        "tables_applied": [r["table"] for r in applied],
+        "skipped_as_applied": [r["table"] for r in results if r["status"] == "already_applied"],
+        "storage_option_names": sorted(storage_options or {}),
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="upsert_job", description="Apply a window's change set to Delta Lake tables."
+    )
+    parser.add_argument("--changeset", required=True, help="change set URI {changeset_root}/{window_id}")
+    parser.add_argument("--lake-root", required=True, help="root of the Delta tables (path or gs:// URI)")
+    parser.add_argument("--pipeline-id", required=True, help="pipeline id (names the Delta app transaction)")
+    parser.add_argument(
+        "--window-version",
+        default=None,
+        help="window end in µs since the epoch (default: the end of the change set's window id)",
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        summary = run(
+            args.changeset, args.lake_root, args.pipeline_id, args.window_version, storage_options_from_env()
+        )
+    except (UpsertJobError, ChangeSetError, LakeError, ValueError) as exc:
+        print(json.dumps({"error": type(exc).__name__, "message": str(exc)}), file=sys.stderr, flush=True)
+        return 2
+    print(json.dumps(summary, sort_keys=True), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

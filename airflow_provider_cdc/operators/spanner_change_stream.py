@@ -1,0 +1,128 @@
+"""Operators that open and read a window of a Spanner change stream (thin wrappers over the hook)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow_provider_cdc._compat import BaseOperator
+from airflow_provider_cdc.domain.timestamps import coerce_timestamp
+from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
+
+
+def reader_owner(context: Any) -> str:
+    """Lease owner of a reader task: the same across retries of one task instance, unique otherwise."""
+    ti = context["ti"]
+    map_index = getattr(ti, "map_index", -1)
+    return f"{ti.dag_id}/{ti.run_id}/{ti.task_id}/{map_index}"
+
+
+class _ChangeStreamWindowOperator(BaseOperator):
+    template_fields: Sequence[str] = (
+        "instance_id",
+        "database_id",
+        "stream",
+        "project_id",
+        "staging_root",
+        "window_start",
+        "window_end",
+        "pipeline_id",
+    )
+
+    def __init__(
+        self,
+        *,
+        instance_id: str,
+        database_id: str,
+        stream: str,
+        staging_root: str,
+        window_start: Any = "{{ data_interval_start }}",
+        window_end: Any = "{{ data_interval_end }}",
+        pipeline_id: str | None = None,
+        project_id: str | None = None,
+        gcp_conn_id: str = "google_cloud_default",
+        impersonation_chain: str | Sequence[str] | None = None,
+        metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
+        heartbeat_ms: int = 10_000,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.instance_id = instance_id
+        self.database_id = database_id
+        self.stream = stream
+        self.staging_root = staging_root
+        self.window_start = window_start
+        self.window_end = window_end
+        self.pipeline_id = pipeline_id
+        self.project_id = project_id
+        self.gcp_conn_id = gcp_conn_id
+        self.impersonation_chain = impersonation_chain
+        self.metastore_conn_id = metastore_conn_id
+        self.heartbeat_ms = heartbeat_ms
+
+    def hook(self) -> SpannerChangeStreamHook:
+        return SpannerChangeStreamHook(
+            instance_id=self.instance_id,
+            database_id=self.database_id,
+            stream=self.stream,
+            project_id=self.project_id,
+            gcp_conn_id=self.gcp_conn_id,
+            impersonation_chain=self.impersonation_chain,
+            metastore_conn_id=self.metastore_conn_id,
+            heartbeat_ms=self.heartbeat_ms,
+        )
+
+    def window(self) -> Window:
+        return Window(coerce_timestamp(self.window_start), coerce_timestamp(self.window_end))
+
+    def pipeline(self, context: Any) -> str:
+        return self.pipeline_id or context["ti"].dag_id
+
+
+class SpannerChangeStreamOpenWindowOperator(_ChangeStreamWindowOperator):
+    """Opens a window for reading: records it, extends the partition lineage, resets its partitions.
+
+    Returns ``list(range(readers))`` so that mapped readers can ``expand`` over it.
+    """
+
+    def __init__(self, *, readers: int = 1, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if readers < 1:
+            raise ValueError("readers must be at least 1")
+        self.readers = readers
+
+    def execute(self, context: Any) -> list[int]:
+        window = self.window()
+        tokens = self.hook().open_window(self.pipeline(context), window, self.staging_root, reader_owner(context))
+        self.log.info("Window %s opened with %d partition(s) to read by %d reader(s)", window, len(tokens), self.readers)
+        return list(range(self.readers))
+
+
+class SpannerChangeStreamReadWindowOperator(_ChangeStreamWindowOperator):
+    """Reads partitions of one window into Parquet staging; several instances share a window.
+
+    Returns a small summary (rows, records, transactions, partitions, staging URI, rate), never records.
+    """
+
+    template_fields: Sequence[str] = (*_ChangeStreamWindowOperator.template_fields, "reader_index")
+
+    def __init__(
+        self, *, reader_index: int | str = 0, lease_seconds: float = 300.0, retries_per_partition: int = 5, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.reader_index = reader_index
+        self.lease_seconds = lease_seconds
+        self.retries_per_partition = retries_per_partition
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        window = self.window()
+        summary = self.hook().read_window(
+            window,
+            self.staging_root,
+            reader_owner(context),
+            lease_seconds=self.lease_seconds,
+            retries=self.retries_per_partition,
+        )
+        return {**summary.to_dict(), "reader_index": self.reader_index}

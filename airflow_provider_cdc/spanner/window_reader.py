@@ -1,0 +1,343 @@
+"""Reading one window ``[start, end)`` of a change stream into staging, partition by partition.
+
+The metastore records the stream's partition lineage (created from the initial query and from
+child-partition records) and, per window, which partitions the window must read and who reads
+them. Several readers share a window by claiming partitions with leases; a partition is claimed
+only once every parent that overlaps the window has been read for it (lineage order).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from google.api_core import exceptions as gexc
+
+from airflow_provider_cdc.domain.records import (
+    ChildPartition,
+    ChildPartitionsRecord,
+    DataChangeRecord,
+    HeartbeatRecord,
+)
+from airflow_provider_cdc.domain.timestamps import format_timestamp
+from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.metastore import Metastore, PartitionSpec
+from airflow_provider_cdc.spanner.change_stream_query import ChangeStreamQuery
+from airflow_provider_cdc.staging.parquet import DEFAULT_ROWS_PER_FILE, StagingWriter, window_location
+
+# Errors worth retrying from the last record received (the client already resumes UNAVAILABLE
+# transparently with resume tokens; these are what reach us).
+RETRYABLE = (
+    gexc.Aborted,
+    gexc.ServiceUnavailable,
+    gexc.InternalServerError,
+    gexc.DeadlineExceeded,
+    gexc.ResourceExhausted,
+    gexc.Cancelled,
+)
+
+
+class ChangeStreamReadError(RuntimeError):
+    """A window could not be read; the message names the window, the partition token and the cause."""
+
+    def __init__(self, window: Window, token: str | None, cause: BaseException | str) -> None:
+        where = "the initial query" if token is None else f"partition {token}"
+        super().__init__(f"reading window {window} failed at {where}: {cause}")
+        self.window = window
+        self.token = token
+        self.cause = cause
+
+
+@dataclass
+class PartitionResult:
+    token: str
+    rows: int = 0
+    data_records: int = 0
+    transactions: float = 0.0
+    children: list[ChildPartition] = field(default_factory=list)
+    end: datetime | None = None
+    retries: int = 0
+
+
+@dataclass
+class ReadSummary:
+    """What one reader did for a window (small enough for XCom)."""
+
+    window_id: str
+    staging_uri: str
+    rows: int = 0
+    data_records: int = 0
+    transactions: float = 0.0
+    partitions: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "window_id": self.window_id,
+            "staging_uri": self.staging_uri,
+            "rows": self.rows,
+            "data_records": self.data_records,
+            "transactions": round(self.transactions, 6),
+            "partitions": len(self.partitions),
+            "seconds": round(self.seconds, 3),
+            "rows_per_second": round(self.rows / self.seconds, 1) if self.seconds > 0 else None,
+        }
+
+
+class WindowReader:
+    """Reads windows of one change stream into Parquet staging, recording lineage in the metastore."""
+
+    def __init__(
+        self,
+        query: ChangeStreamQuery,
+        metastore: Metastore,
+        stream_key: str,
+        staging_root: str,
+        *,
+        owner: str,
+        lease_seconds: float = 300.0,
+        retries: int = 5,
+        backoff_seconds: float = 1.0,
+        poll_seconds: float = 1.0,
+        rows_per_file: int = DEFAULT_ROWS_PER_FILE,
+        query_timeout: float | None = 3600.0,
+        filesystem: object | None = None,
+        log: logging.Logger | None = None,
+        progress_seconds: float = 10.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.query = query
+        self.metastore = metastore
+        self.stream_key = stream_key
+        self.staging_root = staging_root
+        self.owner = owner
+        self.lease_seconds = lease_seconds
+        self.retries = retries
+        self.backoff_seconds = backoff_seconds
+        self.poll_seconds = poll_seconds
+        self.rows_per_file = rows_per_file
+        self.query_timeout = query_timeout
+        self.filesystem = filesystem
+        self.log = log or logging.getLogger(__name__)
+        self.progress_seconds = progress_seconds
+        self._sleep = sleep
+
+    # ----- lineage --------------------------------------------------------------------------------
+    def prepare(self, window: Window) -> list[str]:
+        """Make sure the lineage covers the window and list the partitions it must read.
+
+        The first window of a stream (or a window older than every recorded partition) issues the
+        initial query (``partition_token => NULL``) at the window start; later windows continue from
+        the recorded lineage. Idempotent; safe to call from several readers.
+        """
+        if not self.metastore.is_known_stream(self.stream_key) or not self.metastore.partitions_alive_at(
+            self.stream_key, window.start
+        ):
+            self._initial_query(window)
+        overlapping = self.metastore.partitions_overlapping(self.stream_key, window.start, window.end)
+        tokens = [p.token for p in overlapping]
+        self.metastore.add_window_partitions(self.stream_key, window.start, window.end, tokens)
+        return tokens
+
+    def _initial_query(self, window: Window) -> None:
+        children: list[PartitionSpec] = []
+        try:
+            for record in self.query.records(None, window.start, window.query_end, self.query_timeout):
+                if isinstance(record, ChildPartitionsRecord):
+                    children.extend(
+                        PartitionSpec(
+                            token=c.token,
+                            start_timestamp=record.start_timestamp,
+                            parent_tokens=(),
+                            heartbeat_ms=self.query.heartbeat_ms,
+                        )
+                        for c in record.child_partitions
+                    )
+        except gexc.GoogleAPICallError as exc:
+            raise ChangeStreamReadError(window, None, _describe(exc)) from exc
+        if not children:
+            raise ChangeStreamReadError(window, None, "the initial query returned no partitions")
+        self.metastore.add_partitions(self.stream_key, children)
+        # A window older than the recorded lineage: its initial partitions start earlier.
+        self.metastore.lower_initial_starts(self.stream_key, [c.token for c in children], window.start)
+        self.log.info(
+            "Initial query at %s found %d partition(s) of %s",
+            format_timestamp(window.start),
+            len(children),
+            self.stream_key,
+        )
+
+    # ----- reading --------------------------------------------------------------------------------
+    def read(self, window: Window) -> ReadSummary:
+        """Claim and read partitions of the window until every partition of it has been read."""
+        started = time.monotonic()
+        summary = ReadSummary(window.window_id, window_location(self.staging_root, self.query.stream, window))
+        if not self.metastore.window_partitions(self.stream_key, window.start, window.end):
+            self.prepare(window)
+        while True:
+            token = self.metastore.claim_window_partition(
+                self.stream_key, window.start, window.end, self.owner, self.lease_seconds
+            )
+            if token is None:
+                pending = [
+                    p
+                    for p in self.metastore.window_partitions(self.stream_key, window.start, window.end)
+                    if p.state != "done"
+                ]
+                if not pending:
+                    break
+                self._sleep(self.poll_seconds)
+                continue
+            result = self._read_partition(window, token)
+            summary.rows += result.rows
+            summary.data_records += result.data_records
+            summary.transactions += result.transactions
+            summary.partitions.append(token)
+        summary.seconds = time.monotonic() - started
+        self.log.info(
+            "Window %s: read %d change rows (%d records, %.0f transactions) from %d partition(s) in %.1fs",
+            window,
+            summary.rows,
+            summary.data_records,
+            summary.transactions,
+            len(summary.partitions),
+            summary.seconds,
+        )
+        return summary
+
+    def _read_partition(self, window: Window, token: str) -> PartitionResult:
+        partition = self.metastore.get_partition(self.stream_key, token)
+        start = max(window.start, partition.start_timestamp)
+        result = PartitionResult(token)
+        if start > window.query_end:
+            self._complete(window, token, result)
+            return result
+        writer = StagingWriter(
+            self.staging_root,
+            self.query.stream,
+            window,
+            token,
+            rows_per_file=self.rows_per_file,
+            filesystem=self.filesystem,
+        )
+        with writer:
+            self._drain(window, token, start, writer, result)
+        if result.children:
+            assert result.end is not None
+            specs = [
+                PartitionSpec(
+                    token=c.token,
+                    start_timestamp=result.end,
+                    parent_tokens=tuple(c.parent_partition_tokens),
+                    heartbeat_ms=self.query.heartbeat_ms,
+                )
+                for c in result.children
+            ]
+            self.metastore.finish_partition(self.stream_key, token, result.end, specs)
+            in_window = [c.token for c in result.children if result.end < window.end]
+            if in_window:
+                self.metastore.add_window_partitions(self.stream_key, window.start, window.end, in_window)
+        else:
+            self.metastore.advance_watermark(self.stream_key, token, window.end, records=result.rows)
+        self._complete(window, token, result)
+        return result
+
+    def _complete(self, window: Window, token: str, result: PartitionResult) -> None:
+        done = self.metastore.complete_window_partition(
+            self.stream_key,
+            window.start,
+            window.end,
+            token,
+            self.owner,
+            rows=result.rows,
+            transactions=result.transactions,
+        )
+        if not done:
+            raise ChangeStreamReadError(
+                window, token, f"the lease of reader {self.owner} expired and another reader took the partition"
+            )
+
+    def _drain(self, window: Window, token: str, start: datetime, writer: StagingWriter, result: PartitionResult) -> None:
+        """Run the partition's query, resuming after retryable errors from the last record received."""
+        resume_at = start
+        seen_at_resume: set[tuple[str, str]] = set()
+        last_ts: datetime | None = None
+        seen_at_last: set[tuple[str, str]] = set()
+        last_log = time.monotonic()
+        began = last_log
+        while True:
+            try:
+                for record in self.query.records(token, resume_at, window.query_end, self.query_timeout):
+                    if isinstance(record, DataChangeRecord):
+                        ts = record.commit_timestamp
+                        ident = (record.server_transaction_id, record.record_sequence)
+                        if ts < resume_at or (ts == resume_at and ident in seen_at_resume):
+                            continue  # delivered before the resume
+                        result.rows += writer.write_record(record)
+                        result.data_records += 1
+                        if record.is_last_record_in_transaction_in_partition:
+                            result.transactions += 1.0 / record.number_of_partitions_in_transaction
+                        if ts != last_ts:
+                            last_ts, seen_at_last = ts, set()
+                        seen_at_last.add(ident)
+                    elif isinstance(record, ChildPartitionsRecord):
+                        result.children.extend(record.child_partitions)
+                        result.end = record.start_timestamp
+                    elif not isinstance(record, HeartbeatRecord):  # pragma: no cover - closed union
+                        raise ChangeStreamReadError(window, token, f"unexpected record {record!r}")
+                    now = time.monotonic()
+                    if now - last_log >= self.progress_seconds:
+                        last_log = now
+                        self._progress(window, token, record.timestamp, result, now - began)
+                return
+            except gexc.GoogleAPICallError as exc:
+                if not isinstance(exc, RETRYABLE):
+                    raise ChangeStreamReadError(window, token, _describe(exc)) from exc
+                result.retries += 1
+                if result.retries > self.retries:
+                    raise ChangeStreamReadError(
+                        window, token, f"{_describe(exc)} (gave up after {self.retries} retries)"
+                    ) from exc
+                if last_ts is not None:
+                    resume_at, seen_at_resume = last_ts, set(seen_at_last)
+                delay = self.backoff_seconds * (2 ** (result.retries - 1))
+                self.log.warning(
+                    "Partition %s of window %s: %s; retry %d/%d from %s in %.1fs",
+                    token,
+                    window,
+                    _describe(exc),
+                    result.retries,
+                    self.retries,
+                    format_timestamp(resume_at),
+                    delay,
+                )
+                self._renew(window, token)
+                self._sleep(delay)
+
+    def _progress(self, window: Window, token: str, at: datetime, result: PartitionResult, seconds: float) -> None:
+        self._renew(window, token)
+        lag = (window.end - at).total_seconds()
+        self.log.info(
+            "Partition %s of window %s: %d change rows (%.0f/s), at %s, %.1fs behind the window end",
+            token,
+            window,
+            result.rows,
+            result.rows / seconds if seconds else 0.0,
+            format_timestamp(at),
+            max(lag, 0.0),
+        )
+
+    def _renew(self, window: Window, token: str) -> None:
+        if not self.metastore.renew_window_partition_lease(
+            self.stream_key, window.start, window.end, token, self.owner, self.lease_seconds
+        ):
+            raise ChangeStreamReadError(window, token, f"reader {self.owner} lost its lease on the partition")
+
+
+def _describe(exc: gexc.GoogleAPICallError) -> str:
+    code = getattr(exc, "grpc_status_code", None)
+    name = code.name if code is not None else type(exc).__name__
+    return f"{name}: {exc.message}"

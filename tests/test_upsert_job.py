@@ -1,0 +1,256 @@
+"""The upsert job (spark-submit entry point) and SparkUpsertWindowOperator."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from airflow_provider_cdc.domain.timestamps import to_micros
+from airflow_provider_cdc.jobs import upsert_job
+from airflow_provider_cdc.lake.change_set_writer import Change, change_set_table, write_change_set
+from airflow_provider_cdc.lake.delta import APP_ID_PREFIX, DeltaLakeTarget
+
+ORDERS = [
+    {"name": "OrderId", "type": {"code": "STRING"}, "is_primary_key": True, "ordinal_position": 1},
+    {"name": "Amount", "type": {"code": "NUMERIC"}, "is_primary_key": False, "ordinal_position": 2},
+    {"name": "PlacedAt", "type": {"code": "TIMESTAMP"}, "is_primary_key": False, "ordinal_position": 3},
+]
+CUSTOMERS = [
+    {"name": "CustomerId", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 1},
+    {"name": "Email", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 2},
+    {"name": "Photo", "type": {"code": "BYTES"}, "is_primary_key": False, "ordinal_position": 3},
+]
+START = datetime(2024, 6, 1, 12, 0, tzinfo=timezone.utc)
+END = START + timedelta(minutes=5)
+WINDOW_ID = f"{to_micros(START)}-{to_micros(END)}"
+
+
+def seq(n: int) -> str:
+    return "/".join(f"{v:016X}" for v in (to_micros(START) + n, 7, n, 0))
+
+
+def write_window(root: Path, window_id: str = WINDOW_ID, n: int = 1) -> Path:
+    from decimal import Decimal
+
+    commit = START + timedelta(seconds=n)
+    orders = [
+        Change({"OrderId": f"o{i}"}, "UPSERT", seq(n), commit, {"Amount": Decimal(f"{i}.25"), "PlacedAt": commit})
+        for i in range(5)
+    ]
+    customers = [
+        Change({"CustomerId": 1}, "UPSERT", seq(n), commit, {"Email": "a@example.com", "Photo": b"\x89PNG"}),
+        Change({"CustomerId": 2}, "DELETE", seq(n), commit),
+    ]
+    path = root / window_id
+    write_change_set(
+        str(path),
+        {"Orders": change_set_table(ORDERS, orders), "Customers": change_set_table(CUSTOMERS, customers)},
+    )
+    return path
+
+
+def run_main(capsys, *args: str) -> tuple[int, dict]:
+    code = upsert_job.main(list(args))
+    captured = capsys.readouterr()
+    text = captured.out if code == 0 else captured.err
+    return code, json.loads(text.strip().splitlines()[-1])
+
+
+def test_job_applies_every_table_and_prints_a_summary(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.delenv(upsert_job.STORAGE_OPTIONS_ENV, raising=False)
+    changeset = write_window(tmp_path / "changesets")
+    lake = tmp_path / "lake"
+    args = ["--changeset", str(changeset), "--lake-root", str(lake), "--pipeline-id", "shop"]
+    code, summary = run_main(capsys, *args, "--window-version", str(to_micros(END)))
+    assert code == 0
+    assert summary["tables_applied"] == ["Customers", "Orders"]
+    assert (summary["rows_upserted"], summary["rows_deleted"], summary["skipped_as_applied"]) == (6, 0, [])
+    target = DeltaLakeTarget(str(lake))
+    orders = sorted(target.read_table("Orders").to_pylist(), key=lambda r: r["OrderId"])
+    assert [str(o["Amount"]) for o in orders] == [f"{i}.250000000" for i in range(5)]
+    assert target.read_table("Customers", ["CustomerId", "Photo"]).to_pylist() == [
+        {"CustomerId": 1, "Photo": b"\x89PNG"}
+    ]
+    # The window version defaults to the end of the change set's window id; a re-run skips.
+    code, again = run_main(capsys, *args)
+    assert code == 0 and again["skipped_as_applied"] == ["Customers", "Orders"] and again["tables_applied"] == []
+    assert DeltaTable(str(lake / "Orders")).version() == 0
+
+
+def test_job_refuses_a_change_set_without_manifest(tmp_path: Path, capsys) -> None:
+    changeset = write_window(tmp_path / "changesets")
+    (changeset / "_manifest.json").unlink()
+    code, error = run_main(
+        capsys, "--changeset", str(changeset), "--lake-root", str(tmp_path / "lake"), "--pipeline-id", "shop"
+    )
+    assert code == 2 and error["error"] == "ChangeSetError"
+    assert "_manifest.json" in error["message"] and "incomplete" in error["message"]
+    assert not (tmp_path / "lake").exists()
+
+
+def test_job_refuses_a_change_set_whose_rows_do_not_match_the_manifest(tmp_path: Path, capsys) -> None:
+    changeset = write_window(tmp_path / "changesets")
+    manifest = json.loads((changeset / "_manifest.json").read_text())
+    manifest["tables"]["Orders"]["rows"] = 6
+    (changeset / "_manifest.json").write_text(json.dumps(manifest))
+    code, error = run_main(
+        capsys, "--changeset", str(changeset), "--lake-root", str(tmp_path / "lake"), "--pipeline-id", "shop"
+    )
+    assert code == 2 and "'Orders' has 5 rows, manifest says 6" in error["message"]
+
+
+def test_job_refuses_a_window_version_that_contradicts_the_change_set(tmp_path: Path, capsys) -> None:
+    changeset = write_window(tmp_path / "changesets")
+    code, error = run_main(
+        capsys,
+        *("--changeset", str(changeset), "--lake-root", str(tmp_path / "lake"), "--pipeline-id", "shop"),
+        *("--window-version", "123"),
+    )
+    assert code == 2 and "--window-version 123 does not match" in error["message"]
+
+
+def test_storage_options_come_from_the_environment_only(monkeypatch) -> None:
+    monkeypatch.setenv(upsert_job.STORAGE_OPTIONS_ENV, '{"google_service_account": "/keys/lake.json"}')
+    assert upsert_job.storage_options_from_env() == {"google_service_account": "/keys/lake.json"}
+    monkeypatch.setenv(upsert_job.STORAGE_OPTIONS_ENV, '{"google_service_account_key": "s3cr3t"')
+    with pytest.raises(upsert_job.UpsertJobError) as info:
+        upsert_job.storage_options_from_env()
+    assert "s3cr3t" not in str(info.value)
+    options = {a.dest for a in upsert_job.build_parser()._actions}
+    assert not any("option" in o or "credential" in o or "key" in o for o in options)
+
+
+# --------------------------------------------------------------------------- operator
+
+KEYFILE = {"type": "service_account", "private_key": "-----BEGIN PRIVATE KEY-----\nabc\n", "client_email": "x@y"}
+
+
+@pytest.fixture
+def gcp_connection(monkeypatch) -> str:
+    conn = {"conn_type": "google_cloud_platform", "extra": {"keyfile_dict": json.dumps(KEYFILE)}}
+    monkeypatch.setenv("AIRFLOW_CONN_GCP_LAKE", json.dumps(conn))
+    return "gcp_lake"
+
+
+def test_gcp_storage_options_from_connection_extras() -> None:
+    from airflow_provider_cdc.operators.upsert import gcp_storage_options
+
+    assert gcp_storage_options({}) == {}
+    assert gcp_storage_options({"key_path": "/keys/k.json"}) == {"google_service_account": "/keys/k.json"}
+    assert json.loads(gcp_storage_options({"keyfile_dict": KEYFILE})["google_service_account_key"]) == KEYFILE
+    legacy = {"extra__google_cloud_platform__keyfile_dict": json.dumps(KEYFILE)}
+    assert json.loads(gcp_storage_options(legacy)["google_service_account_key"]) == KEYFILE
+    with pytest.raises(ValueError, match="impersonation_chain"):
+        gcp_storage_options({"impersonation_chain": "sa@p.iam.gserviceaccount.com"})
+    with pytest.raises(ValueError, match="both 'keyfile_dict' and 'key_path'"):
+        gcp_storage_options({"keyfile_dict": KEYFILE, "key_path": "/k.json"})
+    with pytest.raises(ValueError, match="'keyfile_dict' is not valid JSON"):
+        gcp_storage_options({"keyfile_dict": "{"})
+
+
+def _context(**extra) -> dict:
+    return {"data_interval_start": START, "data_interval_end": END, **extra}
+
+
+def test_operator_builds_arguments_from_the_data_interval() -> None:
+    from airflow_provider_cdc.operators.upsert import UPSERT_JOB_PATH, SparkUpsertWindowOperator
+
+    op = SparkUpsertWindowOperator(
+        task_id="upsert", changeset_root="gs://b/changesets/", lake_root="gs://b/lake", pipeline_id="shop"
+    )
+    assert op.application == UPSERT_JOB_PATH and Path(UPSERT_JOB_PATH).is_file()
+    for field in ("changeset_uri", "changeset_root", "lake_root", "pipeline_id", "window_version"):
+        assert field in op.template_fields
+    assert op.build_application_args(_context()) == [
+        *("--changeset", f"gs://b/changesets/{WINDOW_ID}", "--lake-root", "gs://b/lake"),
+        *("--pipeline-id", "shop", "--window-version", str(to_micros(END))),
+    ]
+    explicit = SparkUpsertWindowOperator(
+        task_id="u2", changeset_uri="/c/1-2", lake_root="/l", pipeline_id="p", window_version="1970-01-01T00:00:00.000002Z"
+    )
+    assert explicit.build_application_args(_context())[-1] == "2"
+    with pytest.raises(ValueError, match="exactly one of changeset_uri and changeset_root"):
+        SparkUpsertWindowOperator(task_id="u3", lake_root="/l", pipeline_id="p")
+
+
+def test_operator_passes_credentials_in_the_environment_only(gcp_connection: str, monkeypatch) -> None:
+    from airflow_provider_cdc.operators.upsert import STORAGE_OPTIONS_ENV, SparkUpsertWindowOperator
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[1]"}))
+    op = SparkUpsertWindowOperator(
+        task_id="upsert",
+        changeset_root="gs://b/changesets",
+        lake_root="gs://b/lake",
+        pipeline_id="shop",
+        gcp_conn_id=gcp_connection,
+        env_vars={"PYSPARK_PYTHON": "python3"},
+        conn_id="spark_local",
+    )
+    op.application_args = op.build_application_args(_context())
+    hook = op._get_hook()
+    options = json.loads(hook._env_vars[STORAGE_OPTIONS_ENV])
+    assert json.loads(options["google_service_account_key"]) == KEYFILE
+    assert hook._env_vars["PYSPARK_PYTHON"] == "python3"
+    assert op.env_vars == {"PYSPARK_PYTHON": "python3"}  # rendered fields keep no credential
+    command = " ".join(hook._build_spark_submit_command(op.application))
+    assert "PRIVATE KEY" not in command and STORAGE_OPTIONS_ENV not in command
+
+
+def test_operator_refuses_credentials_where_they_would_reach_the_command_line(
+    gcp_connection: str, monkeypatch
+) -> None:
+    from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
+
+    # On YARN (and Kubernetes) spark-submit turns the environment into --conf values.
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_REMOTE", json.dumps({"conn_type": "spark", "host": "yarn"}))
+    op = SparkUpsertWindowOperator(
+        task_id="upsert", changeset_root="gs://b/c", lake_root="gs://b/l", pipeline_id="shop",
+        gcp_conn_id=gcp_connection, conn_id="spark_remote",
+    )
+    with pytest.raises(ValueError, match="command line") as info:
+        op._get_hook()
+    assert "PRIVATE KEY" not in str(info.value)
+
+
+@pytest.mark.spark
+def test_operator_runs_the_job_through_a_real_spark_submit(tmp_path: Path, monkeypatch, capfd) -> None:
+    from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[1]"}))
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    write_window(tmp_path / "changesets")
+    lake = tmp_path / "lake"
+    key_path = tmp_path / "key.json"
+    key_path.write_text(json.dumps(KEYFILE))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_GCP_LAKE",
+        json.dumps({"conn_type": "google_cloud_platform", "extra": {"key_path": str(key_path)}}),
+    )
+    op = SparkUpsertWindowOperator(
+        task_id="upsert",
+        conn_id="spark_local",
+        changeset_root=str(tmp_path / "changesets"),
+        lake_root=str(lake),
+        pipeline_id="shop",
+        gcp_conn_id="gcp_lake",
+        env_vars={"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable},
+        conf={"spark.ui.enabled": "false"},
+    )
+    op.execute(_context())
+    output = capfd.readouterr().out
+    # The hook logs the job's output; the summary is one JSON object with sorted keys.
+    summaries = [json.loads(m) for m in re.findall(r'\{"changeset".*?"tables_applied": \[[^\]]*\], "window_version": \d+\}', output)]
+    assert summaries and summaries[-1]["tables_applied"] == ["Customers", "Orders"]
+    assert summaries[-1]["storage_option_names"] == ["google_service_account"]  # from gcp_conn_id
+    assert str(key_path) not in output and "PRIVATE KEY" not in output
+    target = DeltaLakeTarget(str(lake))
+    assert sorted(r["OrderId"] for r in target.read_table("Orders").to_pylist()) == [f"o{i}" for i in range(5)]
+    for table in ("Orders", "Customers"):
+        assert DeltaTable(str(lake / table)).transaction_version(APP_ID_PREFIX + "shop") == to_micros(END)
