@@ -29,6 +29,7 @@ from airflow_provider_cdc.lake.delta import (
     APP_ID_PREFIX,
     DeltaLakeTarget,
     IncompatibleSchemaError,
+    LakeError,
     WindowOrderError,
 )
 
@@ -61,8 +62,12 @@ def window_version(n: int) -> int:
     return int((at(n) - datetime(1970, 1, 1, tzinfo=timezone.utc)) / timedelta(microseconds=1))
 
 
-def rows(target: DeltaLakeTarget, table: str = "Employees", columns: list[str] = SOURCE_COLUMNS) -> list[dict]:
-    return sorted(target.read_table(table, columns=columns).to_pylist(), key=lambda r: json.dumps(r, default=str))
+def rows(
+    target: DeltaLakeTarget, table: str = "Employees", columns: list[str] = SOURCE_COLUMNS
+) -> list[dict]:
+    return sorted(
+        target.read_table(table, columns=columns).to_pylist(), key=lambda r: json.dumps(r, default=str)
+    )
 
 
 @pytest.fixture
@@ -91,9 +96,16 @@ def seed_003(target: DeltaLakeTarget) -> None:
 def test_seed_003_upsert_and_delete_example(target: DeltaLakeTarget) -> None:
     seed_003(target)
     result = apply(
-        target, 20, [delete(100, 2), upsert(101, 2, Name="Tal", Salary=8000), upsert(105, 2, Name="Izumi", Salary=6000)]
+        target,
+        20,
+        [delete(100, 2), upsert(101, 2, Name="Tal", Salary=8000), upsert(105, 2, Name="Izumi", Salary=6000)],
     )
-    assert (result.status, result.rows_deleted, result.rows_updated, result.rows_inserted) == ("applied", 1, 1, 1)
+    assert (result.status, result.rows_deleted, result.rows_updated, result.rows_inserted) == (
+        "applied",
+        1,
+        1,
+        1,
+    )
     assert rows(target) == [
         {"ID": 101, "Name": "Tal", "Salary": 8000},
         {"ID": 102, "Name": "Lee", "Salary": 5000},
@@ -211,8 +223,12 @@ def test_pipelines_have_separate_window_versions(target: DeltaLakeTarget) -> Non
 def test_new_columns_evolve_the_schema_in_the_window_commit(target: DeltaLakeTarget) -> None:
     seed_003(target)
     evolved = EMPLOYEES + [
-        {"name": "Tags", "type": {"code": "ARRAY", "array_element_type": {"code": "STRING"}},
-         "is_primary_key": False, "ordinal_position": 4},
+        {
+            "name": "Tags",
+            "type": {"code": "ARRAY", "array_element_type": {"code": "STRING"}},
+            "is_primary_key": False,
+            "ordinal_position": 4,
+        },
     ]
     result = apply(
         target,
@@ -266,7 +282,14 @@ def test_null_key_values_match_their_stored_row(target: DeltaLakeTarget) -> None
 def test_streamed_and_materialised_applies_agree(tmp_path: Path) -> None:
     windows = [
         (10, [upsert(1, 1, Name="a", Salary=1), upsert(2, 1, Name="b", Salary=2), delete(9, 1)]),
-        (20, [upsert(1, 2, present=["Salary"], Salary=10), delete(2, 2), upsert(3, 2, present=["Name"], Name="c")]),
+        (
+            20,
+            [
+                upsert(1, 2, present=["Salary"], Salary=10),
+                delete(2, 2),
+                upsert(3, 2, present=["Name"], Name="c"),
+            ],
+        ),
     ]
     results = []
     for limit in (0, 1_000_000):
@@ -274,17 +297,33 @@ def test_streamed_and_materialised_applies_agree(tmp_path: Path) -> None:
         for n, changes in windows:
             assert apply(target, n, changes).status == "applied"
         results.append(rows(target))
-    assert results[0] == results[1] == [{"ID": 1, "Name": "a", "Salary": 10}, {"ID": 3, "Name": "c", "Salary": None}]
+    assert (
+        results[0]
+        == results[1]
+        == [{"ID": 1, "Name": "a", "Salary": 10}, {"ID": 3, "Name": "c", "Salary": None}]
+    )
 
 
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda t: t.set_column(4, "_CHANGE_TYPE", pa.array(["MERGE"] * t.num_rows)), "UPSERT or DELETE, got 'MERGE'"),
-        (lambda t: t.set_column(5, "_CHANGE_SEQUENCE_NUMBER", pa.array(["7B"] * t.num_rows)), "'7B' is not in"),
+        (
+            lambda t: t.set_column(4, "_CHANGE_TYPE", pa.array(["MERGE"] * t.num_rows)),
+            "UPSERT or DELETE, got 'MERGE'",
+        ),
+        (
+            lambda t: t.set_column(5, "_CHANGE_SEQUENCE_NUMBER", pa.array(["7B"] * t.num_rows)),
+            "'7B' is not in",
+        ),
         (lambda t: t.set_column(2, "_present_columns", pa.array([["Bonus"]] * t.num_rows)), "names 'Bonus'"),
-        (lambda t: t.set_column(0, "_keys_json", pa.array(['{"Other":1}'] * t.num_rows)), "names column(s) ['Other']"),
-        (lambda t: t.set_column(0, "_keys_json", pa.array(["{}"] * t.num_rows)), "lacks key column(s) ['ID']"),
+        (
+            lambda t: t.set_column(0, "_keys_json", pa.array(['{"Other":1}'] * t.num_rows)),
+            "names column(s) ['Other']",
+        ),
+        (
+            lambda t: t.set_column(0, "_keys_json", pa.array(["{}"] * t.num_rows)),
+            "lacks key column(s) ['ID']",
+        ),
         (lambda t: pa.concat_tables([t, t]), "several rows for key"),
     ],
 )
@@ -355,7 +394,11 @@ def _normalise(table: pa.Table) -> list[dict]:
 
 def test_duckdb_and_polars_read_what_pyarrow_reads(target: DeltaLakeTarget) -> None:
     seed_003(target)
-    apply(target, 20, [delete(100, 2), upsert(101, 2, present=["Salary"], Salary=8000), upsert(105, 2, Name="Izumi")])
+    apply(
+        target,
+        20,
+        [delete(100, 2), upsert(101, 2, present=["Salary"], Salary=8000), upsert(105, 2, Name="Izumi")],
+    )
     expected = _normalise(target.read_table("Employees"))
     assert len(expected) == 3
     assert _normalise(_duckdb_read(target.table_uri("Employees"))) == expected
@@ -372,28 +415,57 @@ def test_a_crash_before_the_commit_then_a_rerun_gives_the_same_table(tmp_path: P
         pytest.skip("strace is needed to kill the job at the moment of its Delta commit")
     lake = tmp_path / "lake"
     changesets = tmp_path / "changesets"
-    window1, window2 = f"{window_version(0)}-{window_version(10)}", f"{window_version(10)}-{window_version(20)}"
+    window1, window2 = (
+        f"{window_version(0)}-{window_version(10)}",
+        f"{window_version(10)}-{window_version(20)}",
+    )
     write_change_set(
         str(changesets / window1),
         {"Employees": change_set_table(EMPLOYEES, [upsert(i, 1, Name=f"n{i}", Salary=i) for i in range(50)])},
     )
     write_change_set(
         str(changesets / window2),
-        {"Employees": change_set_table(
-            EMPLOYEES, [delete(0, 2)] + [upsert(i, 2, present=["Salary"], Salary=-i) for i in range(1, 40)]
-        )},
+        {
+            "Employees": change_set_table(
+                EMPLOYEES,
+                [delete(0, 2)] + [upsert(i, 2, present=["Salary"], Salary=-i) for i in range(1, 40)],
+            )
+        },
     )
-    job = [sys.executable, "-m", "airflow_provider_cdc.jobs.upsert_job", "--lake-root", str(lake), "--pipeline-id", "p"]
+    job = [
+        sys.executable,
+        "-m",
+        "airflow_provider_cdc.jobs.upsert_job",
+        "--lake-root",
+        str(lake),
+        "--pipeline-id",
+        "p",
+    ]
     env = {**os.environ, "CDC_LAKE_STORAGE_OPTIONS": ""}
     subprocess.run([*job, "--changeset", str(changesets / window1)], check=True, env=env, capture_output=True)
 
     table = lake / "Employees"
     commit_file = table / "_delta_log" / f"{1:020d}.json"
     killed = subprocess.run(
-        [strace, "-f", "-qq", "-o", os.devnull, "-P", str(commit_file), "-e", "trace=linkat,rename,renameat2",
-         "-e", "inject=linkat,rename,renameat2:error=EIO:signal=KILL",
-         *job, "--changeset", str(changesets / window2)],
-        env=env, capture_output=True, text=True,
+        [
+            strace,
+            "-f",
+            "-qq",
+            "-o",
+            os.devnull,
+            "-P",
+            str(commit_file),
+            "-e",
+            "trace=linkat,rename,renameat2",
+            "-e",
+            "inject=linkat,rename,renameat2:error=EIO:signal=KILL",
+            *job,
+            "--changeset",
+            str(changesets / window2),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
     )
     assert killed.returncode in (-9, 137), killed.stderr
     dt = DeltaTable(str(table))
@@ -402,14 +474,18 @@ def test_a_crash_before_the_commit_then_a_rerun_gives_the_same_table(tmp_path: P
     written = {p.name for p in table.glob("*.parquet")}
     assert written - referenced, "the killed apply should have written data files before its commit"
 
-    rerun = subprocess.run([*job, "--changeset", str(changesets / window2)], env=env, capture_output=True, text=True)
+    rerun = subprocess.run(
+        [*job, "--changeset", str(changesets / window2)], env=env, capture_output=True, text=True
+    )
     assert rerun.returncode == 0, rerun.stderr
     assert json.loads(rerun.stdout.strip().splitlines()[-1])["tables_applied"] == ["Employees"]
 
     reference = DeltaLakeTarget(str(tmp_path / "reference"))
     for window in (window1, window2):
         for part in ChangeSetReader(str(changesets / window)).tables():
-            reference.apply_change_set(part.name, part.dataset, part.column_types(), "p", int(window.split("-")[1]))
+            reference.apply_change_set(
+                part.name, part.dataset, part.column_types(), "p", int(window.split("-")[1])
+            )
     recovered = DeltaLakeTarget(str(lake))
     assert DeltaTable(str(table)).version() == 1
     assert rows(recovered) == rows(reference)
@@ -437,8 +513,10 @@ def histories(draw) -> tuple[list[dict], list[int]]:
             values = {"Name": draw(st.text("abc", max_size=3)), "Salary": str(draw(st.integers(0, 99)))}
         elif kind == "UPDATE":
             columns = draw(st.sets(st.sampled_from(VALUE_COLUMNS), min_size=1))
-            values = {c: (draw(st.text("xyz", max_size=2)) if c == "Name" else str(draw(st.integers(0, 99))))
-                      for c in columns}
+            values = {
+                c: (draw(st.text("xyz", max_size=2)) if c == "Name" else str(draw(st.integers(0, 99))))
+                for c in columns
+            }
         else:
             values = {}
         present[key] = kind != "DELETE"
@@ -474,31 +552,122 @@ def _model(mods: list[dict]) -> list[dict]:
         else:
             state[mod["key"]].update(mod["values"])
     return sorted(
-        ({"ID": k, "Name": v["Name"], "Salary": None if v["Salary"] is None else int(v["Salary"])}
-         for k, v in state.items()),
+        (
+            {"ID": k, "Name": v["Name"], "Salary": None if v["Salary"] is None else int(v["Salary"])}
+            for k, v in state.items()
+        ),
         key=lambda r: json.dumps(r, default=str),
     )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(history=histories(), streamed=st.booleans(), replay=st.integers(0, 10))
-def test_random_histories_applied_per_window_equal_the_final_state(tmp_path_factory, history, streamed, replay) -> None:
+def test_random_histories_applied_per_window_equal_the_final_state(
+    tmp_path_factory, history, streamed, replay
+) -> None:
     collapse = pytest.importorskip("airflow_provider_cdc.domain.collapse")
     mods, cuts = history
     bounds = [0, *cuts, len(mods)]
-    target = DeltaLakeTarget(str(tmp_path_factory.mktemp("lake")), max_materialized_rows=0 if streamed else 10**6)
+    target = DeltaLakeTarget(
+        str(tmp_path_factory.mktemp("lake")), max_materialized_rows=0 if streamed else 10**6
+    )
     windows = []
-    for index, (start, end) in enumerate(zip(bounds, bounds[1:])):
+    for index, (start, end) in enumerate(zip(bounds, bounds[1:], strict=False)):
         changes = [_staged(m) for m in mods[start:end]]
         rows_ = collapse.collapse_window(changes).get("Employees", [])
-        windows.append((window_version(100 * (index + 1)), pa.Table.from_pylist(rows_, schema=CHANGE_SET_SCHEMA)))
+        windows.append(
+            (window_version(100 * (index + 1)), pa.Table.from_pylist(rows_, schema=CHANGE_SET_SCHEMA))
+        )
     for version, table in windows:
-        assert target.apply_change_set("Employees", table, EMPLOYEES, "prop", version).status == "applied"
+        status = target.apply_change_set("Employees", table, EMPLOYEES, "prop", version).status
+        assert status == ("applied" if table.num_rows else "empty")
     final = rows(target)
     table_version = DeltaTable(target.table_uri("Employees")).version()
     assert final == _model(mods)
     # Every window again (a re-run), then an older one late (a backfill): nothing changes.
     for version, table in [*windows, windows[replay % len(windows)]]:
-        assert target.apply_change_set("Employees", table, EMPLOYEES, "prop", version).status == "already_applied"
+        status = target.apply_change_set("Employees", table, EMPLOYEES, "prop", version).status
+        assert status == ("already_applied" if table.num_rows else "empty")
     assert rows(target) == final
     assert DeltaTable(target.table_uri("Employees")).version() == table_version
+
+
+# --------------------------------------------------------------------------- snapshot load, maintenance
+
+
+def test_bulk_load_then_windows_apply_on_top(target: DeltaLakeTarget) -> None:
+    rows_ = pa.table(
+        {
+            "ID": pa.array([3, 1, 2], pa.int64()),
+            "Name": ["c", "a", "b"],
+            "Salary": pa.array([30, 10, 20], pa.int64()),
+            "_change_sequence_number": [seq(1)] * 3,
+            "_commit_timestamp": pa.array([at(1)] * 3, pa.timestamp("us", tz="UTC")),
+        }
+    )
+    loaded = target.bulk_load("Employees", EMPLOYEES, rows_, "orders", window_version(10))
+    assert (loaded.created, loaded.rows_inserted, loaded.table_version) == (True, 3, 0)
+    assert [r["ID"] for r in target.read_table("Employees").to_pylist()] == [1, 2, 3]  # stored in key order
+    with pytest.raises(LakeError, match="already exists"):
+        target.bulk_load("Employees", EMPLOYEES, rows_, "orders", window_version(10))
+    # A window the snapshot already holds is skipped; later windows apply on top.
+    covered = apply(target, 5, [delete(1, 0)])
+    assert covered.status == "already_applied" and "snapshot" in covered.detail
+    apply(target, 20, [delete(1, 2), upsert(2, 2, present=["Salary"], Salary=21)])
+    assert rows(target) == [{"ID": 2, "Name": "b", "Salary": 21}, {"ID": 3, "Name": "c", "Salary": 30}]
+
+
+@pytest.mark.parametrize("z_order", [False, True])
+def test_optimize_rewrites_files_without_changing_rows(target: DeltaLakeTarget, z_order: bool) -> None:
+    seed_003(target)
+    for n in range(2, 6):
+        apply(target, 10 * n, [upsert(100 + n, n, Name=f"n{n}", Salary=n)])
+    before = rows(target)
+    files_before = len(DeltaTable(target.table_uri("Employees")).file_uris())
+    target.optimize("Employees", z_order=z_order)
+    dt = DeltaTable(target.table_uri("Employees"))
+    assert rows(target) == before
+    assert len(dt.file_uris()) < files_before
+    assert dt.transaction_version(APP_ID_PREFIX + "orders") == window_version(50)
+
+
+def test_concurrent_applies_of_the_same_window_commit_once(tmp_path: Path) -> None:
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    # A retried task can overlap its still-running previous attempt.
+    first = change_set_table(EMPLOYEES, [upsert(i, 1, Name=f"n{i}", Salary=i) for i in range(200)])
+    second = change_set_table(EMPLOYEES, [delete(i, 2) for i in range(0, 200, 2)])
+
+    def race(table: pa.Table, n: int) -> list[str]:
+        barrier = threading.Barrier(2)
+
+        def run(_: int) -> str:
+            target = DeltaLakeTarget(str(tmp_path / "lake"))
+            barrier.wait()
+            return target.apply_change_set("Employees", table, EMPLOYEES, "orders", window_version(n)).status
+
+        with ThreadPoolExecutor(2) as pool:
+            return sorted(pool.map(run, range(2)))
+
+    assert race(first, 10) == ["already_applied", "applied"]  # creating the table
+    dt = DeltaTable(str(tmp_path / "lake" / "Employees"))
+    assert dt.version() == 0 and dt.count() == 200
+    assert race(second, 20) == ["already_applied", "applied"]  # merging into it
+    dt = DeltaTable(str(tmp_path / "lake" / "Employees"))
+    assert dt.version() == 1 and dt.count() == 100
+
+
+def test_a_window_that_changes_no_row_is_still_recorded(target: DeltaLakeTarget) -> None:
+    seed_003(target)
+    result = apply(target, 20, [delete(999, 2), upsert(100, 0, Name="stale")])  # absent key, older change
+    assert result.status == "applied" and (result.rows_deleted, result.rows_updated) == (0, 0)
+    assert result.table_version == 1
+    dt = DeltaTable(target.table_uri("Employees"))
+    assert dt.version() == 1 and dt.transaction_version(APP_ID_PREFIX + "orders") == window_version(20)
+    assert apply(target, 20, [delete(999, 2)]).status == "already_applied"
+    assert len(rows(target)) == 3

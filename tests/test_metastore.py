@@ -31,9 +31,13 @@ from airflow_provider_cdc.metastore import (
     UnknownStreamError,
     WindowConflictError,
     WindowNotFoundError,
+    WindowPartitionRecord,
+    WindowPartitionState,
     WindowState,
+    migrations,
 )
 from airflow_provider_cdc.metastore import schema as schema_module
+from airflow_provider_cdc.metastore.model import window_parents_to_wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 STREAM = "projects/test-project/instances/test-instance/databases/shop/OrdersStream"
@@ -180,7 +184,7 @@ def test_upgrade_from_version_1_keeps_data(metastore_url: str, sqlite_url: str) 
 
     store = Metastore(metastore_url)
     assert store.schema_version() == 1
-    assert store.create_schema() == [2]
+    assert store.create_schema() == [2, 3]
     assert store.create_schema() == []
 
     partition = store.get_partition(STREAM, "tok-1")
@@ -239,7 +243,7 @@ def test_newer_or_foreign_schema_is_refused(metastore_url: str) -> None:
     store.create_schema()
     with engine.begin() as conn:
         conn.execute(sa.text("INSERT INTO cdc_schema_version VALUES (99, 'future', 0)"))
-    with pytest.raises(SchemaVersionError, match="version 99 is newer than version 2"):
+    with pytest.raises(SchemaVersionError, match=f"version 99 is newer than version {CURRENT_VERSION}"):
         store.create_schema()
     engine.dispose()
     store.dispose()
@@ -450,15 +454,15 @@ def test_child_waits_for_all_parents(store: Metastore) -> None:
 
 def test_lease_is_exclusive_and_expires(store: Metastore) -> None:
     store.add_partitions(STREAM, [PartitionSpec("p", T0)])
-    first = store.claim_partition(STREAM, "p", "reader-a", 0.4)
+    first = store.claim_partition(STREAM, "p", "reader-a", 30)
     assert first is not None
     assert (first.lease_owner, first.attempts, first.state) == ("reader-a", 1, PartitionState.RUNNING)
     assert store.claim_partition(STREAM, "p", "reader-b", 30) is None
     assert store.claim_next(STREAM, "reader-b", 30) is None
-    assert store.renew_lease(STREAM, "p", "reader-a", 0.4)
     assert not store.renew_lease(STREAM, "p", "reader-b", 30)
+    assert store.renew_lease(STREAM, "p", "reader-a", 0.3)
 
-    time.sleep(0.6)  # reader-a dies: its lease runs out
+    time.sleep(0.5)  # reader-a dies: its lease runs out
     taken = store.claim_next(STREAM, "reader-b", 30)
     assert taken is not None and (taken.token, taken.lease_owner, taken.attempts) == ("p", "reader-b", 2)
     assert not store.renew_lease(STREAM, "p", "reader-a", 30)
@@ -624,6 +628,22 @@ def test_alive_overlapping_and_lagging(store: Metastore) -> None:
         store.partitions_overlapping(STREAM, at(5), at(5))
 
 
+def test_queries_agree_with_the_partition_rules(store: Metastore) -> None:
+    build_lineage(store)
+    store.advance_watermark(STREAM, "c", at(42))
+    everything = store.list_partitions(STREAM)
+    for second in range(0, 71, 2):
+        ts = at(second)
+        alive = [p.token for p in everything if p.is_alive_at(ts)]
+        assert [p.token for p in store.partitions_alive_at(STREAM, ts)] == alive
+        lagging = [p.token for p in everything if p.is_alive_at(ts) and not p.is_drained_to(ts)]
+        assert [p.token for p in store.lagging_partitions(STREAM, ts)] == lagging
+        # Every partition that holds changes before ts is either drained to ts or reported lagging.
+        for p in everything:
+            if p.start_timestamp < ts and p.token not in lagging:
+                assert p.is_drained_to(ts), (p.token, second)
+
+
 def test_unknown_stream_and_token_are_named(store: Metastore) -> None:
     other = "projects/x/instances/y/databases/z/Missing"
     for call in (
@@ -653,12 +673,15 @@ def test_unknown_stream_and_token_are_named(store: Metastore) -> None:
 
 
 def test_stalled_partitions_by_missed_heartbeats(store: Metastore) -> None:
-    store.add_partitions(STREAM, [PartitionSpec("p", T0, heartbeat_ms=50), PartitionSpec("q", T0)])
+    store.add_partitions(STREAM, [PartitionSpec("p", T0, heartbeat_ms=1000), PartitionSpec("q", T0)])
     store.claim_partition(STREAM, "p", "r", 30)
     store.claim_partition(STREAM, "q", "r", 30)
     assert store.stalled_partitions(STREAM, missed_heartbeats=3) == []
-    time.sleep(0.3)
+    # Ten seconds without progress: p missed its heartbeats; q has no heartbeat interval to judge by.
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE cdc_partitions SET progress_us = progress_us - 10000000"))
     assert tokens(store.stalled_partitions(STREAM, missed_heartbeats=3)) == ["p"]
+    assert store.stalled_partitions(STREAM, missed_heartbeats=11) == []
     store.advance_watermark(STREAM, "p", at(1), owner="r")
     assert store.stalled_partitions(STREAM, missed_heartbeats=3) == []
 
@@ -670,6 +693,7 @@ def test_stalled_partitions_by_missed_heartbeats(store: Metastore) -> None:
 def test_window_moves_forward_only(store: Metastore) -> None:
     w = store.open_window(PIPELINE, STREAM, T0, at(60), staging_uri="gs://bucket/staging")
     assert (w.state, w.attempt, w.window_id) == (WindowState.READING, 1, "1767225600000000-1767225660000000")
+    assert (w.window.start, w.window.end) == (T0, at(60))
     assert store.open_window(PIPELINE, STREAM, T0, at(60)) == w
     with pytest.raises(WindowConflictError, match="recorded for change stream"):
         store.open_window(PIPELINE, STREAM + "2", T0, at(60))
@@ -764,6 +788,8 @@ def test_bad_input_is_named(store: Metastore) -> None:
         store.advance_watermark(STREAM, "t", "yesterday")
     with pytest.raises(ValueError, match="end 2026-01-01 00:00:00\\+00:00 is not after start"):
         store.open_window(PIPELINE, STREAM, T0, T0)
+    with pytest.raises(ValueError, match="invalid window start: naive datetime 2026-01-01T00:00:00"):
+        store.open_window(PIPELINE, STREAM, datetime(2026, 1, 1), at(60))
     assert not store.is_known_stream(STREAM)
 
 
@@ -773,3 +799,398 @@ def test_bad_urls_are_refused() -> None:
     with pytest.raises(MetastoreError, match="'mysql' is not supported"):
         Metastore("mysql://user:secret@host/db")
     assert "secret" not in repr(Metastore("postgresql+psycopg2://user:secret@localhost/db"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Partitions of a window: which ones the window must read, claimed with leases in lineage order.
+
+W_START, W_END = at(0), at(60)
+
+
+def window_states(store: Metastore, start: datetime = W_START, end: datetime = W_END) -> dict[str, str]:
+    return {p.token: p.state.value for p in store.window_partitions(STREAM, start, end)}
+
+
+def test_upgrade_from_version_2_adds_window_partitions(metastore_url: str) -> None:
+    engine = sa.create_engine(metastore_url)
+    with engine.begin() as conn:
+        for ddl in V1_DDL:
+            conn.execute(sa.text(ddl))
+        migrations.MIGRATIONS[1].apply(conn)
+        conn.execute(sa.text("INSERT INTO cdc_schema_version VALUES (2, 'v2', 1700000000000000)"))
+    engine.dispose()
+
+    store = Metastore(metastore_url)
+    assert store.schema_version() == 2
+    store.add_partitions(STREAM, [PartitionSpec("p", T0, heartbeat_ms=1000)])
+    store.advance_watermark(STREAM, "p", at(5), records=3)
+    assert not sa.inspect(store.engine).has_table("cdc_window_partitions")
+
+    assert store.create_schema() == [3]
+    assert store.create_schema() == []
+    assert store.schema_version() == 3
+    p = store.get_partition(STREAM, "p")
+    assert (p.start_timestamp, p.watermark, p.record_count, p.heartbeat_ms) == (T0, at(5), 3, 1000)
+    assert store.add_window_partitions(STREAM, W_START, W_END, ["p"]) == ["p"]
+    assert store.claim_window_partition(STREAM, W_START, W_END, "r", 30) == "p"
+    assert store.complete_window_partition(STREAM, W_START, W_END, "p", "r", rows=2, transactions=1.5)
+    item = store.window_partitions(STREAM, W_START, W_END)[0]
+    assert (item.state, item.rows, item.transactions) == (WindowPartitionState.DONE, 2, 1.5)
+
+    expected = {
+        name: {c.name: (c.type.compile(store.engine.dialect), c.nullable) for c in table.columns}
+        for name, table in schema_module.metadata.tables.items()
+    }
+    assert columns_of(store.engine) == expected
+    pk = sa.inspect(store.engine).get_pk_constraint("cdc_window_partitions")["constrained_columns"]
+    assert pk == ["stream", "window_start_us", "window_end_us", "token"]
+    store.dispose()
+
+
+def test_window_partition_state_is_checked_by_the_database(store: Metastore) -> None:
+    store.add_partitions(STREAM, [PartitionSpec("p", T0)])
+    store.add_window_partitions(STREAM, W_START, W_END, ["p"])
+    with pytest.raises(sa.exc.IntegrityError), store.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE cdc_window_partitions SET state = 'finished'"))
+    assert window_states(store) == {"p": "pending"}
+
+
+def test_add_window_partitions_is_insert_if_absent(store: Metastore) -> None:
+    store.add_partitions(STREAM, [PartitionSpec("a", T0), PartitionSpec("b", T0), PartitionSpec("c", at(5))])
+    assert store.window_partitions(STREAM, W_START, W_END) == []
+    assert store.add_window_partitions(STREAM, W_START, W_END, ["b", "a", "b"]) == ["b", "a"]
+    assert store.add_window_partitions(STREAM, W_START, W_END, ["a", "c"]) == ["c"]
+    assert store.add_window_partitions(STREAM, W_START, W_END, []) == []
+    items = store.window_partitions(STREAM, W_START, W_END)
+    assert [i.token for i in items] == ["a", "b", "c"]
+    first = items[0]
+    assert isinstance(first, WindowPartitionRecord)
+    assert (first.stream, first.window_start, first.window_end, first.window.window_id) == (
+        STREAM,
+        W_START,
+        W_END,
+        "1767225600000000-1767225660000000",
+    )
+    assert (first.state, first.lease_owner, first.lease_expires_at, first.attempts) == (
+        "pending",
+        None,
+        None,
+        0,
+    )
+    assert (first.rows, first.transactions, first.done_at, first.is_done) == (None, None, None, False)
+    assert first.created_at == first.updated_at
+    # A token the metastore does not know is refused, and nothing of that call is recorded.
+    with pytest.raises(PartitionNotFoundError, match=f"token 'ghost' of change stream '{STREAM}'"):
+        store.add_window_partitions(STREAM, at(60), at(120), ["a", "ghost"])
+    assert store.window_partitions(STREAM, at(60), at(120)) == []
+    # Windows are independent; an unknown stream simply has no items.
+    assert store.add_window_partitions(STREAM, at(60), at(120), ["c"]) == ["c"]
+    assert [i.token for i in store.window_partitions(STREAM, at(60), at(120))] == ["c"]
+    assert store.window_partitions(STREAM + "Other", W_START, W_END) == []
+
+
+def test_claim_follows_partition_start_then_token(store: Metastore) -> None:
+    store.add_partitions(
+        STREAM, [PartitionSpec("z", T0), PartitionSpec("late", at(10)), PartitionSpec("y", T0)]
+    )
+    store.add_window_partitions(STREAM, W_START, W_END, ["late", "z", "y"])
+    claimed = [store.claim_window_partition(STREAM, W_START, W_END, f"r{n}", 30) for n in range(4)]
+    assert claimed == ["y", "z", "late", None]
+    assert store.claim_window_partition(STREAM, at(60), at(120), "r0", 30) is None
+    assert store.claim_window_partition(STREAM + "Other", W_START, W_END, "r0", 30) is None
+    item = store.window_partitions(STREAM, W_START, W_END)[0]
+    assert (item.token, item.state, item.lease_owner, item.attempts) == ("y", "running", "r0", 1)
+    assert item.lease_expires_at - item.updated_at == timedelta(seconds=30)
+
+
+def test_merged_child_waits_for_both_parents_in_the_window(store: Metastore) -> None:
+    store.add_partitions(STREAM, [PartitionSpec("p1", T0), PartitionSpec("p2", T0)])
+    store.finish_partition(STREAM, "p1", at(30), [ChildPartition("m", ("p1", "p2"))])
+    store.finish_partition(STREAM, "p2", at(30), [ChildPartition("m", ("p1", "p2"))])
+    store.add_window_partitions(STREAM, W_START, W_END, ["m", "p1", "p2"])
+
+    assert store.claim_window_partition(STREAM, W_START, W_END, "r1", 30) == "p1"
+    assert store.claim_window_partition(STREAM, W_START, W_END, "r2", 30) == "p2"
+    assert store.claim_window_partition(STREAM, W_START, W_END, "r3", 30) is None
+    assert store.complete_window_partition(STREAM, W_START, W_END, "p1", "r1", rows=4, transactions=2)
+    # One parent done is not enough: the other still holds earlier changes of the merged range.
+    assert store.claim_window_partition(STREAM, W_START, W_END, "r3", 30) is None
+    assert window_states(store) == {"p1": "done", "p2": "running", "m": "pending"}
+    assert store.complete_window_partition(STREAM, W_START, W_END, "p2", "r2", rows=0, transactions=0)
+    assert store.claim_window_partition(STREAM, W_START, W_END, "r3", 30) == "m"
+
+    # In later windows the parents ended before the start (the boundary included): ready at once.
+    for start in (at(30), at(60)):
+        store.add_window_partitions(STREAM, start, start + timedelta(seconds=60), ["m"])
+        assert store.claim_window_partition(STREAM, start, start + timedelta(seconds=60), "r4", 30) == "m"
+
+
+def test_child_waits_for_a_parent_that_ends_in_the_window_without_being_read(store: Metastore) -> None:
+    store.add_partitions(STREAM, [PartitionSpec("p", T0), PartitionSpec("orphan", T0, ("never-recorded",))])
+    store.finish_partition(STREAM, "p", at(30), [ChildPartition("c", ("p",))])
+    store.add_window_partitions(STREAM, W_START, W_END, ["c", "orphan"])
+    # "orphan"'s parent is unknown (nothing to wait for); "c"'s parent p ended inside the window
+    # and is not done in it, so c waits even though p has no item of its own here.
+    assert store.claim_window_partition(STREAM, W_START, W_END, "r", 30) == "orphan"
+    assert store.claim_window_partition(STREAM, W_START, W_END, "r2", 30) is None
+    store.add_window_partitions(STREAM, W_START, W_END, ["p"])
+    assert store.claim_window_partition(STREAM, W_START, W_END, "r2", 30) == "p"
+    assert store.complete_window_partition(STREAM, W_START, W_END, "p", "r2", rows=1, transactions=1)
+    assert store.claim_window_partition(STREAM, W_START, W_END, "r2", 30) == "c"
+
+
+def test_window_parents_to_wait_for_rule() -> None:
+    ends = {"ended_before": 10, "ended_at_start": 20, "ends_inside": 30, "open": None}
+    parents = ["unknown", "ended_before", "ended_at_start", "ends_inside", "open"]
+    assert window_parents_to_wait_for(parents, ends, 20) == ["ends_inside", "open"]
+    assert window_parents_to_wait_for(parents, ends, 30) == ["open"]
+    assert window_parents_to_wait_for([], ends, 0) == []
+
+
+def test_own_reclaim_expired_takeover_and_stale_completion(store: Metastore) -> None:
+    store.add_partitions(STREAM, [PartitionSpec("p", T0)])
+    store.add_window_partitions(STREAM, W_START, W_END, ["p"])
+    assert store.claim_window_partition(STREAM, W_START, W_END, "reader-a", 30) == "p"
+    assert store.claim_window_partition(STREAM, W_START, W_END, "reader-b", 30) is None
+    # A retried reader under the same name takes its own partition back at once.
+    assert store.claim_window_partition(STREAM, W_START, W_END, "reader-a", 30) == "p"
+    assert store.window_partitions(STREAM, W_START, W_END)[0].attempts == 2
+
+    assert not store.renew_window_partition_lease(STREAM, W_START, W_END, "p", "reader-b", 30)
+    assert store.renew_window_partition_lease(STREAM, W_START, W_END, "p", "reader-a", 0.3)
+    assert store.claim_window_partition(STREAM, W_START, W_END, "reader-b", 30) is None
+    time.sleep(0.5)  # reader-a dies: its lease runs out
+    assert store.claim_window_partition(STREAM, W_START, W_END, "reader-b", 30) == "p"
+    item = store.window_partitions(STREAM, W_START, W_END)[0]
+    assert (item.state, item.lease_owner, item.attempts) == ("running", "reader-b", 3)
+
+    # reader-a comes back: it can neither renew nor complete what reader-b now reads.
+    assert not store.renew_window_partition_lease(STREAM, W_START, W_END, "p", "reader-a", 30)
+    assert not store.complete_window_partition(
+        STREAM, W_START, W_END, "p", "reader-a", rows=9, transactions=9
+    )
+    assert store.window_partitions(STREAM, W_START, W_END)[0].rows is None
+    assert store.complete_window_partition(STREAM, W_START, W_END, "p", "reader-b", rows=7, transactions=2.5)
+    done = store.window_partitions(STREAM, W_START, W_END)[0]
+    assert (done.state, done.rows, done.transactions, done.lease_owner, done.lease_expires_at) == (
+        WindowPartitionState.DONE,
+        7,
+        2.5,
+        None,
+        None,
+    )
+    assert done.is_done and done.state == "done" and f"{done.state}" == "done"
+    assert done.done_at is not None and done.done_at >= item.updated_at
+    # Done is final: no claim, renewal or second completion.
+    assert store.claim_window_partition(STREAM, W_START, W_END, "reader-b", 30) is None
+    assert not store.renew_window_partition_lease(STREAM, W_START, W_END, "p", "reader-b", 30)
+    assert not store.complete_window_partition(
+        STREAM, W_START, W_END, "p", "reader-b", rows=1, transactions=1
+    )
+    assert store.window_partitions(STREAM, W_START, W_END)[0].rows == 7
+
+
+def test_reset_window_partitions_for_a_rerun(store: Metastore) -> None:
+    store.add_partitions(STREAM, [PartitionSpec(t, T0) for t in ("a", "b", "c")])
+    store.add_window_partitions(STREAM, W_START, W_END, ["a", "b", "c"])
+    store.add_window_partitions(STREAM, at(60), at(120), ["a"])
+    assert store.claim_window_partition(STREAM, W_START, W_END, "old", 30) == "a"
+    assert store.complete_window_partition(STREAM, W_START, W_END, "a", "old", rows=3, transactions=1)
+    assert store.claim_window_partition(STREAM, W_START, W_END, "old", 30) == "b"
+
+    assert store.reset_window_partitions(STREAM, W_START, W_END) == 3
+    assert store.window_partitions(STREAM, W_START, W_END) == []
+    assert store.reset_window_partitions(STREAM, W_START, W_END) == 0
+    assert window_states(store, at(60), at(120)) == {"a": "pending"}
+    # The re-run records the window again; the old reader's hold does not survive the reset.
+    assert store.add_window_partitions(STREAM, W_START, W_END, ["a", "b", "c"]) == ["a", "b", "c"]
+    assert not store.renew_window_partition_lease(STREAM, W_START, W_END, "b", "old", 30)
+    assert not store.complete_window_partition(STREAM, W_START, W_END, "b", "old", rows=1, transactions=1)
+    assert window_states(store) == {"a": "pending", "b": "pending", "c": "pending"}
+    assert {i.attempts for i in store.window_partitions(STREAM, W_START, W_END)} == {0}
+    assert store.reset_window_partitions(STREAM + "Other", W_START, W_END) == 0
+
+
+def test_lower_initial_starts(store: Metastore) -> None:
+    store.add_partitions(
+        STREAM,
+        [
+            PartitionSpec("fresh", at(100)),
+            PartitionSpec("read", at(100)),
+            PartitionSpec("child", at(100), ("fresh",)),
+            PartitionSpec("older", at(40)),
+            PartitionSpec("elsewhere", at(100)),
+        ],
+    )
+    store.advance_watermark(STREAM, "read", at(110))
+    changed = store.lower_initial_starts(
+        STREAM, ["fresh", "read", "child", "older", "never-recorded"], at(50)
+    )
+    assert changed == 2
+    got = {p.token: (p.start_timestamp, p.watermark) for p in store.list_partitions(STREAM)}
+    assert got == {
+        "fresh": (at(50), at(50)),  # nothing read yet: the watermark moves with the start
+        "read": (at(50), at(110)),  # read up to 110: that is kept
+        "child": (at(100), at(100)),  # has a parent: its start is where the parent ended
+        "older": (at(40), at(40)),  # already starts earlier
+        "elsewhere": (at(100), at(100)),  # not among the tokens
+    }
+    assert tokens(store.partitions_alive_at(STREAM, at(50))) == ["fresh", "older", "read"]
+    assert store.lower_initial_starts(STREAM, ["fresh", "read"], at(50)) == 0
+    assert store.lower_initial_starts(STREAM + "Other", ["fresh"], at(0)) == 0
+
+
+def test_window_partition_bad_input_is_named(store: Metastore) -> None:
+    store.add_partitions(STREAM, [PartitionSpec("p", T0)])
+    store.add_window_partitions(STREAM, W_START, W_END, ["p"])
+    store.claim_window_partition(STREAM, W_START, W_END, "r", 30)
+    with pytest.raises(ValueError, match=f"window of change stream '{STREAM}': end .* is not after start"):
+        store.add_window_partitions(STREAM, W_END, W_START, ["p"])
+    with pytest.raises(ValueError, match="invalid window start: naive datetime"):
+        store.window_partitions(STREAM, datetime(2026, 1, 1), W_END)
+    with pytest.raises(InvalidIdentifierError, match="invalid change stream name"):
+        store.reset_window_partitions("projects/p/Orders stream", W_START, W_END)
+    with pytest.raises(ValueError, match="invalid partition token ''"):
+        store.add_window_partitions(STREAM, W_START, W_END, [""])
+    with pytest.raises(ValueError, match="invalid lease_seconds -1"):
+        store.claim_window_partition(STREAM, W_START, W_END, "r", -1)
+    with pytest.raises(ValueError, match="invalid lease owner ''"):
+        store.renew_window_partition_lease(STREAM, W_START, W_END, "p", "", 30)
+    for rows, transactions, message in (
+        (-1, 1.0, "invalid rows -1"),
+        (True, 1.0, "invalid rows True"),
+        (1, float("nan"), "invalid transactions nan"),
+        (1, -0.5, "invalid transactions -0.5"),
+        (1, "2", "invalid transactions '2'"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            store.complete_window_partition(
+                STREAM, W_START, W_END, "p", "r", rows=rows, transactions=transactions
+            )
+    with pytest.raises(ValueError, match="invalid start: "):
+        store.lower_initial_starts(STREAM, ["p"], "not a time")
+    assert window_states(store) == {"p": "running"}
+
+
+WINDOW_CLAIM_WORKER = """
+    import json, random, sys, time
+    from datetime import datetime, timezone
+    from airflow_provider_cdc.metastore import Metastore
+    url, stream, owner, start_us, end_us = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+    start = datetime.fromtimestamp(int(start_us) / 1e6, timezone.utc)
+    end = datetime.fromtimestamp(int(end_us) / 1e6, timezone.utc)
+    store = Metastore(url)
+    store.window_partitions(stream, start, end)  # connect before the start
+    print("ready", flush=True)
+    sys.stdin.readline()
+    claims = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        token = store.claim_window_partition(stream, start, end, owner, 30)
+        if token is None:
+            if all(p.state == "done" for p in store.window_partitions(stream, start, end)):
+                break
+            time.sleep(0.002)
+            continue
+        began = time.monotonic()
+        time.sleep(random.uniform(0.005, 0.015))
+        ended = time.monotonic()
+        assert store.complete_window_partition(stream, start, end, token, owner, rows=1, transactions=0.5)
+        claims.append([owner, token, began, ended])
+    print(json.dumps(claims))
+"""
+
+
+def build_merging_window(store: Metastore) -> dict[str, tuple[str, str]]:
+    """Eight initial partitions; pairs merge at 00:00:20 into four children; all in window [0, 60)."""
+    store.add_partitions(STREAM, [PartitionSpec(f"r{i}", T0) for i in range(8)])
+    merges = {f"m{k}": (f"r{2 * k}", f"r{2 * k + 1}") for k in range(4)}
+    for child, pair in merges.items():
+        for parent in pair:
+            store.finish_partition(STREAM, parent, at(20), [ChildPartition(child, pair)])
+    store.add_window_partitions(STREAM, W_START, W_END, [p.token for p in store.list_partitions(STREAM)])
+    return merges
+
+
+def assert_window_read_once_in_lineage_order(
+    store: Metastore, claims: list[list], merges: dict[str, tuple[str, str]]
+) -> None:
+    claimed = sorted(token for _, token, _, _ in claims)
+    assert claimed == sorted([f"r{i}" for i in range(8)] + list(merges)), "a partition was read twice"
+    assert_no_overlapping_holds(claims)
+    hold = {token: (began, ended) for _, token, began, ended in claims}
+    for child, pair in merges.items():
+        # The child was claimed only after both parents' completions had been issued.
+        assert hold[child][0] >= max(hold[parent][1] for parent in pair), child
+    items = store.window_partitions(STREAM, W_START, W_END)
+    assert {(i.state, i.attempts, i.rows, i.transactions) for i in items} == {("done", 1, 1, 0.5)}
+
+
+def test_threads_never_read_a_window_partition_at_once(store: Metastore, metastore_url: str) -> None:
+    merges = build_merging_window(store)
+    claims: list[list] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(4)
+
+    def reader(owner: str) -> None:
+        metastore = Metastore(metastore_url)
+        try:
+            barrier.wait(timeout=30)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                token = metastore.claim_window_partition(STREAM, W_START, W_END, owner, 30)
+                if token is None:
+                    if all(p.is_done for p in metastore.window_partitions(STREAM, W_START, W_END)):
+                        return
+                    time.sleep(0.002)
+                    continue
+                began = time.monotonic()
+                time.sleep(0.01)
+                ended = time.monotonic()
+                assert metastore.complete_window_partition(
+                    STREAM, W_START, W_END, token, owner, rows=1, transactions=0.5
+                )
+                with lock:
+                    claims.append([owner, token, began, ended])
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            metastore.dispose()
+
+    threads = [threading.Thread(target=reader, args=(f"thread-{n}",)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    assert_window_read_once_in_lineage_order(store, claims, merges)
+
+
+def test_processes_never_read_a_window_partition_at_once(store: Metastore, metastore_url: str) -> None:
+    merges = build_merging_window(store)
+    bounds = [str(int(W_START.timestamp() * 1_000_000)), str(int(W_END.timestamp() * 1_000_000))]
+    outputs = run_workers(
+        WINDOW_CLAIM_WORKER, [[metastore_url, STREAM, f"process-{n}", *bounds] for n in range(4)], timeout=120
+    )
+    claims = [claim for out in outputs for claim in json.loads(out)]
+    assert_window_read_once_in_lineage_order(store, claims, merges)
+
+
+def test_backfill_finds_the_lineage_of_partitions_a_later_initial_query_recorded(store: Metastore) -> None:
+    # The first window read starts at 01:00: its initial query records the partitions alive then.
+    store.add_partitions(STREAM, [PartitionSpec("m", at(60)), PartitionSpec("x", at(60))])
+    store.advance_watermark(STREAM, "x", at(90))
+    # A backfill of [0, 60) starts from the partitions alive at 0; p1 and p2 merge into m at 40.
+    store.add_partitions(STREAM, [PartitionSpec("p1", T0), PartitionSpec("p2", T0)])
+    store.finish_partition(STREAM, "p1", at(40), [ChildPartition("m", ("p1", "p2"))])
+    store.finish_partition(STREAM, "p2", at(40), [ChildPartition("m", ("p1", "p2"))])
+    m = store.get_partition(STREAM, "m")
+    assert (m.parent_tokens, m.start_timestamp, m.watermark) == (("p1", "p2"), at(40), at(40))
+    # A partition read past its recorded start keeps its watermark; a child with parents keeps its own.
+    store.finish_partition(STREAM, "p1", at(40), [ChildPartition("x", ("p1",))])
+    x = store.get_partition(STREAM, "x")
+    assert (x.parent_tokens, x.start_timestamp, x.watermark) == (("p1",), at(40), at(90))
+    assert store.add_partitions(STREAM, [PartitionSpec("m", at(30), ("other",))]) == []
+    assert store.get_partition(STREAM, "m").parent_tokens == ("p1", "p2")
+    assert tokens(store.partitions_overlapping(STREAM, at(0), at(60))) == ["m", "p1", "p2", "x"]

@@ -257,7 +257,7 @@ def test_vectorised_and_per_value_decoding_agree(rows: list[dict], int_as_number
     schema = pa.schema([pa.field(c.name, arrow_type(c.type)) for c in COLUMNS])
     slow = _decode_json_objects_python(texts, COLUMNS, schema, "values")
     assert fast.equals(slow)
-    for decoded, row in zip(fast.to_pylist(), rows):
+    for decoded, row in zip(fast.to_pylist(), rows, strict=True):
         for name, value in row.items():
             if name == "f32" and value is not None:
                 assert decoded[name] == pytest.approx(value, rel=1e-6) or decoded[name] == value

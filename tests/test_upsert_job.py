@@ -41,7 +41,9 @@ def write_window(root: Path, window_id: str = WINDOW_ID, n: int = 1) -> Path:
 
     commit = START + timedelta(seconds=n)
     orders = [
-        Change({"OrderId": f"o{i}"}, "UPSERT", seq(n), commit, {"Amount": Decimal(f"{i}.25"), "PlacedAt": commit})
+        Change(
+            {"OrderId": f"o{i}"}, "UPSERT", seq(n), commit, {"Amount": Decimal(f"{i}.25"), "PlacedAt": commit}
+        )
         for i in range(5)
     ]
     customers = [
@@ -80,7 +82,9 @@ def test_job_applies_every_table_and_prints_a_summary(tmp_path: Path, capsys, mo
     ]
     # The window version defaults to the end of the change set's window id; a re-run skips.
     code, again = run_main(capsys, *args)
-    assert code == 0 and again["skipped_as_applied"] == ["Customers", "Orders"] and again["tables_applied"] == []
+    assert (
+        code == 0 and again["skipped_as_applied"] == ["Customers", "Orders"] and again["tables_applied"] == []
+    )
     assert DeltaTable(str(lake / "Orders")).version() == 0
 
 
@@ -129,7 +133,11 @@ def test_storage_options_come_from_the_environment_only(monkeypatch) -> None:
 
 # --------------------------------------------------------------------------- operator
 
-KEYFILE = {"type": "service_account", "private_key": "-----BEGIN PRIVATE KEY-----\nabc\n", "client_email": "x@y"}
+KEYFILE = {
+    "type": "service_account",
+    "private_key": "-----BEGIN PRIVATE KEY-----\nabc\n",
+    "client_email": "x@y",
+}
 
 
 @pytest.fixture
@@ -173,7 +181,11 @@ def test_operator_builds_arguments_from_the_data_interval() -> None:
         *("--pipeline-id", "shop", "--window-version", str(to_micros(END))),
     ]
     explicit = SparkUpsertWindowOperator(
-        task_id="u2", changeset_uri="/c/1-2", lake_root="/l", pipeline_id="p", window_version="1970-01-01T00:00:00.000002Z"
+        task_id="u2",
+        changeset_uri="/c/1-2",
+        lake_root="/l",
+        pipeline_id="p",
+        window_version="1970-01-01T00:00:00.000002Z",
     )
     assert explicit.build_application_args(_context())[-1] == "2"
     with pytest.raises(ValueError, match="exactly one of changeset_uri and changeset_root"):
@@ -211,8 +223,12 @@ def test_operator_refuses_credentials_where_they_would_reach_the_command_line(
     # On YARN (and Kubernetes) spark-submit turns the environment into --conf values.
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_REMOTE", json.dumps({"conn_type": "spark", "host": "yarn"}))
     op = SparkUpsertWindowOperator(
-        task_id="upsert", changeset_root="gs://b/c", lake_root="gs://b/l", pipeline_id="shop",
-        gcp_conn_id=gcp_connection, conn_id="spark_remote",
+        task_id="upsert",
+        changeset_root="gs://b/c",
+        lake_root="gs://b/l",
+        pipeline_id="shop",
+        gcp_conn_id=gcp_connection,
+        conn_id="spark_remote",
     )
     with pytest.raises(ValueError, match="command line") as info:
         op._get_hook()
@@ -246,11 +262,16 @@ def test_operator_runs_the_job_through_a_real_spark_submit(tmp_path: Path, monke
     op.execute(_context())
     output = capfd.readouterr().out
     # The hook logs the job's output; the summary is one JSON object with sorted keys.
-    summaries = [json.loads(m) for m in re.findall(r'\{"changeset".*?"tables_applied": \[[^\]]*\], "window_version": \d+\}', output)]
+    summaries = [
+        json.loads(m)
+        for m in re.findall(r'\{"changeset".*?"tables_applied": \[[^\]]*\], "window_version": \d+\}', output)
+    ]
     assert summaries and summaries[-1]["tables_applied"] == ["Customers", "Orders"]
     assert summaries[-1]["storage_option_names"] == ["google_service_account"]  # from gcp_conn_id
     assert str(key_path) not in output and "PRIVATE KEY" not in output
     target = DeltaLakeTarget(str(lake))
-    assert sorted(r["OrderId"] for r in target.read_table("Orders").to_pylist()) == [f"o{i}" for i in range(5)]
+    assert sorted(r["OrderId"] for r in target.read_table("Orders").to_pylist()) == [
+        f"o{i}" for i in range(5)
+    ]
     for table in ("Orders", "Customers"):
         assert DeltaTable(str(lake / table)).transaction_version(APP_ID_PREFIX + "shop") == to_micros(END)

@@ -11,10 +11,10 @@ after de-duplication:
 * Otherwise the row is an ``UPSERT`` whose image merges the segment's new values column-wise, the
   later value winning per column (``UPDATE → UPDATE`` = partial image, ``INSERT → UPDATE`` and
   ``DELETE → INSERT`` = full image). ``_full_image`` is true when the segment began with INSERT.
-* ``_CHANGE_SEQUENCE_NUMBER`` and ``_commit_timestamp`` are those of the newest change.
-* ``_column_types_json`` is the text the changes carry when they all carry the same text, else
-  the union of their column types (a later change's entry wins per column) ordered by ordinal
-  position.
+* ``_CHANGE_SEQUENCE_NUMBER`` and ``_commit_timestamp`` are those of the key's newest change.
+* ``_column_types_json`` is the table's column types as last seen in the window: the
+  ``column_types_json`` of the table's newest change (Spanner sends every column of the table
+  with each record, so this carries the latest schema).
 
 Text passes through unchanged where nothing is merged: a segment of one change keeps its
 ``new_values_json`` text; a merged image is compact JSON with sorted column names. The merge job
@@ -57,32 +57,28 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON (Spanner encodes it as the string {name!r})")
 
 
-def _where(change: Mapping[str, Any]) -> str:
-    return (
-        f"table {change.get('table_name')!r}, key {change.get('keys_json')}, "
-        f"change {change.get('change_sequence_number')}"
-    )
-
-
-def _json_object(change: Mapping[str, Any], field: str) -> dict[str, Any]:
-    text = change.get(field)
-    try:
-        value = json.loads(text, parse_constant=_reject_constant)
-    except (TypeError, ValueError) as error:
-        raise CollapseError(f"{field} of {_where(change)} is not valid JSON: {error}") from None
-    if not isinstance(value, dict):
-        raise CollapseError(f"{field} of {_where(change)} is not a JSON object: {text!r}")
-    return value
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_IMAGE_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def dumps_image(values: Mapping[str, Any]) -> str:
     """Compact JSON with sorted column names: the text of a merged image."""
-    return json.dumps(values, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _IMAGE_ENCODER.encode(values)
+
+
+def change_order(change: Mapping[str, Any]) -> tuple[str, str, str, int]:
+    """Sort key of a staged change: sequence number (sortable form), then transaction, record, mod."""
+    return (
+        change["change_sequence_number"],
+        change["server_transaction_id"],
+        change["record_sequence"],
+        change["mod_index"],
+    )
 
 
 def deduplicate(changes: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """Drop repeated mods: the first of each ``(server_transaction_id, record_sequence, table_name,
-    keys_json)`` is kept, in input order."""
+    """Drop repeated mods, keeping the first of each ``(server_transaction_id, record_sequence,
+    table_name, keys_json)`` in input order."""
     seen: set[tuple[Any, Any, Any, Any]] = set()
     unique = []
     for change in changes:
@@ -98,43 +94,63 @@ def deduplicate(changes: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]
     return unique
 
 
-def _ordering(change: Mapping[str, Any]) -> tuple[str, str, str, int]:
-    return (
-        change["change_sequence_number"],
-        change["server_transaction_id"],
-        change["record_sequence"],
-        change["mod_index"],
-    )
+def _loads_object(text: Any, position: int) -> dict[str, Any]:
+    try:
+        value = _DECODER.decode(text)
+    except (TypeError, AttributeError, ValueError) as error:
+        raise CollapseError(f"change {position + 1}: new_values_json is not valid JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise CollapseError(f"change {position + 1}: new_values_json is not a JSON object: {text!r}")
+    return value
 
 
-def merge_column_types(texts: Sequence[str]) -> str:
-    """``_column_types_json`` of a chain: the common text, or the union of the column entries."""
-    first = texts[0]
-    if all(text == first for text in texts):
-        return first
-    columns: dict[str, dict[str, Any]] = {}
-    for text in texts:
-        try:
-            entries = json.loads(text)
-        except (TypeError, ValueError) as error:
-            raise CollapseError(f"column_types_json is not valid JSON: {error}: {text!r}") from None
-        if not isinstance(entries, list) or not all(
-            isinstance(entry, dict) and isinstance(entry.get("name"), str) for entry in entries
-        ):
-            raise CollapseError(f"column_types_json is not an array of named columns: {text!r}")
-        for entry in entries:
-            columns[entry["name"]] = entry
-    ordered = sorted(columns.values(), key=lambda entry: (entry.get("ordinal_position") or 0, entry["name"]))
-    return json.dumps(ordered, separators=(",", ":"), ensure_ascii=False)
+def collapse_chain(mod_types: Sequence[str], new_values: Sequence[str]) -> tuple[str, str, bool]:
+    """Fold one key's ordered, de-duplicated chain of changes, given column by column.
+
+    Returns ``(_CHANGE_TYPE, _values_json, _full_image)``. Errors name the position of the
+    offending change in the chain; callers add the table and key.
+    """
+    if not mod_types:
+        raise CollapseError("no changes to collapse")
+    segment_start = None
+    for position, mod_type in enumerate(mod_types):
+        if mod_type == DELETE:
+            segment_start = None
+        elif mod_type == INSERT:
+            segment_start = position
+        elif mod_type == UPDATE:
+            if segment_start is None:
+                segment_start = position
+        else:
+            raise CollapseError(
+                f"change {position + 1}: unknown mod_type {mod_type!r}; "
+                f"expected one of {', '.join(MOD_TYPES)}"
+            )
+    if segment_start is None:  # the chain ends with DELETE
+        return DELETE, EMPTY_IMAGE, True
+    last = len(mod_types) - 1
+    if segment_start == last:
+        values_json = new_values[last]
+        _loads_object(values_json, last)
+    else:
+        merged: dict[str, Any] = {}
+        for position in range(segment_start, last + 1):
+            merged.update(_loads_object(new_values[position], position))
+        values_json = dumps_image(merged)
+    return UPSERT, values_json, mod_types[segment_start] == INSERT
 
 
-def collapse_key(changes: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+def collapse_key(
+    changes: Iterable[Mapping[str, Any]], column_types_json: str | None = None
+) -> dict[str, Any]:
     """Collapse one key's changes in a window (staged-row mappings) into one change-set row.
 
-    The changes may come in any order and may hold duplicates; they are de-duplicated and ordered
-    by ``change_sequence_number`` (sortable form), then transaction id, record sequence and mod index.
+    The changes may come in any order and may hold duplicates: they are ordered by
+    :func:`change_order` and the first of each ``(server_transaction_id, record_sequence)`` is
+    kept. ``column_types_json`` is the table's (see :func:`collapse_window`); by default the
+    newest change's.
     """
-    chain = sorted(deduplicate(changes), key=_ordering)
+    chain = deduplicate(sorted(changes, key=change_order))
     if not chain:
         raise CollapseError("no changes to collapse")
     newest = chain[-1]
@@ -145,49 +161,22 @@ def collapse_key(changes: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
                 f"changes of different keys cannot be collapsed together: table {table!r} key {key} and "
                 f"table {change['table_name']!r} key {change['keys_json']}"
             )
-        if change["mod_type"] not in MOD_TYPES:
-            raise CollapseError(
-                f"unknown mod_type {change['mod_type']!r} in {_where(change)}; expected one of "
-                f"{', '.join(MOD_TYPES)}"
-            )
-
-    segment: list[Mapping[str, Any]] = []
-    for change in chain:
-        if change["mod_type"] == DELETE:
-            segment = []
-        elif change["mod_type"] == INSERT:
-            segment = [change]
-        else:
-            segment.append(change)
-
-    row: dict[str, Any] = {
+    try:
+        change_type, values_json, full_image = collapse_chain(
+            [change["mod_type"] for change in chain], [change["new_values_json"] for change in chain]
+        )
+    except CollapseError as error:
+        raise CollapseError(f"table {table!r}, key {key}: {error}") from None
+    return {
         "_keys_json": key,
+        "_values_json": values_json,
+        "_present_columns": sorted(json.loads(values_json)),
+        "_full_image": full_image,
+        "_CHANGE_TYPE": change_type,
         "_CHANGE_SEQUENCE_NUMBER": newest["change_sequence_number"],
         "_commit_timestamp": newest["commit_timestamp"],
-        "_column_types_json": merge_column_types([change["column_types_json"] for change in chain]),
+        "_column_types_json": newest["column_types_json"] if column_types_json is None else column_types_json,
     }
-    if newest["mod_type"] == DELETE:
-        row.update(
-            _values_json=EMPTY_IMAGE, _present_columns=[], _full_image=True, _CHANGE_TYPE=DELETE
-        )
-        return row
-
-    if len(segment) == 1:
-        values_json = segment[0]["new_values_json"]
-        columns = sorted(_json_object(segment[0], "new_values_json"))
-    else:
-        merged: dict[str, Any] = {}
-        for change in segment:
-            merged.update(_json_object(change, "new_values_json"))
-        values_json = dumps_image(merged)
-        columns = sorted(merged)
-    row.update(
-        _values_json=values_json,
-        _present_columns=columns,
-        _full_image=segment[0]["mod_type"] == INSERT,
-        _CHANGE_TYPE=UPSERT,
-    )
-    return row
 
 
 def collapse_window(changes: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
@@ -197,9 +186,14 @@ def collapse_window(changes: Iterable[Mapping[str, Any]]) -> dict[str, list[dict
     windows. Window bounds and transaction completeness are the caller's concern.
     """
     by_key: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    newest_of_table: dict[str, Mapping[str, Any]] = {}
     for change in changes:
-        by_key.setdefault((change["table_name"], change["keys_json"]), []).append(change)
+        table = change["table_name"]
+        by_key.setdefault((table, change["keys_json"]), []).append(change)
+        if table not in newest_of_table or change_order(change) > change_order(newest_of_table[table]):
+            newest_of_table[table] = change
     tables: dict[str, list[dict[str, Any]]] = {}
     for (table, _key), key_changes in sorted(by_key.items()):
-        tables.setdefault(table, []).append(collapse_key(key_changes))
+        column_types = newest_of_table[table]["column_types_json"]
+        tables.setdefault(table, []).append(collapse_key(key_changes, column_types))
     return tables

@@ -12,7 +12,7 @@ from typing import Any
 
 from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
 
-from airflow_provider_cdc._compat import AirflowException
+from airflow_provider_cdc._compat import AirflowException, AirflowNotFoundException, BaseHook
 from airflow_provider_cdc.domain.identifiers import InvalidIdentifierError, validate_identifier
 from airflow_provider_cdc.domain.timestamps import ensure_utc, format_timestamp
 from airflow_provider_cdc.domain.window import Window
@@ -77,7 +77,19 @@ class SpannerChangeStreamHook(GoogleBaseHook):
         retention: timedelta = timedelta(days=1),
         **kwargs: Any,
     ) -> None:
-        super().__init__(gcp_conn_id=gcp_conn_id, impersonation_chain=impersonation_chain, **kwargs)
+        try:
+            super().__init__(gcp_conn_id=gcp_conn_id, impersonation_chain=impersonation_chain, **kwargs)
+        except AirflowNotFoundException:
+            if not os.environ.get(EMULATOR_ENV):
+                raise
+            # Against the emulator no Google Cloud connection is needed: credentials are anonymous.
+            BaseHook.__init__(self, **kwargs)
+            self.gcp_conn_id, self.impersonation_chain, self.quota_project_id = (
+                gcp_conn_id,
+                impersonation_chain,
+                None,
+            )
+            self.extras, self._cached_credentials, self._cached_project_id = {}, None, None
         try:
             self.stream = validate_identifier(stream, "change stream")
         except InvalidIdentifierError as exc:
@@ -134,7 +146,9 @@ class SpannerChangeStreamHook(GoogleBaseHook):
 
     @property
     def database_path(self) -> str:
-        return f"projects/{self.resolved_project_id}/instances/{self.instance_id}/databases/{self.database_id}"
+        return (
+            f"projects/{self.resolved_project_id}/instances/{self.instance_id}/databases/{self.database_id}"
+        )
 
     @property
     def stream_key(self) -> str:
@@ -151,7 +165,9 @@ class SpannerChangeStreamHook(GoogleBaseHook):
     # ----- windows --------------------------------------------------------------------------------
     def window_reader(self, staging_root: str, owner: str, **kwargs: Any) -> WindowReader:
         kwargs.setdefault("log", self.log)
-        return WindowReader(self.change_stream_query(), self.metastore, self.stream_key, staging_root, owner=owner, **kwargs)
+        return WindowReader(
+            self.change_stream_query(), self.metastore, self.stream_key, staging_root, owner=owner, **kwargs
+        )
 
     def check_retention(self, window: Window, now: datetime | None = None) -> None:
         """Fail if the window starts outside the retention period; warn when it is close to it."""
@@ -166,7 +182,10 @@ class SpannerChangeStreamHook(GoogleBaseHook):
             )
         if age > self.retention * 0.8:
             self.log.warning(
-                "Window %s starts %s ago; change stream %s keeps changes for %s only", window, age, self.stream,
+                "Window %s starts %s ago; change stream %s keeps changes for %s only",
+                window,
+                age,
+                self.stream,
                 self.retention,
             )
 
@@ -223,7 +242,9 @@ class SpannerChangeStreamHook(GoogleBaseHook):
                 if item.state != "done":
                     lagging.append(
                         LaggingPartition(
-                            item.token, window.start, (window.end - window.start).total_seconds(),
+                            item.token,
+                            window.start,
+                            (window.end - window.start).total_seconds(),
                             f"not yet read for window {window} (state {item.state}, reader {item.lease_owner})",
                         )
                     )

@@ -47,7 +47,7 @@ from airflow_provider_cdc.domain.collapse import (
     UPDATE,
     UPSERT,
     CollapseError,
-    collapse_key,
+    collapse_chain,
 )
 from airflow_provider_cdc.domain.identifiers import InvalidIdentifierError, validate_identifier
 from airflow_provider_cdc.domain.timestamps import format_timestamp, parse_timestamp, to_micros
@@ -72,7 +72,6 @@ COLLAPSE_INPUT_COLUMNS = (
     "keys_json",
     "mod_type",
     "new_values_json",
-    "column_types_json",
     "change_sequence_number",
     "commit_timestamp",
     "server_transaction_id",
@@ -88,7 +87,8 @@ REQUIRED_COLUMNS = (
     "number_of_records_in_transaction",
 )
 
-#: What the per-key collapse returns to Spark; ``_present_columns`` is added in Spark afterwards.
+#: What the per-key collapse returns to Spark; ``_present_columns`` and the table's
+#: ``_column_types_json`` are added in Spark afterwards.
 COLLAPSED_ARROW_SCHEMA = pa.schema(
     [
         (TABLE_PARTITION_COLUMN, pa.string()),
@@ -98,13 +98,11 @@ COLLAPSED_ARROW_SCHEMA = pa.schema(
         ("_CHANGE_TYPE", pa.string()),
         ("_CHANGE_SEQUENCE_NUMBER", pa.string()),
         ("_commit_timestamp", pa.timestamp("us", tz="UTC")),
-        ("_column_types_json", pa.string()),
     ]
 )
 COLLAPSED_SCHEMA_DDL = (
     f"{TABLE_PARTITION_COLUMN} STRING, _keys_json STRING, _values_json STRING, _full_image BOOLEAN, "
-    "_CHANGE_TYPE STRING, _CHANGE_SEQUENCE_NUMBER STRING, _commit_timestamp TIMESTAMP, "
-    "_column_types_json STRING"
+    "_CHANGE_TYPE STRING, _CHANGE_SEQUENCE_NUMBER STRING, _commit_timestamp TIMESTAMP"
 )
 
 
@@ -202,30 +200,33 @@ def parse_arguments(argv: Sequence[str] | None = None) -> MergeArguments:
 # Per-key collapse over Arrow batches (runs in the Python workers)
 
 
-def _group_starts(table: pa.Table) -> pa.Array:
-    """Boolean per row: true where a new (table_name, keys_json) group begins."""
-    names = table.column("table_name").combine_chunks()
-    keys = table.column("keys_json").combine_chunks()
-    if len(names) <= 1:
-        return pa.array([True] * len(names), pa.bool_())
-    differs = pc.or_kleene(
-        pc.not_equal(names[1:], names[:-1]).fill_null(True),
-        pc.not_equal(keys[1:], keys[:-1]).fill_null(True),
-    )
+def _differs_from_previous(rows: pa.Table, columns: Sequence[str]) -> pa.Array:
+    """Boolean per row: true where any of ``columns`` differs from the previous row (first row: true)."""
+    if rows.num_rows <= 1:
+        return pa.array([True] * rows.num_rows, pa.bool_())
+    differs = None
+    for name in columns:
+        column = rows.column(name).combine_chunks()
+        changed = pc.not_equal(column[1:], column[:-1])
+        # Nulls only appear in bad input; treat a null as a change so nothing is merged across it.
+        changed = pc.if_else(pc.is_null(changed), True, changed)
+        differs = changed if differs is None else pc.or_(differs, changed)
     return pa.concat_arrays([pa.array([True]), differs])
 
 
-def _collapse_singletons(rows: pa.Table) -> pa.Table:
-    """Change-set rows for keys with exactly one change (vectorised, same result as ``collapse_key``)."""
-    mod_type = rows.column("mod_type")
-    known = pc.is_in(mod_type, value_set=pa.array(MOD_TYPES)).fill_null(False)
+def _check_mod_types(rows: pa.Table) -> None:
+    known = pc.is_in(rows.column("mod_type"), value_set=pa.array(MOD_TYPES)).fill_null(False)
     if not pc.all(known).as_py():
         bad = rows.filter(pc.invert(known)).slice(0, 1).to_pylist()[0]
         raise CollapseError(
-            f"unknown mod_type {bad['mod_type']!r} in table {bad['table_name']!r}, key "
-            f"{bad['keys_json']}, change {bad['change_sequence_number']}; expected one of "
-            f"{', '.join(MOD_TYPES)}"
+            f"table {bad['table_name']!r}, key {bad['keys_json']}: change {bad['change_sequence_number']} "
+            f"has unknown mod_type {bad['mod_type']!r}; expected one of {', '.join(MOD_TYPES)}"
         )
+
+
+def _collapse_singletons(rows: pa.Table) -> pa.Table:
+    """Rows of keys with exactly one change: same result as ``collapse_key``, with Arrow kernels."""
+    mod_type = rows.column("mod_type")
     is_delete = pc.equal(mod_type, DELETE)
     return pa.table(
         [
@@ -236,53 +237,83 @@ def _collapse_singletons(rows: pa.Table) -> pa.Table:
             pc.if_else(is_delete, pa.scalar(DELETE), pa.scalar(UPSERT)),
             rows.column("change_sequence_number"),
             rows.column("commit_timestamp").cast(pa.timestamp("us", tz="UTC")),
-            rows.column("column_types_json"),
         ],
         schema=COLLAPSED_ARROW_SCHEMA,
     )
 
 
-def _collapse_chains(rows: pa.Table) -> pa.Table:
-    """Change-set rows for keys with several changes (sorted, contiguous), through ``collapse_key``."""
-    out: list[dict[str, Any]] = []
-    group: list[dict[str, Any]] = []
-    for change in rows.to_pylist():
-        if group and (change["table_name"], change["keys_json"]) != (
-            group[0]["table_name"],
-            group[0]["keys_json"],
-        ):
-            out.append(_chain_row(group))
-            group = []
-        group.append(change)
-    if group:
-        out.append(_chain_row(group))
-    return pa.Table.from_pylist(out, schema=COLLAPSED_ARROW_SCHEMA)
+def _collapse_chains(rows: pa.Table, starts: pa.Array) -> pa.Table:
+    """Rows of keys with several changes (contiguous, ordered): folded by ``collapse_chain``."""
+    mod_types = rows.column("mod_type").to_pylist()
+    new_values = rows.column("new_values_json").to_pylist()
+    transactions = rows.column("server_transaction_id").to_pylist()
+    sequences = rows.column("record_sequence").to_pylist()
+    bounds = pc.indices_nonzero(starts).to_pylist() + [rows.num_rows]
+    newest: list[int] = []
+    change_types: list[str] = []
+    images: list[str] = []
+    full_images: list[bool] = []
+    for begin, end in zip(bounds[:-1], bounds[1:], strict=True):
+        kept = range(begin, end)
+        identities = set(zip(transactions[begin:end], sequences[begin:end], strict=True))
+        if len(identities) < end - begin:  # repeated mods that were not adjacent
+            seen: set[tuple[str, str]] = set()
+            kept = [i for i in kept if (transactions[i], sequences[i]) not in seen
+                    and not seen.add((transactions[i], sequences[i]))]
+        try:
+            change_type, image, full_image = collapse_chain(
+                [mod_types[i] for i in kept], [new_values[i] for i in kept]
+            )
+        except CollapseError as error:
+            raise CollapseError(
+                f"table {rows.column('table_name')[begin].as_py()!r}, key "
+                f"{rows.column('keys_json')[begin].as_py()}: {error}"
+            ) from None
+        newest.append(kept[-1])
+        change_types.append(change_type)
+        images.append(image)
+        full_images.append(full_image)
+    last = rows.take(pa.array(newest, pa.int64()))
+    return pa.table(
+        [
+            last.column("table_name"),
+            last.column("keys_json"),
+            pa.array(images, pa.string()),
+            pa.array(full_images, pa.bool_()),
+            pa.array(change_types, pa.string()),
+            last.column("change_sequence_number"),
+            last.column("commit_timestamp").cast(pa.timestamp("us", tz="UTC")),
+        ],
+        schema=COLLAPSED_ARROW_SCHEMA,
+    )
 
 
-def _chain_row(group: list[dict[str, Any]]) -> dict[str, Any]:
-    row = collapse_key(group)
-    row[TABLE_PARTITION_COLUMN] = group[0]["table_name"]
-    return row
+_KEY_COLUMNS = ("table_name", "keys_json")
+_IDENTITY_COLUMNS = ("table_name", "keys_json", "server_transaction_id", "record_sequence")
 
 
 def _collapse_complete_groups(rows: pa.Table) -> Iterator[pa.RecordBatch]:
     if rows.num_rows == 0:
         return
-    starts = _group_starts(rows)
-    next_starts = pa.concat_arrays([starts[1:], pa.array([True])])
-    single = pc.and_(starts, next_starts)
+    _check_mod_types(rows)
+    first_of_mod = _differs_from_previous(rows, _IDENTITY_COLUMNS)
+    if not pc.all(first_of_mod).as_py():
+        rows = rows.filter(first_of_mod)  # adjacent repeats of one mod (retried reads)
+    starts = _differs_from_previous(rows, _KEY_COLUMNS)
+    single = pc.and_(starts, pa.concat_arrays([starts[1:], pa.array([True])]))
     singles = rows.filter(single)
     if singles.num_rows:
         yield from _collapse_singletons(singles).to_batches()
     if singles.num_rows < rows.num_rows:
-        yield from _collapse_chains(rows.filter(pc.invert(single))).to_batches()
+        chained = pc.invert(single)
+        yield from _collapse_chains(rows.filter(chained), starts.filter(chained)).to_batches()
 
 
 def collapse_sorted_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Collapse a stream of staged changes sorted by (table_name, keys_json, change order).
 
-    Keys with one change are handled with Arrow kernels; longer chains (and duplicates) go through
-    ``collapse_key``. A key's changes may span batches: the last group of each batch is held back
+    Keys with one change are handled with Arrow kernels; longer chains go through
+    ``collapse_chain``. A key's changes may span batches: the last key of each batch is held back
     until the next batch shows where it ends, so memory stays at one batch plus one key's changes.
     """
     carry: pa.Table | None = None
@@ -292,7 +323,7 @@ def collapse_sorted_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Re
         current = pa.Table.from_batches([batch])
         if carry is not None:
             current = pa.concat_tables([carry, current])
-        starts = _group_starts(current)
+        starts = _differs_from_previous(current, _KEY_COLUMNS)
         last_start = pc.indices_nonzero(starts)[-1].as_py()
         yield from _collapse_complete_groups(current.slice(0, last_start))
         carry = current.slice(last_start).combine_chunks()
@@ -403,18 +434,32 @@ def _read_staging(spark: Any, uri: str) -> Any:
     )
 
 
-def _record_stats(staged: Any, start_micros: int, end_micros: int) -> Any:
-    """One row per (table, transaction, record): staged rows, rows in the window, expectations."""
+def _in_window(start_micros: int, end_micros: int) -> Any:
     from pyspark.sql import functions as F
 
     micros = F.unix_micros("commit_timestamp")
-    in_window = ((micros >= F.lit(start_micros)) & (micros < F.lit(end_micros))).cast("long")
-    return staged.groupBy("table_name", "server_transaction_id", "record_sequence").agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.coalesce(F.sum(in_window), F.lit(0)).alias("rows_in_window"),
-        F.min("number_of_records_in_transaction").alias("expected_min"),
-        F.max("number_of_records_in_transaction").alias("expected_max"),
-        *[F.sum(F.col(column).isNull().cast("long")).alias(f"null_{column}") for column in REQUIRED_COLUMNS],
+    return (micros >= F.lit(start_micros)) & (micros < F.lit(end_micros))
+
+
+def _table_stats(staged: Any, start_micros: int, end_micros: int) -> list[Any]:
+    """Per table: staged rows, rows inside the window, and rows lacking required values."""
+    from pyspark.sql import functions as F
+
+    required = ("server_transaction_id", "record_sequence", *REQUIRED_COLUMNS)
+    in_window = _in_window(start_micros, end_micros).cast("long")
+    return (
+        staged.groupBy("table_name")
+        .agg(
+            F.count(F.lit(1)).alias("staged_rows"),
+            F.coalesce(F.sum(in_window), F.lit(0)).alias("window_rows"),
+            F.max_by(
+                F.when(in_window == 1, F.col("column_types_json")),
+                F.when(in_window == 1, F.col("change_sequence_number")),
+            ).alias("column_types_json"),
+            *[F.sum(F.col(column).isNull().cast("long")).alias(f"null_{column}") for column in required],
+        )
+        .orderBy("table_name")
+        .collect()
     )
 
 
@@ -424,31 +469,41 @@ def _check_tables(table_rows: list[Any]) -> None:
             validate_identifier(row["table_name"], "table")
         except InvalidIdentifierError as error:
             raise MergeJobError(f"staging holds {row['staged_rows']} row(s) of an {error}") from None
-        missing = [column for column in REQUIRED_COLUMNS if row[f"null_{column}"]]
-        if row["null_ids"]:
-            missing.insert(0, "server_transaction_id/record_sequence")
+        missing = [name[len("null_"):] for name, value in row.asDict().items()
+                   if name.startswith("null_") and value]
         if missing:
             raise MergeJobError(
                 f"staged rows of table {row['table_name']!r} lack required values in: {', '.join(missing)}"
             )
 
 
-def _check_transactions(records: Any, window: str) -> int:
-    """Fail naming the incomplete transactions; return the number of transactions in the window."""
+def _check_transactions(staged: Any, start_micros: int, end_micros: int, window: str) -> tuple[int, int]:
+    """Fail naming incomplete transactions; return (transactions, records) inside the window.
+
+    A transaction is complete when the distinct records staged for it (over all partitions and
+    tables) number its ``number_of_records_in_transaction``.
+    """
     from pyspark.sql import functions as F
 
-    transactions = (
-        records.filter(F.col("rows_in_window") > 0)
-        .groupBy("server_transaction_id")
+    records = (
+        staged.filter(_in_window(start_micros, end_micros))
+        .groupBy("server_transaction_id", "record_sequence")
         .agg(
-            F.count(F.lit(1)).alias("records"),
-            F.min("expected_min").alias("expected_min"),
-            F.max("expected_max").alias("expected_max"),
+            F.min("number_of_records_in_transaction").alias("expected_min"),
+            F.max("number_of_records_in_transaction").alias("expected_max"),
         )
     )
-    incomplete = (F.col("records") != F.col("expected_max")) | (F.col("expected_min") != F.col("expected_max"))
+    transactions = records.groupBy("server_transaction_id").agg(
+        F.count(F.lit(1)).alias("records"),
+        F.min("expected_min").alias("expected_min"),
+        F.max("expected_max").alias("expected_max"),
+    )
+    incomplete = (F.col("records") != F.col("expected_max")) | (
+        F.col("expected_min") != F.col("expected_max")
+    )
     summary = transactions.agg(
         F.count(F.lit(1)).alias("transactions"),
+        F.coalesce(F.sum("records"), F.lit(0)).alias("records"),
         F.coalesce(F.sum(incomplete.cast("long")), F.lit(0)).alias("incomplete"),
     ).first()
     if summary["incomplete"]:
@@ -468,16 +523,16 @@ def _check_transactions(records: Any, window: str) -> int:
             + (f" and {more} more" if more > 0 else "")
             + "; read the missing partitions again before merging (nothing was written)"
         )
-    return int(summary["transactions"])
+    return int(summary["transactions"]), int(summary["records"])
 
 
-def _collapse(staged: Any, start_micros: int, end_micros: int) -> Any:
+def _collapse(
+    spark: Any, staged: Any, start_micros: int, end_micros: int, column_types: dict[str, str]
+) -> Any:
+    """The change set as a DataFrame: one row per key, with the ``table`` partition column."""
     from pyspark.sql import functions as F
 
-    micros = F.unix_micros("commit_timestamp")
-    changes = staged.filter((micros >= F.lit(start_micros)) & (micros < F.lit(end_micros))).select(
-        *COLLAPSE_INPUT_COLUMNS
-    )
+    changes = staged.filter(_in_window(start_micros, end_micros)).select(*COLLAPSE_INPUT_COLUMNS)
     ordered = changes.repartition("table_name", "keys_json").sortWithinPartitions(
         "table_name", "keys_json", "change_sequence_number", "server_transaction_id", "record_sequence",
         "mod_index",
@@ -498,7 +553,10 @@ def _collapse(staged: Any, start_micros: int, end_micros: int) -> Any:
         )
         .otherwise(keys)
     )
-    return collapsed.select(
+    table_types = spark.createDataFrame(
+        sorted(column_types.items()), f"{TABLE_PARTITION_COLUMN} STRING, _column_types_json STRING"
+    )
+    return collapsed.join(F.broadcast(table_types), TABLE_PARTITION_COLUMN).select(
         TABLE_PARTITION_COLUMN,
         "_keys_json",
         "_values_json",
@@ -511,18 +569,19 @@ def _collapse(staged: Any, start_micros: int, end_micros: int) -> Any:
     )
 
 
-def _manifest(args: MergeArguments, tables: dict[str, dict[str, int]], transactions: int,
+def _manifest(args: MergeArguments, tables: dict[str, dict[str, int]], transactions: int, records: int,
               dropped: int) -> dict[str, Any]:
+    rows = sum(table["rows"] for table in tables.values())
     return {
         "window_id": args.window_id,
         "window_start": format_timestamp(args.window_start),
         "window_end": format_timestamp(args.window_end),
         "staging": args.staging,
         "tables": tables,
-        "rows": sum(table["rows"] for table in tables.values()),
-        "keys": sum(table["rows"] for table in tables.values()),
-        "source_records": sum(table["source_records"] for table in tables.values()),
-        "staged_rows": sum(table["staged_rows"] for table in tables.values()),
+        "rows": rows,
+        "keys": rows,
+        "source_records": records,
+        "source_changes": sum(table["source_changes"] for table in tables.values()),
         "transactions": transactions,
         "dropped_out_of_window": dropped,
     }
@@ -530,49 +589,32 @@ def _manifest(args: MergeArguments, tables: dict[str, dict[str, int]], transacti
 
 def _merge(spark: Any, args: MergeArguments, staging: str, changeset: str, files: _HadoopFiles) -> dict:
     """Merge ``staging`` into ``changeset`` (both reachable by Spark); return the manifest."""
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
     began = time.monotonic()
     window = f"[{format_timestamp(args.window_start)}, {format_timestamp(args.window_end)})"
-    files.delete(f"{changeset}/{MANIFEST_NAME}")
     if not files.exists(staging):
         _log(f"window {window}: no staging folder at {staging}; writing an empty change set")
         files.delete(changeset)
         files.make_dirs(changeset)
-        return _manifest(args, {}, 0, 0)
+        return _manifest(args, {}, 0, 0, 0)
 
     staged = _read_staging(spark, staging)
-    records = _record_stats(staged, args.start_micros, args.end_micros).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        table_rows = (
-            records.groupBy("table_name")
-            .agg(
-                F.sum("rows").alias("staged_rows"),
-                F.sum("rows_in_window").alias("window_rows"),
-                F.count(F.when(F.col("rows_in_window") > 0, True)).alias("records"),
-                F.sum(
-                    (F.col("server_transaction_id").isNull() | F.col("record_sequence").isNull()).cast("long")
-                ).alias("null_ids"),
-                *[F.sum(f"null_{column}").alias(f"null_{column}") for column in REQUIRED_COLUMNS],
-            )
-            .collect()
-        )
-        read_rows = sum(row["staged_rows"] for row in table_rows)
-        dropped = sum(row["staged_rows"] - row["window_rows"] for row in table_rows)
-        elapsed = max(time.monotonic() - began, 1e-9)
-        _log(
-            f"window {window}: read {read_rows} staged row(s) of {len(table_rows)} table(s) in "
-            f"{elapsed:.1f}s ({read_rows / elapsed:,.0f} rows/s); {dropped} outside the window"
-        )
-        _check_tables(table_rows)
-        transactions = _check_transactions(records, window)
-    finally:
-        records.unpersist()
+    table_rows = _table_stats(staged, args.start_micros, args.end_micros)
+    read_rows = sum(row["staged_rows"] for row in table_rows)
+    dropped = sum(row["staged_rows"] - row["window_rows"] for row in table_rows)
+    elapsed = max(time.monotonic() - began, 1e-9)
+    _log(
+        f"window {window}: read {read_rows} staged row(s) of {len(table_rows)} table(s) in "
+        f"{elapsed:.1f}s ({read_rows / elapsed:,.0f} rows/s); {dropped} outside the window"
+    )
+    _check_tables(table_rows)
+    transactions, records = _check_transactions(staged, args.start_micros, args.end_micros, window)
+    _log(f"window {window}: {transactions} complete transaction(s) with {records} record(s)")
 
-    _collapse(staged, args.start_micros, args.end_micros).write.mode("overwrite").partitionBy(
-        TABLE_PARTITION_COLUMN
-    ).parquet(changeset)
+    files.delete(f"{changeset}/{MANIFEST_NAME}")
+    column_types = {row["table_name"]: row["column_types_json"] for row in table_rows if row["window_rows"]}
+    _collapse(spark, staged, args.start_micros, args.end_micros, column_types).write.mode(
+        "overwrite"
+    ).partitionBy(TABLE_PARTITION_COLUMN).parquet(changeset)
 
     written: dict[str, int] = {}
     if any(row["window_rows"] for row in table_rows):
@@ -583,19 +625,17 @@ def _merge(spark: Any, args: MergeArguments, staging: str, changeset: str, files
     tables = {
         row["table_name"]: {
             "rows": int(written.get(row["table_name"], 0)),
-            "source_records": int(row["records"]),
-            "staged_rows": int(row["window_rows"]),
+            "source_changes": int(row["window_rows"]),
         }
-        for row in sorted(table_rows, key=lambda row: row["table_name"])
+        for row in table_rows
         if row["window_rows"]
     }
     elapsed = max(time.monotonic() - began, 1e-9)
+    merged = read_rows - dropped
     for name, table in tables.items():
-        _log(f"table {name}: {table['staged_rows']} change(s) of {table['source_records']} record(s) "
-             f"-> {table['rows']} change-set row(s)")
-    _log(f"window {window}: merged {read_rows - dropped} change(s) in {elapsed:.1f}s "
-         f"({(read_rows - dropped) / elapsed:,.0f} changes/s)")
-    return _manifest(args, tables, transactions, dropped)
+        _log(f"table {name}: {table['source_changes']} staged change(s) -> {table['rows']} change-set row(s)")
+    _log(f"window {window}: merged {merged} staged change(s) in {elapsed:.1f}s ({merged / elapsed:,.0f}/s)")
+    return _manifest(args, tables, transactions, records, dropped)
 
 
 def _manifest_bytes(manifest: dict[str, Any]) -> bytes:

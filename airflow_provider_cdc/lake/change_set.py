@@ -263,9 +263,13 @@ class ChangeSetTable:
     def column_types(self) -> list[dict[str, Any]]:
         """Union of the table's column types as seen in the window."""
         texts: set[str] = set()
-        scanner = self.dataset.scanner(columns=[COLUMN_TYPES_JSON])
-        for batch in scanner.to_batches():
-            texts.update(v for v in pc.unique(batch.column(0)).to_pylist() if v is not None)
+        for batch in self.dataset.to_batches(columns=[COLUMN_TYPES_JSON]):
+            column = batch.column(0)
+            if pa.types.is_dictionary(column.type):  # read as dictionary: no per-row strings
+                column = column.dictionary.take(pc.unique(column.indices.drop_null()))
+            texts.update(v for v in pc.unique(column).to_pylist() if v is not None)
+        if not texts:
+            raise ChangeSetError(f"table {self.name!r}: the change set carries no column types")
         return merge_column_types(sorted(texts), self.name)
 
     def count_rows(self) -> int:
@@ -334,7 +338,7 @@ class ChangeSetReader:
                     f"change set {self.uri!r}: manifest lists table {name!r} with {expected} rows "
                     f"but {directory!r} holds no Parquet files"
                 )
-            dataset = pa_ds.dataset(sorted(files), format="parquet", filesystem=self._fs)
+            dataset = pa_ds.dataset(sorted(files), format=_PARQUET, filesystem=self._fs)
             if expected is not None:
                 actual = dataset.count_rows()
                 if actual != expected:
@@ -345,6 +349,10 @@ class ChangeSetReader:
         return result
 
 
+# Column types repeat on every row: read them as a dictionary, one string per distinct value.
+_PARQUET = pa_ds.ParquetFileFormat(
+    read_options=pa_ds.ParquetReadOptions(dictionary_columns={COLUMN_TYPES_JSON})
+)
 _ROW_COUNT_KEYS = ("rows", "row_count", "num_rows", "change_rows", "count")
 
 
@@ -396,7 +404,9 @@ def iter_batches(change_set: Any, batch_size: int = 65_536) -> Iterator[pa.Recor
     elif isinstance(change_set, pa.Table):
         yield from change_set.to_batches(max_chunksize=batch_size)
     elif isinstance(change_set, pa_ds.Dataset):
-        yield from change_set.to_batches(batch_size=batch_size)
+        names = set(change_set.schema.names)
+        columns = [c for c in CHANGE_SET_COLUMNS if c != COLUMN_TYPES_JSON and c in names]
+        yield from change_set.to_batches(columns=columns, batch_size=batch_size)
     elif isinstance(change_set, pa.RecordBatchReader):
         yield from change_set
     elif isinstance(change_set, Iterable):

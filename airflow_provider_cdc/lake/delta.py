@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pa_ds
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake import Schema as DeltaSchema
-from deltalake.exceptions import DeltaError, TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from airflow_provider_cdc.domain.identifiers import validate_identifier
 from airflow_provider_cdc.domain.spanner_types import FIELD_METADATA_PRIMARY_KEY
@@ -64,10 +64,18 @@ log = logging.getLogger(__name__)
 APP_ID_PREFIX = "airflow-provider-cdc:"
 COMMIT_METADATA_APP_ID = "airflow-provider-cdc.appId"
 COMMIT_METADATA_WINDOW_VERSION = "airflow-provider-cdc.windowVersion"
+COMMIT_METADATA_SNAPSHOT = "airflow-provider-cdc.snapshot"
 DEFAULT_TARGET_FILE_SIZE = 32 * 1024 * 1024
 DEFAULT_MAX_MATERIALIZED_ROWS = 2_000_000
 _PIPELINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
 _DELTA_STATS_COLUMNS = 32
+
+
+_COMMIT_ATTEMPTS = 5
+
+
+class _ConcurrentCommit(Exception):
+    """Raised from a commit that lost to a concurrent writer (the cause tells which)."""
 
 
 class LakeError(RuntimeError):
@@ -261,13 +269,27 @@ class DeltaLakeTarget:
         table = TableColumns.from_column_types(table_name, column_types)
         app_id = app_id_for(pipeline_id)
         window_version = _check_window_version(window_version)
-        return self._apply(table, change_set, app_id, window_version, retry_create=True)
+        rereadable = _row_count_hint(change_set) is not None
+        for attempt in range(1, _COMMIT_ATTEMPTS + 1):
+            try:
+                return self._apply(table, change_set, app_id, window_version)
+            except _ConcurrentCommit as exc:
+                # Another writer committed between our snapshot and our commit. Start over from
+                # the new snapshot: the guard then sees whether it applied this very window.
+                if not rereadable or attempt == _COMMIT_ATTEMPTS:
+                    raise LakeError(
+                        f"table {table_name!r}: window {window_version}: another writer committed to the "
+                        f"table during the apply ({exc.__cause__}); run the window again"
+                    ) from exc.__cause__
+                log.info("table %s: concurrent commit (%s); applying again", table_name, exc.__cause__)
+        raise AssertionError("unreachable")  # pragma: no cover
 
-    def _apply(
-        self, table: TableColumns, change_set: Any, app_id: str, window_version: int, *, retry_create: bool
-    ) -> ApplyResult:
+    def _apply(self, table: TableColumns, change_set: Any, app_id: str, window_version: int) -> ApplyResult:
         name = table.table
         dt = self._load(name)
+        rows_hint = _row_count_hint(change_set)
+        if rows_hint == 0:  # nothing to apply, in any order
+            return ApplyResult(name, "empty", window_version, dt.version() if dt else None)
         added: tuple[str, ...] = ()
         if dt is not None:
             skipped = self._window_guard(dt, name, app_id, window_version)
@@ -275,7 +297,6 @@ class DeltaLakeTarget:
                 return skipped
             added = self._check_schema(dt, table)
 
-        rows_hint = _row_count_hint(change_set)
         materialize = rows_hint is not None and rows_hint <= self.max_materialized_rows
         schema = table.source_schema()
         batches = (to_merge_source(batch, table) for batch in iter_batches(change_set))
@@ -292,12 +313,14 @@ class DeltaLakeTarget:
         if dt is None:
             try:
                 return self._create(table, source, commit, window_version)
-            except DeltaError:
-                if retry_create and self._load(name) is not None:
-                    # Created concurrently by another apply: start over against the new table.
-                    return self._apply(table, change_set, app_id, window_version, retry_create=False)
+            except DeltaError as exc:
+                if isinstance(exc, CommitFailedError) or self._load(name) is not None:
+                    raise _ConcurrentCommit from exc  # the table was created meanwhile
                 raise
-        return self._merge(dt, table, source, materialize, commit, window_version, added)
+        try:
+            return self._merge(dt, table, source, materialize, commit, window_version, added)
+        except CommitFailedError as exc:
+            raise _ConcurrentCommit from exc
 
     def _window_guard(
         self, dt: DeltaTable, table: str, app_id: str, window_version: int
@@ -310,9 +333,11 @@ class DeltaLakeTarget:
             detail = f"window {window_version} is the table's last applied window"
             log.info("table %s: %s; skipping", table, detail)
             return ApplyResult(table, "already_applied", window_version, version, detail=detail)
-        found, complete = _find_window_commit(dt, app_id, window_version)
+        found, snapshot, complete = _find_window_commit(dt, app_id, window_version)
         if found is not None:
             detail = f"window {window_version} was applied in table version {found}"
+        elif snapshot is not None:
+            detail = f"window {window_version} is covered by the snapshot loaded in table version {snapshot}"
         elif not complete:
             detail = (
                 f"window {window_version} is older than the applied window {applied}; its commit is no "
@@ -342,13 +367,19 @@ class DeltaLakeTarget:
                 )
         return tuple(added)
 
-    def _commit_properties(self, app_id: str, window_version: int) -> CommitProperties:
+    def _commit_properties(
+        self, app_id: str, window_version: int, *, snapshot: bool = False
+    ) -> CommitProperties:
+        metadata = {COMMIT_METADATA_APP_ID: app_id, COMMIT_METADATA_WINDOW_VERSION: str(window_version)}
+        if snapshot:
+            metadata[COMMIT_METADATA_SNAPSHOT] = "true"
+        # No silent retry at a later version: a concurrent commit fails ours, and the apply starts
+        # over from the new snapshot (delta-rs would otherwise re-commit a table creation as an
+        # append, and does not treat an equal app transaction as a conflict).
         return CommitProperties(
             app_transactions=[Transaction(app_id, window_version)],
-            custom_metadata={
-                COMMIT_METADATA_APP_ID: app_id,
-                COMMIT_METADATA_WINDOW_VERSION: str(window_version),
-            },
+            custom_metadata=metadata,
+            max_commit_retries=0,
         )
 
     def _write_new_table(
@@ -384,10 +415,13 @@ class DeltaLakeTarget:
         ``rows`` has the table's columns (Arrow types of ``domain.spanner_types``) plus
         ``_change_sequence_number`` and ``_commit_timestamp``; a Table is sorted by key first,
         a RecordBatchReader is written as it streams (sort it by key for the best layout). Windows
-        after ``window_version`` then apply on top. Fails if the table exists.
+        after ``window_version`` then apply on top; earlier ones count as applied (the snapshot
+        holds their effects). Fails if the table exists.
         """
         table = TableColumns.from_column_types(table_name, column_types)
-        commit = self._commit_properties(app_id_for(pipeline_id), _check_window_version(window_version))
+        commit = self._commit_properties(
+            app_id_for(pipeline_id), _check_window_version(window_version), snapshot=True
+        )
         schema = table.table_schema()
         data: pa.Table | pa.RecordBatchReader
         if isinstance(rows, pa.Table):
@@ -480,6 +514,7 @@ class DeltaLakeTarget:
         updates[SOURCE_SEQUENCE] = f"source.{SOURCE_SEQUENCE}"
         updates[SOURCE_COMMIT_TIMESTAMP] = f"source.{SOURCE_COMMIT_TIMESTAMP}"
         inserts = {name: f"source.{_quote(name)}" for name in table.table_schema().names}
+        read_version = dt.version()
         metrics = (
             dt.merge(
                 source,
@@ -495,8 +530,12 @@ class DeltaLakeTarget:
             .when_not_matched_insert(inserts, predicate=f"source.{SOURCE_CHANGE_TYPE} = 'UPSERT'")
             .execute()
         )
-        dt.update_incremental()
-        version = dt.version()
+        if dt.version() == read_version:
+            # The change set changed no row (e.g. deletes of absent keys), so the MERGE wrote no
+            # commit; the window is still recorded, by a commit without data.
+            dt.create_write_transaction([], mode="append", schema=dt.schema(), commit_properties=commit)
+            dt.update_incremental()
+        version = dt.version()  # advanced by our own commit
         log.info(
             "table %s: window %s applied as version %s (%s inserted, %s updated, %s deleted)",
             table.table,
@@ -532,15 +571,24 @@ def _check_unique_keys(source: pa.Table, table: str) -> None:
     )
 
 
-def _find_window_commit(dt: DeltaTable, app_id: str, window_version: int) -> tuple[int | None, bool]:
-    """The table version whose commit applied the window, and whether the retained log is complete."""
+def _find_window_commit(
+    dt: DeltaTable, app_id: str, window_version: int
+) -> tuple[int | None, int | None, bool]:
+    """Where the log accounts for an older window of ``app_id``.
+
+    Returns the table version whose commit applied the window, the version of a snapshot load
+    at or past the window (which covers it), and whether the retained log reaches version 0.
+    """
     versions = []
     for entry in dt.history():
         version = entry.get("version")
         if isinstance(version, int):
             versions.append(version)
-        if entry.get(COMMIT_METADATA_APP_ID) == app_id and entry.get(COMMIT_METADATA_WINDOW_VERSION) == str(
-            window_version
-        ):
-            return version, True
-    return None, bool(versions) and min(versions) == 0
+        if entry.get(COMMIT_METADATA_APP_ID) != app_id:
+            continue
+        committed = entry.get(COMMIT_METADATA_WINDOW_VERSION)
+        if committed == str(window_version):
+            return version, None, True
+        if entry.get(COMMIT_METADATA_SNAPSHOT) == "true" and committed and int(committed) >= window_version:
+            return None, version, True
+    return None, None, bool(versions) and min(versions) == 0

@@ -17,9 +17,10 @@ from airflow_provider_cdc.metastore.model import (
     PartitionRecord,
     PartitionSpec,
     PartitionState,
+    WindowPartitionRecord,
+    WindowPartitionState,
     WindowRecord,
     WindowState,
-    window_id,
 )
 from airflow_provider_cdc.metastore.store import Metastore
 
@@ -37,7 +38,8 @@ __all__ = [
     "UnknownStreamError",
     "WindowConflictError",
     "WindowNotFoundError",
+    "WindowPartitionRecord",
+    "WindowPartitionState",
     "WindowRecord",
     "WindowState",
-    "window_id",
 ]

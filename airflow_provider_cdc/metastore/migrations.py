@@ -14,16 +14,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import DDLCompiler
 
 from airflow_provider_cdc.metastore.errors import SchemaVersionError
-from airflow_provider_cdc.metastore.model import PartitionState, WindowState
+from airflow_provider_cdc.metastore.model import PartitionState, WindowPartitionState, WindowState
 from airflow_provider_cdc.metastore.schema import (
     PARTITIONS_TABLE,
     SCHEMA_VERSION_TABLE,
     TABLE_WATERMARKS_TABLE,
+    WINDOW_PARTITIONS_TABLE,
     WINDOWS_TABLE,
     schema_version,
     state_check,
@@ -131,6 +133,31 @@ def _v2_change_sets_and_table_watermarks(conn: Connection) -> None:
     watermarks.create(conn)
 
 
+def _v3_window_partitions(conn: Connection) -> None:
+    sa.Table(
+        WINDOW_PARTITIONS_TABLE,
+        sa.MetaData(),
+        sa.Column("stream", sa.String(512), primary_key=True),
+        sa.Column("window_start_us", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column("window_end_us", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column("token", sa.String(1024), primary_key=True),
+        sa.Column("state", sa.String(16), nullable=False),
+        sa.Column("lease_owner", sa.String(256), nullable=True),
+        sa.Column("lease_expires_us", sa.BigInteger, nullable=True),
+        sa.Column("attempts", sa.Integer, nullable=False),
+        sa.Column("rows", sa.BigInteger, nullable=True),
+        sa.Column(
+            "transactions",
+            sa.Float().with_variant(postgresql.DOUBLE_PRECISION(), "postgresql"),
+            nullable=True,
+        ),
+        sa.Column("created_us", sa.BigInteger, nullable=False),
+        sa.Column("updated_us", sa.BigInteger, nullable=False),
+        sa.Column("done_us", sa.BigInteger, nullable=True),
+        state_check("state", WindowPartitionState, "ck_cdc_window_partitions_state"),
+    ).create(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "partitions and windows", _v1_partitions_and_windows),
     Migration(
@@ -138,6 +165,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "partition progress, window change sets and counts, per-table apply watermarks",
         _v2_change_sets_and_table_watermarks,
     ),
+    Migration(3, "per-window partition reading with leases", _v3_window_partitions),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 
@@ -162,7 +190,9 @@ def upgrade(conn: Connection) -> list[int]:
     if current is None:
         inspector = sa.inspect(conn)
         present = [
-            t for t in (PARTITIONS_TABLE, WINDOWS_TABLE, TABLE_WATERMARKS_TABLE) if inspector.has_table(t)
+            t
+            for t in (PARTITIONS_TABLE, WINDOWS_TABLE, TABLE_WATERMARKS_TABLE, WINDOW_PARTITIONS_TABLE)
+            if inspector.has_table(t)
         ]
         if present:
             raise SchemaVersionError(

@@ -7,6 +7,7 @@ name validation) are plain functions so they can be tested and reused without SQ
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from enum import Enum
 
 from airflow_provider_cdc.domain.identifiers import validate_identifier
 from airflow_provider_cdc.domain.timestamps import coerce_timestamp, from_micros, to_micros
+from airflow_provider_cdc.domain.window import Window
 
 MAX_STREAM_LENGTH = 512
 MAX_TOKEN_LENGTH = 1024
@@ -42,6 +44,17 @@ class WindowState(str, Enum):
     APPLIED = "applied"
 
 
+class WindowPartitionState(str, Enum):
+    """A partition's reading within one window: ``pending`` → ``running`` → ``done``."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 _WINDOW_ORDER = {state: rank for rank, state in enumerate(WindowState)}
 
 
@@ -57,11 +70,6 @@ def window_state(value: WindowState | str, what: str = "window state") -> Window
     except ValueError:
         valid = ", ".join(s.value for s in WindowState)
         raise ValueError(f"invalid {what} {value!r}: expected one of {valid}") from None
-
-
-def window_id(start: datetime, end: datetime) -> str:
-    """The window's identifier ``{start_micros}-{end_micros}`` used in staging and change-set paths."""
-    return f"{to_micros(start)}-{to_micros(end)}"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -133,8 +141,21 @@ def validate_count(name: str, value: object) -> int | None:
     return value
 
 
+def validate_transactions(value: object) -> float:
+    """A non-negative, finite transaction count (fractional: a transaction spans several partitions)."""
+    valid = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not valid or not math.isfinite(value) or value < 0:
+        raise ValueError(f"invalid transactions {value!r}: expected a non-negative finite number")
+    return float(value)
+
+
 def timestamp_micros(value: datetime | str, what: str) -> int:
-    """Microseconds of an aware datetime or RFC 3339 text, naming ``what`` when it is neither."""
+    """Microseconds of an aware datetime or RFC 3339 text, naming ``what`` when it is neither.
+
+    Naive datetimes are refused: their zone is unknown.
+    """
+    if isinstance(value, datetime) and (value.tzinfo is None or value.utcoffset() is None):
+        raise ValueError(f"invalid {what}: naive datetime {value.isoformat()} (expected timezone-aware UTC)")
     try:
         return to_micros(coerce_timestamp(value))
     except (TypeError, ValueError) as exc:
@@ -254,6 +275,26 @@ def parents_drained(partition: PartitionRecord, parents: Iterable[PartitionRecor
     return all(parent.watermark >= partition.start_timestamp for parent in parents)
 
 
+def window_parents_to_wait_for(
+    parent_tokens: Iterable[str], parent_ends_us: Mapping[str, int | None], window_start_us: int
+) -> list[str]:
+    """Lineage rule within a window: the parents whose reading in this window must be done first.
+
+    ``parent_ends_us`` maps each parent recorded in the metastore to its end (None while it has
+    not ended). A parent that ended at or before the window start was read by earlier windows; a
+    parent the metastore does not know (initial partitions have none) holds nothing to wait for.
+    Every other parent holds changes of this window that precede its child's.
+    """
+    waits = []
+    for token in parent_tokens:
+        if token not in parent_ends_us:
+            continue
+        end_us = parent_ends_us[token]
+        if end_us is None or end_us > window_start_us:
+            waits.append(token)
+    return waits
+
+
 @dataclass(frozen=True)
 class WindowRecord:
     """A pipeline's window ``[start, end)`` as the metastore holds it."""
@@ -277,5 +318,43 @@ class WindowRecord:
     applied_at: datetime | None
 
     @property
+    def window(self) -> Window:
+        """The window's bounds as a domain ``Window``."""
+        return Window(self.start, self.end)
+
+    @property
     def window_id(self) -> str:
-        return window_id(self.start, self.end)
+        """``{start_micros}-{end_micros}``, as in staging and change-set paths."""
+        return self.window.window_id
+
+
+@dataclass(frozen=True)
+class WindowPartitionRecord:
+    """One partition's reading within a window ``[window_start, window_end)`` of a stream.
+
+    ``rows`` (staged change rows) and ``transactions`` (transactions completed in the partition,
+    each counted ``1 / number_of_partitions_in_transaction``) are known once the item is ``done``.
+    """
+
+    stream: str
+    window_start: datetime
+    window_end: datetime
+    token: str
+    state: WindowPartitionState
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    attempts: int
+    rows: int | None
+    transactions: float | None
+    created_at: datetime
+    updated_at: datetime
+    done_at: datetime | None
+
+    @property
+    def window(self) -> Window:
+        """The window's bounds as a domain ``Window``."""
+        return Window(self.window_start, self.window_end)
+
+    @property
+    def is_done(self) -> bool:
+        return self.state is WindowPartitionState.DONE

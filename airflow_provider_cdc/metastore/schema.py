@@ -8,6 +8,7 @@ All timestamps are integer microseconds since the Unix epoch (``*_us`` columns).
 from __future__ import annotations
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import FunctionElement
 
@@ -17,6 +18,7 @@ from airflow_provider_cdc.metastore.model import (
     MAX_STREAM_LENGTH,
     MAX_TOKEN_LENGTH,
     PartitionState,
+    WindowPartitionState,
     WindowState,
 )
 
@@ -24,12 +26,13 @@ SCHEMA_VERSION_TABLE = "cdc_schema_version"
 PARTITIONS_TABLE = "cdc_partitions"
 WINDOWS_TABLE = "cdc_windows"
 TABLE_WATERMARKS_TABLE = "cdc_table_watermarks"
+WINDOW_PARTITIONS_TABLE = "cdc_window_partitions"
 MAX_TABLE_NAME_LENGTH = 128
 STATE_LENGTH = 16
 
 
 def state_check(
-    column: str, states: type[PartitionState] | type[WindowState], name: str
+    column: str, states: type[PartitionState] | type[WindowState] | type[WindowPartitionState], name: str
 ) -> sa.CheckConstraint:
     """``CHECK (column IN (...))`` over an enum's values, built from Core constructs."""
     return sa.CheckConstraint(sa.column(column).in_([s.value for s in states]), name=name)
@@ -100,6 +103,32 @@ table_watermarks = sa.Table(
     sa.Column("table_name", sa.String(MAX_TABLE_NAME_LENGTH), primary_key=True),
     sa.Column("watermark_us", sa.BigInteger, nullable=False),
     sa.Column("updated_us", sa.BigInteger, nullable=False),
+)
+
+
+def double_precision() -> sa.types.TypeEngine:
+    """An 8-byte float on both backends (SQLite ``FLOAT`` is REAL; PostgreSQL ``DOUBLE PRECISION``)."""
+    return sa.Float().with_variant(postgresql.DOUBLE_PRECISION(), "postgresql")
+
+
+# version 3: which partitions each window of a stream must read, and who reads them.
+window_partitions = sa.Table(
+    WINDOW_PARTITIONS_TABLE,
+    metadata,
+    sa.Column("stream", sa.String(MAX_STREAM_LENGTH), primary_key=True),
+    sa.Column("window_start_us", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("window_end_us", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("token", sa.String(MAX_TOKEN_LENGTH), primary_key=True),
+    sa.Column("state", sa.String(STATE_LENGTH), nullable=False),
+    sa.Column("lease_owner", sa.String(MAX_OWNER_LENGTH), nullable=True),
+    sa.Column("lease_expires_us", sa.BigInteger, nullable=True),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("rows", sa.BigInteger, nullable=True),
+    sa.Column("transactions", double_precision(), nullable=True),
+    sa.Column("created_us", sa.BigInteger, nullable=False),
+    sa.Column("updated_us", sa.BigInteger, nullable=False),
+    sa.Column("done_us", sa.BigInteger, nullable=True),
+    state_check("state", WindowPartitionState, "ck_cdc_window_partitions_state"),
 )
 
 

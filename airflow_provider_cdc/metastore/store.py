@@ -37,6 +37,8 @@ from airflow_provider_cdc.metastore.model import (
     PartitionRecord,
     PartitionSpec,
     PartitionState,
+    WindowPartitionRecord,
+    WindowPartitionState,
     WindowRecord,
     WindowState,
     coerce_partition_spec,
@@ -51,11 +53,14 @@ from airflow_provider_cdc.metastore.model import (
     validate_pipeline,
     validate_stream,
     validate_token,
+    validate_transactions,
+    window_parents_to_wait_for,
     window_state,
 )
 from airflow_provider_cdc.metastore.schema import partitions as P
 from airflow_provider_cdc.metastore.schema import table_watermarks as TW
 from airflow_provider_cdc.metastore.schema import utc_now_micros
+from airflow_provider_cdc.metastore.schema import window_partitions as WP
 from airflow_provider_cdc.metastore.schema import windows as W
 
 SUPPORTED_BACKENDS = ("postgresql", "sqlite")
@@ -112,6 +117,25 @@ def _window(row: Mapping[str, Any]) -> WindowRecord:
         drained_at=_opt_dt(row["drained_us"]),
         merged_at=_opt_dt(row["merged_us"]),
         applied_at=_opt_dt(row["applied_us"]),
+    )
+
+
+def _window_partition(row: Mapping[str, Any]) -> WindowPartitionRecord:
+    transactions = row["transactions"]
+    return WindowPartitionRecord(
+        stream=row["stream"],
+        window_start=from_micros(row["window_start_us"]),
+        window_end=from_micros(row["window_end_us"]),
+        token=row["token"],
+        state=WindowPartitionState(row["state"]),
+        lease_owner=row["lease_owner"],
+        lease_expires_at=_opt_dt(row["lease_expires_us"]),
+        attempts=row["attempts"],
+        rows=row["rows"],
+        transactions=None if transactions is None else float(transactions),
+        created_at=from_micros(row["created_us"]),
+        updated_at=from_micros(row["updated_us"]),
+        done_at=_opt_dt(row["done_us"]),
     )
 
 
@@ -216,12 +240,54 @@ class Metastore:
         Items are ``PartitionSpec``s, mappings or child-partition records (``token``,
         ``start_timestamp``, ``parent_tokens``/``parent_partition_tokens``, optional ``heartbeat_ms``).
         A token already present (a merged child reported by several parents, a retry, a concurrent
-        reader) is left as it is.
+        reader) is left as it is, with one exception: a partition recorded without parents by a
+        later initial query that is now reported as a child with an earlier start takes that start
+        and those parents (reading an earlier window found where it really begins).
         """
         stream = validate_stream(stream)
         specs = [coerce_partition_spec(p, stream) for p in partitions]
         with self._tx(write=True) as conn:
-            return [spec.token for spec in specs if self._insert_partition(conn, stream, spec)]
+            created = self._insert_partitions(conn, stream, specs)
+        return [spec.token for spec in specs if spec.token in created]
+
+    def _insert_partitions(self, conn: Connection, stream: str, specs: list[PartitionSpec]) -> set[str]:
+        created = set()
+        # Token order: concurrent transactions lock the same rows in the same order (no deadlock).
+        for spec in sorted(specs, key=lambda s: s.token):
+            if self._insert_partition(conn, stream, spec):
+                created.add(spec.token)
+            elif spec.parent_tokens:
+                self._adopt_as_child(conn, stream, spec)
+        return created
+
+    def _adopt_as_child(self, conn: Connection, stream: str, spec: PartitionSpec) -> bool:
+        """Give a partition recorded by a later initial query its parents and its earlier start.
+
+        An initial query records the partitions alive at its time without parents; reading an
+        earlier window (a backfill) then meets some of them as children of older partitions, which
+        is where they really begin. A watermark still at the recorded start moves with it.
+        """
+        start_us = timestamp_micros(spec.start_timestamp, "start_timestamp")
+        return (
+            conn.execute(
+                sa.update(P)
+                .where(
+                    (P.c.stream == stream)
+                    & (P.c.token == spec.token)
+                    & (P.c.parent_tokens == encode_tokens(()))
+                    & (P.c.start_us > start_us)
+                )
+                .values(
+                    parent_tokens=encode_tokens(spec.parent_tokens),
+                    start_us=start_us,
+                    watermark_us=sa.case(
+                        (P.c.watermark_us == P.c.start_us, start_us), else_=P.c.watermark_us
+                    ),
+                    updated_us=utc_now_micros(),
+                )
+            ).rowcount
+            == 1
+        )
 
     def _insert_partition(self, conn: Connection, stream: str, spec: PartitionSpec) -> bool:
         start_us = timestamp_micros(spec.start_timestamp, "start_timestamp")
@@ -259,8 +325,8 @@ class Metastore:
 
         In one transaction: the partition becomes ``finished`` with its end set, its watermark
         raised to the end and its lease dropped; each child (a token, ``PartitionSpec``, mapping
-        or child-partition record; start defaults to ``end_timestamp``) is created if absent.
-        With ``owner``, the caller must still hold the lease (else ``LeaseLostError``).
+        or child-partition record; start defaults to ``end_timestamp``) is created if absent (as in
+        ``add_partitions``). With ``owner``, the caller must still hold the lease (else ``LeaseLostError``).
         Returns True if this call finished the partition, False if it already was (same end).
         """
         stream, token = validate_stream(stream), validate_token(token, stream)
@@ -326,8 +392,7 @@ class Metastore:
                         f"already finished at {from_micros(current['end_us'])}, "
                         f"cannot finish again at {from_micros(end_us)}",
                     )
-            for spec in specs:
-                self._insert_partition(conn, stream, spec)
+            self._insert_partitions(conn, stream, specs)
             return finished
 
     def advance_watermark(
@@ -341,6 +406,9 @@ class Metastore:
     ) -> bool:
         """Raise the partition's drained-up-to watermark to ``timestamp`` if that moves it forward.
 
+        The watermark is exclusive: every change the partition holds that was committed before it
+        has been read (after a heartbeat at ``t`` or a window read up to ``end - 1µs`` it is
+        ``t + 1µs`` or ``end``). A new partition starts with its watermark at its start timestamp.
         The watermark never moves backwards (``WHERE watermark < :ts``); ``records`` read since the
         last advance are added to the partition's record count only when it moves. With ``owner``
         the caller must still hold the lease (else ``LeaseLostError``). Returns True if it moved.
@@ -873,6 +941,298 @@ class Metastore:
             query = query.where(W.c.state == window_state(state).value)
         with self._tx() as conn:
             return [_window(r._mapping) for r in conn.execute(query.order_by(W.c.start_us, W.c.end_us))]
+
+    # ------------------------------------------------------------------------------------------
+    # Windows: the partitions each window of a stream must read, claimed with leases.
+
+    @staticmethod
+    def _window_partition_key(
+        stream: str, start: datetime | str, end: datetime | str
+    ) -> tuple[str, int, int]:
+        stream = validate_stream(stream)
+        start_us, end_us = timestamp_micros(start, "window start"), timestamp_micros(end, "window end")
+        if end_us <= start_us:
+            raise ValueError(
+                f"window of change stream {stream!r}: end {from_micros(end_us)} is not after "
+                f"start {from_micros(start_us)}"
+            )
+        return stream, start_us, end_us
+
+    @staticmethod
+    def _window_partitions_cond(stream: str, start_us: int, end_us: int) -> ColumnElement:
+        return (WP.c.stream == stream) & (WP.c.window_start_us == start_us) & (WP.c.window_end_us == end_us)
+
+    @staticmethod
+    def _window_partition_claimable(owner: str, now_us: int) -> ColumnElement:
+        running = WP.c.state == WindowPartitionState.RUNNING.value
+        return (WP.c.state == WindowPartitionState.PENDING.value) | (
+            running & ((WP.c.lease_expires_us < now_us) | (WP.c.lease_owner == owner))
+        )
+
+    @staticmethod
+    def _now(conn: Connection) -> int:
+        """The database clock, read once so that every timing one call writes is the same instant."""
+        return int(conn.execute(sa.select(utc_now_micros())).scalar_one())
+
+    def add_window_partitions(
+        self, stream: str, start: datetime | str, end: datetime | str, tokens: Iterable[str]
+    ) -> list[str]:
+        """Record partitions the window must read, in state ``pending``, unless already recorded.
+
+        Every token must be a recorded partition of the stream (else ``PartitionNotFoundError``).
+        Items already recorded (a retry, another reader, a child reported twice) are left as they
+        are. Returns the tokens this call added, in the given order.
+        """
+        stream, start_us, end_us = self._window_partition_key(stream, start, end)
+        wanted = list(dict.fromkeys(validate_token(t, stream) for t in tokens))
+        with self._tx(write=True) as conn:
+            known: set[str] = set()
+            for chunk in _chunks(wanted):
+                known.update(
+                    conn.execute(
+                        sa.select(P.c.token).where((P.c.stream == stream) & P.c.token.in_(chunk))
+                    ).scalars()
+                )
+            for token in wanted:
+                if token not in known:
+                    raise PartitionNotFoundError(stream, token)
+            now = self._now(conn)
+            created = set()
+            # Token order: concurrent transactions lock the same rows in the same order (no deadlock).
+            for token in sorted(wanted):
+                values = {
+                    "stream": stream,
+                    "window_start_us": start_us,
+                    "window_end_us": end_us,
+                    "token": token,
+                    "state": WindowPartitionState.PENDING.value,
+                    "lease_owner": None,
+                    "lease_expires_us": None,
+                    "attempts": 0,
+                    "rows": None,
+                    "transactions": None,
+                    "created_us": now,
+                    "updated_us": now,
+                    "done_us": None,
+                }
+                if self._insert_if_absent(conn, WP, values):
+                    created.add(token)
+        return [token for token in wanted if token in created]
+
+    def claim_window_partition(
+        self, stream: str, start: datetime | str, end: datetime | str, owner: str, lease_seconds: float
+    ) -> str | None:
+        """Claim one partition of the window for ``owner``; return its token, or None if none is ready.
+
+        Claimable: ``pending``; ``running`` with an expired lease (its reader died); or ``running``
+        under ``owner`` itself (a retried reader takes its own partition back at once). Ready in
+        lineage order: every parent of the partition ended at or before the window start, is
+        unknown to the metastore, or is ``done`` in this window. Candidates are tried in
+        (partition start, token) order, each with a compare-and-set that also re-checks the parents,
+        so concurrent readers never get the same partition. The claim sets the state to
+        ``running``, the lease to now + ``lease_seconds`` and counts one attempt.
+        """
+        stream, start_us, end_us = self._window_partition_key(stream, start, end)
+        owner = validate_owner(owner)
+        lease_us = lease_micros(lease_seconds)
+        in_window = self._window_partitions_cond(stream, start_us, end_us)
+        with self._tx(write=True) as conn:
+            now = self._now(conn)
+            claimable = self._window_partition_claimable(owner, now)
+            candidates = conn.execute(
+                sa.select(WP.c.token, P.c.parent_tokens)
+                .select_from(WP.join(P, (P.c.stream == WP.c.stream) & (P.c.token == WP.c.token)))
+                .where(in_window & claimable)
+                .order_by(P.c.start_us, WP.c.token)
+            ).all()
+            if not candidates:
+                return None
+            parents = {token: decode_tokens(text) for token, text in candidates}
+            parent_tokens = sorted({t for ts in parents.values() for t in ts})
+            parent_ends: dict[str, int | None] = {}
+            done: set[str] = set()
+            for chunk in _chunks(parent_tokens):
+                parent_ends.update(
+                    conn.execute(
+                        sa.select(P.c.token, P.c.end_us).where((P.c.stream == stream) & P.c.token.in_(chunk))
+                    ).all()
+                )
+                done.update(
+                    conn.execute(
+                        sa.select(WP.c.token).where(
+                            in_window
+                            & (WP.c.state == WindowPartitionState.DONE.value)
+                            & WP.c.token.in_(chunk)
+                        )
+                    ).scalars()
+                )
+            done_item = WP.alias("done_item")
+            for token, _ in candidates:
+                waits = window_parents_to_wait_for(parents[token], parent_ends, start_us)
+                if any(parent not in done for parent in waits):
+                    continue
+                cond = in_window & (WP.c.token == token) & claimable
+                for parent in waits:
+                    # Re-checked in the update itself: a concurrent reset may have removed the parent's item.
+                    cond = cond & sa.exists().where(
+                        (done_item.c.stream == stream)
+                        & (done_item.c.window_start_us == start_us)
+                        & (done_item.c.window_end_us == end_us)
+                        & (done_item.c.token == parent)
+                        & (done_item.c.state == WindowPartitionState.DONE.value)
+                    )
+                claimed = conn.execute(
+                    sa.update(WP)
+                    .where(cond)
+                    .values(
+                        state=WindowPartitionState.RUNNING.value,
+                        lease_owner=owner,
+                        lease_expires_us=now + lease_us,
+                        attempts=WP.c.attempts + 1,
+                        updated_us=now,
+                    )
+                ).rowcount
+                if claimed == 1:
+                    return token
+            return None
+
+    def renew_window_partition_lease(
+        self,
+        stream: str,
+        start: datetime | str,
+        end: datetime | str,
+        token: str,
+        owner: str,
+        lease_seconds: float,
+    ) -> bool:
+        """Extend ``owner``'s lease on the window's partition to now + ``lease_seconds``.
+
+        False when ``owner`` no longer holds it (another reader took it, it is done, or the window
+        was reset).
+        """
+        stream, start_us, end_us = self._window_partition_key(stream, start, end)
+        token, owner = validate_token(token, stream), validate_owner(owner)
+        lease_us = lease_micros(lease_seconds)
+        with self._tx(write=True) as conn:
+            now = self._now(conn)
+            return (
+                conn.execute(
+                    sa.update(WP)
+                    .where(
+                        self._window_partitions_cond(stream, start_us, end_us)
+                        & (WP.c.token == token)
+                        & (WP.c.state == WindowPartitionState.RUNNING.value)
+                        & (WP.c.lease_owner == owner)
+                    )
+                    .values(lease_expires_us=now + lease_us, updated_us=now)
+                ).rowcount
+                == 1
+            )
+
+    def complete_window_partition(
+        self,
+        stream: str,
+        start: datetime | str,
+        end: datetime | str,
+        token: str,
+        owner: str,
+        *,
+        rows: int,
+        transactions: float,
+    ) -> bool:
+        """Mark the window's partition ``done`` with its counts and drop the lease.
+
+        Only ``owner``, holding it in state ``running``, may; False when it lost the partition
+        (its lease expired and another reader took it, or the window was reset) — its reading
+        then does not count.
+        """
+        stream, start_us, end_us = self._window_partition_key(stream, start, end)
+        token, owner = validate_token(token, stream), validate_owner(owner)
+        rows = validate_count("rows", rows)
+        if rows is None:
+            raise ValueError("invalid rows None: expected a non-negative integer")
+        transactions = validate_transactions(transactions)
+        with self._tx(write=True) as conn:
+            now = self._now(conn)
+            return (
+                conn.execute(
+                    sa.update(WP)
+                    .where(
+                        self._window_partitions_cond(stream, start_us, end_us)
+                        & (WP.c.token == token)
+                        & (WP.c.state == WindowPartitionState.RUNNING.value)
+                        & (WP.c.lease_owner == owner)
+                    )
+                    .values(
+                        state=WindowPartitionState.DONE.value,
+                        rows=rows,
+                        transactions=transactions,
+                        lease_owner=None,
+                        lease_expires_us=None,
+                        done_us=now,
+                        updated_us=now,
+                    )
+                ).rowcount
+                == 1
+            )
+
+    def window_partitions(
+        self, stream: str, start: datetime | str, end: datetime | str
+    ) -> list[WindowPartitionRecord]:
+        """The window's partitions in (partition start, token) order; empty if none are recorded."""
+        stream, start_us, end_us = self._window_partition_key(stream, start, end)
+        with self._tx() as conn:
+            rows = conn.execute(
+                sa.select(WP)
+                .select_from(WP.outerjoin(P, (P.c.stream == WP.c.stream) & (P.c.token == WP.c.token)))
+                .where(self._window_partitions_cond(stream, start_us, end_us))
+                .order_by(P.c.start_us, WP.c.token)
+            )
+            return [_window_partition(r._mapping) for r in rows]
+
+    def reset_window_partitions(self, stream: str, start: datetime | str, end: datetime | str) -> int:
+        """Forget the window's partitions so that a re-run reads all of them again; return how many.
+
+        Readers still holding one of them lose it: their renewals and completions return False.
+        """
+        stream, start_us, end_us = self._window_partition_key(stream, start, end)
+        with self._tx(write=True) as conn:
+            return conn.execute(
+                sa.delete(WP).where(self._window_partitions_cond(stream, start_us, end_us))
+            ).rowcount
+
+    def lower_initial_starts(self, stream: str, tokens: Iterable[str], start: datetime | str) -> int:
+        """Move the start of initial partitions among ``tokens`` back to ``start``; return how many moved.
+
+        An initial query at a time earlier than the recorded lineage returns partitions that are
+        already recorded with a later start. Only partitions without parents and with a recorded
+        start after ``start`` change; a watermark still at the old start moves with it (nothing of
+        the partition has been read), a watermark past it is kept.
+        """
+        stream = validate_stream(stream)
+        wanted = sorted({validate_token(t, stream) for t in tokens})
+        start_us = timestamp_micros(start, "start")
+        changed = 0
+        with self._tx(write=True) as conn:
+            now = self._now(conn)
+            for chunk in _chunks(wanted):
+                changed += conn.execute(
+                    sa.update(P)
+                    .where(
+                        (P.c.stream == stream)
+                        & P.c.token.in_(chunk)
+                        & (P.c.parent_tokens == encode_tokens(()))
+                        & (P.c.start_us > start_us)
+                    )
+                    .values(
+                        start_us=start_us,
+                        watermark_us=sa.case(
+                            (P.c.watermark_us == P.c.start_us, start_us), else_=P.c.watermark_us
+                        ),
+                        updated_us=now,
+                    )
+                ).rowcount
+        return changed
 
     # ------------------------------------------------------------------------------------------
     # Per-table apply watermarks (BigQuery's upsert_stream_apply_watermark, per pipeline).

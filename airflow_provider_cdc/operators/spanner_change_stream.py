@@ -95,8 +95,12 @@ class SpannerChangeStreamOpenWindowOperator(_ChangeStreamWindowOperator):
 
     def execute(self, context: Any) -> list[int]:
         window = self.window()
-        tokens = self.hook().open_window(self.pipeline(context), window, self.staging_root, reader_owner(context))
-        self.log.info("Window %s opened with %d partition(s) to read by %d reader(s)", window, len(tokens), self.readers)
+        tokens = self.hook().open_window(
+            self.pipeline(context), window, self.staging_root, reader_owner(context)
+        )
+        self.log.info(
+            "Window %s opened with %d partition(s) to read by %d reader(s)", window, len(tokens), self.readers
+        )
         return list(range(self.readers))
 
 
@@ -109,7 +113,12 @@ class SpannerChangeStreamReadWindowOperator(_ChangeStreamWindowOperator):
     template_fields: Sequence[str] = (*_ChangeStreamWindowOperator.template_fields, "reader_index")
 
     def __init__(
-        self, *, reader_index: int | str = 0, lease_seconds: float = 300.0, retries_per_partition: int = 5, **kwargs: Any
+        self,
+        *,
+        reader_index: int | str = 0,
+        lease_seconds: float = 300.0,
+        retries_per_partition: int = 5,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.reader_index = reader_index

@@ -53,7 +53,11 @@ class ChangeStreamReadError(RuntimeError):
 
 @dataclass
 class PartitionResult:
+    """One partition's part of a window as one reader read it (timings are ``time.monotonic``)."""
+
     token: str
+    started: float = 0.0
+    finished: float = 0.0
     rows: int = 0
     data_records: int = 0
     transactions: float = 0.0
@@ -71,8 +75,12 @@ class ReadSummary:
     rows: int = 0
     data_records: int = 0
     transactions: float = 0.0
-    partitions: list[str] = field(default_factory=list)
+    spans: list[PartitionResult] = field(default_factory=list)
     seconds: float = 0.0
+
+    @property
+    def partitions(self) -> list[str]:
+        return [span.token for span in self.spans]
 
     def to_dict(self) -> dict:
         return {
@@ -81,7 +89,8 @@ class ReadSummary:
             "rows": self.rows,
             "data_records": self.data_records,
             "transactions": round(self.transactions, 6),
-            "partitions": len(self.partitions),
+            "partitions": len(self.spans),
+            "retries": sum(span.retries for span in self.spans),
             "seconds": round(self.seconds, 3),
             "rows_per_second": round(self.rows / self.seconds, 1) if self.seconds > 0 else None,
         }
@@ -195,7 +204,7 @@ class WindowReader:
             summary.rows += result.rows
             summary.data_records += result.data_records
             summary.transactions += result.transactions
-            summary.partitions.append(token)
+            summary.spans.append(result)
         summary.seconds = time.monotonic() - started
         self.log.info(
             "Window %s: read %d change rows (%d records, %.0f transactions) from %d partition(s) in %.1fs",
@@ -211,7 +220,7 @@ class WindowReader:
     def _read_partition(self, window: Window, token: str) -> PartitionResult:
         partition = self.metastore.get_partition(self.stream_key, token)
         start = max(window.start, partition.start_timestamp)
-        result = PartitionResult(token)
+        result = PartitionResult(token, started=time.monotonic())
         if start > window.query_end:
             self._complete(window, token, result)
             return result
@@ -246,6 +255,7 @@ class WindowReader:
         return result
 
     def _complete(self, window: Window, token: str, result: PartitionResult) -> None:
+        result.finished = time.monotonic()
         done = self.metastore.complete_window_partition(
             self.stream_key,
             window.start,
@@ -257,10 +267,14 @@ class WindowReader:
         )
         if not done:
             raise ChangeStreamReadError(
-                window, token, f"the lease of reader {self.owner} expired and another reader took the partition"
+                window,
+                token,
+                f"the lease of reader {self.owner} expired and another reader took the partition",
             )
 
-    def _drain(self, window: Window, token: str, start: datetime, writer: StagingWriter, result: PartitionResult) -> None:
+    def _drain(
+        self, window: Window, token: str, start: datetime, writer: StagingWriter, result: PartitionResult
+    ) -> None:
         """Run the partition's query, resuming after retryable errors from the last record received."""
         resume_at = start
         seen_at_resume: set[tuple[str, str]] = set()
@@ -317,7 +331,9 @@ class WindowReader:
                 self._renew(window, token)
                 self._sleep(delay)
 
-    def _progress(self, window: Window, token: str, at: datetime, result: PartitionResult, seconds: float) -> None:
+    def _progress(
+        self, window: Window, token: str, at: datetime, result: PartitionResult, seconds: float
+    ) -> None:
         self._renew(window, token)
         lag = (window.end - at).total_seconds()
         self.log.info(

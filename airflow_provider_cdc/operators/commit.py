@@ -1,0 +1,130 @@
+"""Operator that commits an applied window: window state, apply watermarks, staleness check."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from airflow_provider_cdc._compat import AirflowException, BaseOperator
+from airflow_provider_cdc.domain.timestamps import coerce_timestamp, format_timestamp
+from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+from airflow_provider_cdc.metastore import WindowState
+
+
+def stale_tables(
+    watermarks: Mapping[str, datetime], now: datetime, max_staleness: timedelta
+) -> dict[str, timedelta]:
+    """Tables whose apply watermark lags ``now`` by more than ``max_staleness``, with their lag."""
+    return {table: now - mark for table, mark in sorted(watermarks.items()) if now - mark > max_staleness}
+
+
+class CdcCommitWindowOperator(BaseOperator):
+    """Marks a window applied and advances each table's apply watermark to the window end.
+
+    The apply watermark is the analog of BigQuery's ``upsert_stream_apply_watermark``: every change
+    committed before it is in the target table. With ``max_staleness`` set, the task fails when a
+    table's watermark lags the current time (or ``staleness_reference``) by more than that.
+
+    :param read_summaries: the readers' summaries (XCom), summed into the window's counts.
+    :param upsert_summary: the upsert job's summary (XCom): its ``tables`` get watermarks.
+    """
+
+    template_fields: Sequence[str] = (
+        "pipeline_id",
+        "window_start",
+        "window_end",
+        "read_summaries",
+        "upsert_summary",
+        "staleness_reference",
+    )
+
+    def __init__(
+        self,
+        *,
+        pipeline_id: str | None = None,
+        window_start: Any = "{{ data_interval_start }}",
+        window_end: Any = "{{ data_interval_end }}",
+        read_summaries: Any = None,
+        upsert_summary: Any = None,
+        metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
+        max_staleness: timedelta | None = None,
+        staleness_reference: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.pipeline_id = pipeline_id
+        self.window_start = window_start
+        self.window_end = window_end
+        self.read_summaries = read_summaries
+        self.upsert_summary = upsert_summary
+        self.metastore_conn_id = metastore_conn_id
+        self.max_staleness = max_staleness
+        self.staleness_reference = staleness_reference
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        pipeline = self.pipeline_id or context["ti"].dag_id
+        window = Window(coerce_timestamp(self.window_start), coerce_timestamp(self.window_end))
+        store = CdcMetastoreHook(self.metastore_conn_id).metastore
+        record = store.get_window(pipeline, window.start, window.end)
+        summaries = _summaries(self.read_summaries)
+        rows = sum(int(s.get("rows", 0)) for s in summaries)
+        transactions = round(sum(float(s.get("transactions", 0.0)) for s in summaries))
+        if record.state is WindowState.APPLIED:
+            self.log.info(
+                "Window %s of %s was already applied (attempt %d)", window, pipeline, record.attempt
+            )
+        elif not store.transition_window(
+            pipeline,
+            window.start,
+            window.end,
+            record.state,
+            WindowState.APPLIED,
+            attempt=record.attempt,
+            record_count=rows if summaries else None,
+            transaction_count=transactions if summaries else None,
+        ):
+            raise AirflowException(
+                f"window {window} of {pipeline} changed state while it was being committed"
+            )
+        upsert = self.upsert_summary if isinstance(self.upsert_summary, Mapping) else {}
+        tables = set(store.table_watermarks(pipeline)) | set(upsert.get("tables") or {})
+        for table in sorted(tables):
+            store.advance_table_watermark(pipeline, table, window.end)
+        watermarks = store.table_watermarks(pipeline)
+        self.log.info(
+            "Window %s applied: %d change rows, %d transactions; apply watermarks: %s",
+            window,
+            rows,
+            transactions,
+            ", ".join(f"{t}={format_timestamp(w)}" for t, w in sorted(watermarks.items())) or "none",
+        )
+        if self.max_staleness is not None:
+            now = (
+                coerce_timestamp(self.staleness_reference)
+                if self.staleness_reference
+                else datetime.now(timezone.utc)
+            )
+            stale = stale_tables(watermarks, now, self.max_staleness)
+            if stale:
+                detail = ", ".join(f"{t} lags {lag}" for t, lag in stale.items())
+                raise AirflowException(
+                    f"apply watermark older than max_staleness={self.max_staleness}: {detail}"
+                )
+        return {
+            "window_id": window.window_id,
+            "rows": rows,
+            "transactions": transactions,
+            "watermarks": {t: format_timestamp(w) for t, w in sorted(watermarks.items())},
+        }
+
+
+def _summaries(value: Any) -> list[Mapping[str, Any]]:
+    if value is None:
+        return []
+    if isinstance(value, Mapping):
+        return [value]
+    if isinstance(value, Iterable) and not isinstance(value, (str, bytes)):
+        return [v for v in value if isinstance(v, Mapping)]
+    return []

@@ -1,0 +1,170 @@
+"""``SparkMergeWindowOperator``: run the bundled merge job for one window through ``spark-submit``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import zipfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+try:
+    from airflow.providers.common.compat.sdk import AirflowException, BaseHook
+except ImportError:  # older common-compat providers (Airflow 2.11)
+    from airflow.exceptions import AirflowException  # type: ignore[no-redef]
+    from airflow.hooks.base import BaseHook  # type: ignore[no-redef]
+
+from airflow_provider_cdc.domain.timestamps import format_timestamp, parse_timestamp
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
+#: The ``spark-submit`` application this operator runs.
+MERGE_JOB_PATH = str(PACKAGE_DIR / "jobs" / "merge_job.py")
+LOCAL_MASTER = "local[*]"
+DOMAIN_ZIP_NAME = "airflow_provider_cdc_domain.zip"
+_ZIP_PACKAGE_INIT = '"""The domain layer of airflow-provider-cdc, shipped to Spark with --py-files."""\n'
+
+
+def build_domain_zip(directory: str | os.PathLike[str]) -> str:
+    """Write ``airflow_provider_cdc/domain`` as a zip for ``--py-files``; return the zip's path.
+
+    The zip holds the domain modules and a package ``__init__`` without imports, so the driver and
+    executors can import ``airflow_provider_cdc.domain`` without Airflow installed.
+    """
+    target = Path(directory) / DOMAIN_ZIP_NAME
+    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("airflow_provider_cdc/__init__.py", _ZIP_PACKAGE_INIT)
+        for module in sorted((PACKAGE_DIR / "domain").glob("*.py")):
+            archive.write(module, f"airflow_provider_cdc/domain/{module.name}")
+    return str(target)
+
+
+def _connection_master(conn_id: str) -> str | None:
+    """The Spark master a connection names, or ``None`` when the connection does not exist."""
+    try:
+        connection = BaseHook.get_connection(conn_id)
+    except AirflowException:
+        return None
+    host = connection.host or ""
+    return host if connection.conn_type == "spark" and host else f"{connection.conn_type}://{host}"
+
+
+@contextmanager
+def _local_spark_connection(conn_id: str) -> Iterator[None]:
+    """Define ``conn_id`` as a local Spark master (``AIRFLOW_CONN_*``) while the hook resolves it."""
+    variable = f"AIRFLOW_CONN_{conn_id.upper()}"
+    previous = os.environ.get(variable)
+    os.environ[variable] = json.dumps({"conn_type": "spark", "host": LOCAL_MASTER})
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(variable, None)
+        else:
+            os.environ[variable] = previous
+
+
+class SparkMergeWindowOperator(SparkSubmitOperator):
+    """Merge one window's staged changes into per-table change sets with Spark.
+
+    Runs ``airflow_provider_cdc/jobs/merge_job.py`` through ``spark-submit``: staged rows outside
+    ``[window_start, window_end)`` are dropped, every transaction is checked to be complete,
+    repeated mods are removed and each key's changes are collapsed in commit order into one row
+    of ``{changeset_uri}/table={table}/``, with ``_manifest.json`` written last.
+
+    The domain package is shipped with ``--py-files`` (a zip built on the fly), so the job also
+    runs on clusters without this provider installed (they need ``pyspark`` and ``pyarrow``).
+    Without a ``conn_id`` connection, Spark runs locally (``local[*]``) with this Python.
+
+    :param staging_uri: the window's staging folder, ``{staging_root}/{stream}/{window_id}``
+        (templated; local path, ``file://`` or ``gs://``).
+    :param changeset_uri: the window's change-set folder, ``{changeset_root}/{window_id}`` (templated).
+    :param window_start: inclusive window start, RFC 3339 (templated; default the data interval start).
+    :param window_end: exclusive window end, RFC 3339 (templated; default the data interval end).
+    :param conn_id: Spark connection (default ``spark_default``; missing means ``local[*]``).
+    :param kwargs: passed to ``SparkSubmitOperator`` (``conf``, ``driver_memory``, ``py_files``, ...).
+    """
+
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields,
+        "staging_uri",
+        "changeset_uri",
+        "window_start",
+        "window_end",
+    )
+    ui_color = "#f4a460"
+
+    def __init__(
+        self,
+        *,
+        staging_uri: str,
+        changeset_uri: str,
+        window_start: str = "{{ data_interval_start }}",
+        window_end: str = "{{ data_interval_end }}",
+        conn_id: str = "spark_default",
+        name: str = "cdc-merge-window",
+        **kwargs: Any,
+    ) -> None:
+        if "application" in kwargs:
+            raise TypeError("SparkMergeWindowOperator runs its bundled merge job; do not pass 'application'")
+        super().__init__(application=MERGE_JOB_PATH, conn_id=conn_id, name=name, **kwargs)
+        self.staging_uri = staging_uri
+        self.changeset_uri = changeset_uri
+        self.window_start = window_start
+        self.window_end = window_end
+        self.merge_conn_id = conn_id
+
+    def merge_arguments(self) -> list[str]:
+        """Command-line arguments of the merge job from the rendered fields (checked here first)."""
+        bounds = []
+        for field in ("window_start", "window_end"):
+            value = getattr(self, field)
+            try:
+                bounds.append(parse_timestamp(str(value)))
+            except ValueError:
+                raise ValueError(
+                    f"{field} must be an RFC 3339 timestamp, got {value!r} "
+                    "(a run without a data interval needs explicit window_start/window_end)"
+                ) from None
+        start, end = bounds
+        if start >= end:
+            raise ValueError(
+                f"window_start {format_timestamp(start)} is not before window_end {format_timestamp(end)}"
+            )
+        for field in ("staging_uri", "changeset_uri"):
+            if not isinstance(getattr(self, field), str) or not getattr(self, field).strip():
+                raise ValueError(f"{field} must be a non-empty location, got {getattr(self, field)!r}")
+        return [
+            "--staging", self.staging_uri.strip(),
+            "--changeset", self.changeset_uri.strip(),
+            "--window-start", format_timestamp(start),
+            "--window-end", format_timestamp(end),
+        ]
+
+    def execute(self, context: Any) -> None:
+        self.application = MERGE_JOB_PATH
+        self.application_args = self.merge_arguments()
+        master = _connection_master(self.merge_conn_id)
+        user_py_files, user_env = self.py_files, self.env_vars
+        with tempfile.TemporaryDirectory(prefix="cdc-merge-") as workdir:
+            self.py_files = ",".join(filter(None, [user_py_files, build_domain_zip(workdir)]))
+            if master is None or master.startswith("local"):
+                env = dict(user_env or {})
+                if "PYSPARK_PYTHON" not in env and "PYSPARK_PYTHON" not in os.environ:
+                    env["PYSPARK_PYTHON"] = sys.executable
+                self.env_vars = env
+            self.log.info(
+                "Merging window [%s, %s) from %s into %s on Spark master %s",
+                self.application_args[5], self.application_args[7], self.staging_uri, self.changeset_uri,
+                master or f"{LOCAL_MASTER} (no connection {self.merge_conn_id!r})",
+            )
+            try:
+                with _local_spark_connection(self.merge_conn_id) if master is None else nullcontext():
+                    super().execute(context)
+            finally:
+                self.py_files, self.env_vars = user_py_files, user_env

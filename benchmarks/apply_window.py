@@ -1,0 +1,289 @@
+"""Benchmark: applying a window's change set to a Delta table (upsert part).
+
+For each table size (default 100k, 1M and 10M rows) and each workload, a change set of
+``--changes`` keys (default 10,000: 60 % updates of existing rows, half of them partial images,
+10 % deletes, 30 % new rows) is applied to a copy of the same base table twice:
+
+* ``plain``: one delta-rs MERGE of the already-typed change set (key equality; delete, update all
+  columns, insert), the cheapest MERGE that gives the same table for in-order windows;
+* ``upsert``: ``DeltaLakeTarget.apply_change_set`` from the change-set Parquet files: JSON
+  decoding, validation, the window guard, per-column partial-image expressions, the sequence
+  number guard and the tagged commit.
+
+Workloads: ``random`` changes keys spread over the whole key space (hash-like keys, as Spanner
+recommends), ``local`` changes keys of the newest 2 % of the key space (time-ordered keys).
+
+Each measurement runs in a fresh process (its peak RSS is reported): one apply on a throw-away
+copy of the base table warms the process up (its time is shown as "upsert 1st s": imports and
+first-use costs a spark-submit pays once per window), then the timed apply runs on a fresh copy.
+The median of ``--repeat`` runs is printed. Base tables are cached under ``--workdir``.
+
+    python benchmarks/apply_window.py --sizes 100000,1000000,10000000 --workdir .cache/bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from airflow_provider_cdc.domain.timestamps import to_micros
+from airflow_provider_cdc.lake.change_set import TableColumns, to_merge_source
+from airflow_provider_cdc.lake.change_set_writer import Change, change_set_table, write_change_set
+from airflow_provider_cdc.lake.delta import DEFAULT_TARGET_FILE_SIZE, DeltaLakeTarget
+
+TABLE = "Orders"
+PIPELINE = "bench"
+COLUMN_TYPES = [
+    {"name": "OrderId", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 1},
+    {"name": "Customer", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 2},
+    {"name": "Amount", "type": {"code": "FLOAT64"}, "is_primary_key": False, "ordinal_position": 3},
+    {"name": "Quantity", "type": {"code": "INT64"}, "is_primary_key": False, "ordinal_position": 4},
+    {"name": "UpdatedAt", "type": {"code": "TIMESTAMP"}, "is_primary_key": False, "ordinal_position": 5},
+]
+BASE_TIME = datetime(2024, 1, 1, tzinfo=timezone.utc)
+BASE_WINDOW = to_micros(BASE_TIME)
+CHANGE_WINDOW = BASE_WINDOW + 60_000_000
+WORKLOADS = ("random", "local")
+
+
+def key_of(index: np.ndarray, workload: str) -> np.ndarray:
+    """Key of the ``index``-th row: hash-spread for ``random``, increasing for ``local``."""
+    if workload == "local":
+        return index.astype(np.int64)
+    x = index.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return ((x ^ (x >> np.uint64(31))) >> np.uint64(1)).astype(np.int64)
+
+
+def base_rows(size: int, workload: str, chunk: int = 1_000_000):
+    """Typed base rows in key order, streamed in chunks."""
+    keys = np.sort(key_of(np.arange(size), workload))
+    schema = TableColumns.from_column_types(TABLE, COLUMN_TYPES).table_schema()
+    rng = np.random.default_rng(size)
+    seq = "0000000000000001/0000000000000000/0000000000000000/0000000000000000"
+    for start in range(0, size, chunk):
+        part = keys[start : start + chunk]
+        n = len(part)
+        customer = pc.binary_join_element_wise("c", pc.cast(pa.array(part % 100_003), pa.string()), "")
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.array(part),
+                customer,
+                pa.array(rng.random(n) * 100),
+                pa.array(rng.integers(1, 20, n)),
+                pa.array(np.full(n, BASE_WINDOW - 1), pa.timestamp("us", tz="UTC")),
+                pa.array(np.full(n, seq, dtype=object), pa.string()),
+                pa.array(np.full(n, BASE_WINDOW - 1), pa.timestamp("us", tz="UTC")),
+            ],
+            schema=schema,
+        )
+
+
+def build_base(workdir: Path, size: int, workload: str, file_mib: int) -> Path:
+    lake = workdir / f"base-{workload}-{size}-{file_mib}mib"
+    if (lake / TABLE / "_delta_log").is_dir():
+        return lake
+    shutil.rmtree(lake, ignore_errors=True)
+    began = time.perf_counter()
+    schema = TableColumns.from_column_types(TABLE, COLUMN_TYPES).table_schema()
+    reader = pa.RecordBatchReader.from_batches(schema, base_rows(size, workload))
+    target = DeltaLakeTarget(str(lake), target_file_size=file_mib * 1024 * 1024)
+    target.bulk_load(TABLE, COLUMN_TYPES, reader, PIPELINE, BASE_WINDOW)
+    print(f"  built {workload} base table of {size:,} rows in {time.perf_counter() - began:.1f}s", flush=True)
+    return lake
+
+
+def build_change_set(workdir: Path, size: int, workload: str, changes: int) -> Path:
+    path = workdir / f"changeset-{workload}-{size}-{changes}" / f"{BASE_WINDOW}-{CHANGE_WINDOW}"
+    if (path / "_manifest.json").is_file():
+        return path
+    rng = np.random.default_rng(7)
+    updates, deletes = int(changes * 0.6), int(changes * 0.1)
+    inserts = changes - updates - deletes
+    if workload == "local":
+        hot = max(int(size * 0.02), updates + deletes)
+        existing = rng.choice(np.arange(size - hot, size), updates + deletes, replace=False)
+    else:
+        existing = rng.choice(size, updates + deletes, replace=False)
+    touched = key_of(existing, workload)
+    fresh = key_of(np.arange(size, size + inserts), workload)
+    commit = BASE_TIME + timedelta(seconds=30)
+    seq = f"{to_micros(commit):016X}/0000000000000001/0000000000000000/0000000000000000"
+    rows = []
+    for i, key in enumerate(touched.tolist()):
+        if i < deletes:
+            rows.append(Change({"OrderId": key}, "DELETE", seq, commit))
+        elif i % 2:
+            rows.append(Change({"OrderId": key}, "UPSERT", seq, commit, {"Amount": i * 0.5}, ["Amount"]))
+        else:
+            values = {"Customer": f"c{i}", "Amount": i * 0.25, "Quantity": i % 7, "UpdatedAt": commit}
+            rows.append(Change({"OrderId": key}, "UPSERT", seq, commit, values))
+    for i, key in enumerate(fresh.tolist()):
+        values = {"Customer": f"n{i}", "Amount": 1.0, "Quantity": 1, "UpdatedAt": commit}
+        rows.append(Change({"OrderId": key}, "UPSERT", seq, commit, values))
+    write_change_set(str(path), {TABLE: change_set_table(COLUMN_TYPES, rows)})
+    return path
+
+
+def copy_table(base: Path, destination: Path) -> None:
+    """Copy a lake: data files are immutable and hard-linked, the log is copied."""
+    shutil.rmtree(destination, ignore_errors=True)
+
+    def link_or_copy(src: str, dst: str) -> None:
+        if src.endswith(".parquet") and "_delta_log" not in src:
+            os.link(src, dst)
+        else:
+            shutil.copy2(src, dst)
+
+    shutil.copytree(base, destination, copy_function=link_or_copy)
+
+
+# --------------------------------------------------------------------------- one measurement
+
+
+def _apply_once(method: str, lake: str, changeset: str) -> float:
+    from deltalake import DeltaTable
+
+    from airflow_provider_cdc.lake.change_set import ChangeSetReader
+
+    (part,) = ChangeSetReader(changeset).tables()
+    if method == "plain":
+        table = TableColumns.from_column_types(TABLE, part.column_types())
+        typed = pa.Table.from_batches([to_merge_source(b, table) for b in part.dataset.to_batches()])
+        names = table.table_schema().names
+        source = typed.select([*names, "_change_type"])
+        began = time.perf_counter()
+        dt = DeltaTable(f"{lake}/{TABLE}")
+        (
+            dt.merge(source, "target.OrderId = source.OrderId", "source", "target", streamed_exec=False)
+            .when_matched_delete("source._change_type = 'DELETE'")
+            .when_matched_update({n: f"source.{n}" for n in names if n != "OrderId"})
+            .when_not_matched_insert({n: f"source.{n}" for n in names}, "source._change_type = 'UPSERT'")
+            .execute()
+        )
+        return time.perf_counter() - began
+    began = time.perf_counter()
+    target = DeltaLakeTarget(lake)
+    result = target.apply_change_set(TABLE, part.dataset, part.column_types(), PIPELINE, CHANGE_WINDOW)
+    elapsed = time.perf_counter() - began
+    assert result.status == "applied", result
+    return elapsed
+
+
+def _peak_rss_mb() -> float:
+    """Peak RSS of this process since it started (VmHWM; unlike ru_maxrss not inherited at fork)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def measure(method: str, base: str, changeset: str, scratch: str) -> dict:
+    """Apply once on a throw-away copy (process warm-up), then time an apply on a fresh copy."""
+    from deltalake import DeltaTable
+
+    copy_table(Path(base), Path(scratch))
+    cold = _apply_once(method, scratch, changeset)
+    copy_table(Path(base), Path(scratch))
+    warm = _apply_once(method, scratch, changeset)
+    rows = DeltaTable(f"{scratch}/{TABLE}").count()
+    shutil.rmtree(scratch, ignore_errors=True)
+    return {"seconds": warm, "cold_seconds": cold, "rows": rows, "peak_rss_mb": _peak_rss_mb()}
+
+
+def run_measurement(method: str, base: Path, changeset: Path, scratch: Path) -> dict:
+    """One measurement in a fresh process; it reports its time, row count and peak RSS."""
+    completed = subprocess.run(
+        [
+            *(sys.executable, __file__, "--measure", method, "--lake", str(base)),
+            *("--changeset", str(changeset), "--scratch", str(scratch)),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
+    )
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="100000,1000000,10000000")
+    parser.add_argument("--changes", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--workdir", default=".cache/bench")
+    parser.add_argument(
+        "--target-file-size-mib",
+        type=int,
+        default=DEFAULT_TARGET_FILE_SIZE // (1024 * 1024),
+        help="delta.targetFileSize of the tables (default: DeltaLakeTarget's)",
+    )
+    parser.add_argument("--measure", choices=("plain", "upsert"), help=argparse.SUPPRESS)
+    parser.add_argument("--lake", help=argparse.SUPPRESS)
+    parser.add_argument("--changeset", help=argparse.SUPPRESS)
+    parser.add_argument("--scratch", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(measure(args.measure, args.lake, args.changeset, args.scratch)))
+        return
+
+    workdir = Path(args.workdir).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    print(
+        f"apply_window: {args.changes:,} changes per window, median of {args.repeat} run(s), "
+        f"delta.targetFileSize {args.target_file_size_mib} MiB"
+    )
+    for workload in args.workloads.split(","):
+        print(f"\nworkload {workload}")
+        print(
+            f"{'rows':>12} {'plain s':>9} {'upsert s':>9} {'ratio':>6} {'upsert 1st s':>13} "
+            f"{'plain MB':>9} {'upsert MB':>10}"
+        )
+        upsert_times: dict[int, float] = {}
+        for size in sizes:
+            base = build_base(workdir, size, workload, args.target_file_size_mib)
+            changeset = build_change_set(workdir, size, workload, args.changes)
+            runs: dict[str, list[dict]] = {"plain": [], "upsert": []}
+            for _ in range(args.repeat):
+                for method in ("plain", "upsert"):
+                    runs[method].append(run_measurement(method, base, changeset, workdir / f"run-{method}"))
+            rows = {m: {r["rows"] for r in runs[m]} for m in runs}
+            if rows["plain"] != rows["upsert"]:
+                raise RuntimeError(f"plain and upsert disagree on the row count: {rows}")
+            plain = statistics.median(r["seconds"] for r in runs["plain"])
+            upsert = statistics.median(r["seconds"] for r in runs["upsert"])
+            upsert_times[size] = upsert
+            print(
+                f"{size:>12,} {plain:>9.3f} {upsert:>9.3f} {upsert / plain:>6.2f} "
+                f"{statistics.median(r['cold_seconds'] for r in runs['upsert']):>13.3f} "
+                f"{max(r['peak_rss_mb'] for r in runs['plain']):>9.0f} "
+                f"{max(r['peak_rss_mb'] for r in runs['upsert']):>10.0f}",
+                flush=True,
+            )
+        if len(upsert_times) > 1:
+            small, large = min(upsert_times), max(upsert_times)
+            print(
+                f"upsert growth {small:,} → {large:,} rows: {upsert_times[large] / upsert_times[small]:.2f}x "
+                "(goal ≤ 2x); ratio goal ≤ 1.2x"
+            )
+    for method in ("plain", "upsert"):
+        shutil.rmtree(workdir / f"run-{method}", ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

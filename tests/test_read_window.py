@@ -1,0 +1,364 @@
+"""The read path end to end: hook + metastore + staging against the emulator, through the real client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import os
+import threading
+from collections import Counter
+from datetime import datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+
+from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.testing.workload import ALL_CHANGES_STREAM, TABLES_BY_NAME, Workload, schema_ddl
+
+WINDOW = timedelta(seconds=60)
+WINDOWS = 20
+
+
+def _connection_env(url: str) -> str:
+    return json.dumps({"conn_type": "cdc_metastore", "extra": {"sqlalchemy_url": url}})
+
+
+@pytest.fixture
+def airflow_env(spanner_emulator: Any, monkeypatch: pytest.MonkeyPatch, sqlite_url: str) -> str:
+    """Airflow sees the emulator and a metastore connection; returns the metastore URL."""
+    monkeypatch.setenv("SPANNER_EMULATOR_HOST", spanner_emulator.host)
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_METASTORE_DEFAULT", _connection_env(sqlite_url))
+    return sqlite_url
+
+
+def _hook(database: Any, **kwargs: Any) -> Any:
+    from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
+
+    return SpannerChangeStreamHook(
+        project_id="test-project",
+        instance_id="test-instance",
+        database_id=database.database_id,
+        stream=kwargs.pop("stream", ALL_CHANGES_STREAM),
+        **kwargs,
+    )
+
+
+@pytest.fixture(scope="module")
+def history(spanner_emulator: Any, new_spanner_database: Any) -> tuple[Any, Workload, datetime]:
+    """A workload spanning 20 one-minute windows with splits and merges inside them."""
+    database = new_spanner_database(schema_ddl(), prefix="read")
+    clock = spanner_emulator.clock
+    begin = clock.advance(timedelta(seconds=1))
+    workload = Workload(database, spanner_emulator, seed=11)
+    workload.run(changes=4_000, step=timedelta(milliseconds=350), split_every=600, merge_every=1_000)
+    assert len(workload.splits) >= 5 and len(workload.merges) >= 3
+    end = begin + WINDOW * WINDOWS
+    assert workload.transactions[-1].commit_timestamp < end, "the workload outgrew the windows"
+    clock.set(end + timedelta(seconds=1))
+    return database, workload, begin
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, Decimal):  # NUMERIC compares by value: 1.50 == 1.5
+        return format(value.normalize(), "f")
+    return str(value)
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=_plain)
+
+
+def _expected(workload: Workload, window: Window) -> Counter:
+    return Counter(
+        _canonical([t.commit_timestamp.isoformat(), m.table, m.mod_type, m.keys, m.new_values, m.old_values])
+        for t in workload.history_between(window.start, window.end)
+        for m in t.mods
+    )
+
+
+def _staged(root: Path, window: Window, *, dedupe: bool = True) -> Counter:
+    folder = root / ALL_CHANGES_STREAM / window.window_id
+    if not folder.exists():
+        return Counter()
+    table = ds.dataset(str(folder), format="parquet").to_table()
+    rows = table.to_pylist()
+    seen: set = set()
+    found: Counter = Counter()
+    for row in rows:
+        ident = (row["server_transaction_id"], row["record_sequence"], row["table_name"], row["keys_json"])
+        if dedupe and ident in seen:
+            continue
+        seen.add(ident)
+        spec = TABLES_BY_NAME[row["table_name"]]
+        found[
+            _canonical(
+                [
+                    row["commit_timestamp"].isoformat(),
+                    row["table_name"],
+                    row["mod_type"],
+                    spec.decode_values(json.loads(row["keys_json"])),
+                    spec.decode_values(json.loads(row["new_values_json"])),
+                    spec.decode_values(json.loads(row["old_values_json"])),
+                ]
+            )
+        ] += 1
+    return found
+
+
+def _difference(staged: Counter, expected: Counter) -> str:
+    extra, missing = staged - expected, expected - staged
+    return f"staged but not committed: {list(extra)[:2]}; committed but not staged: {list(missing)[:2]}"
+
+
+def _windows(begin: datetime) -> list[Window]:
+    return [Window(begin + WINDOW * i, begin + WINDOW * (i + 1)) for i in range(WINDOWS)]
+
+
+def _read(hook: Any, window: Window, root: Path, owner: str = "reader-0", **kwargs: Any) -> Any:
+    hook.open_window("pipeline", window, str(root), owner)
+    return hook.read_window(window, str(root), owner, **kwargs)
+
+
+def test_consecutive_windows_stage_the_committed_history_exactly_once(
+    history: tuple, airflow_env: str, tmp_path: Path
+) -> None:
+    database, workload, begin = history
+    hook = _hook(database)
+    total = 0
+    for window in _windows(begin):
+        summary = _read(hook, window, tmp_path)
+        expected = _expected(workload, window)
+        staged = _staged(tmp_path, window)
+        assert staged == expected, f"window {window}: {_difference(staged, expected)}"
+        assert _staged(tmp_path, window, dedupe=False) == expected, "a record was staged twice"
+        assert summary.rows == sum(expected.values())
+        assert round(summary.transactions) == len(workload.history_between(window.start, window.end))
+        total += summary.rows
+    assert total == sum(len(t.mods) for t in workload.transactions)
+    # the lineage recorded every split and merge: more partitions than the two initial ones
+    partitions = hook.metastore.list_partitions(hook.stream_key)
+    assert len(partitions) >= 2 + 2 * len(workload.splits) + len(workload.merges)
+
+
+def test_rereading_a_past_window_stages_identical_records(
+    history: tuple, airflow_env: str, tmp_path: Path
+) -> None:
+    database, workload, begin = history
+    hook = _hook(database)
+    windows = _windows(begin)
+    for window in windows[:12]:
+        _read(hook, window, tmp_path / "first")
+    for index in (3, 7, 11):  # after the lineage moved on: re-read from the recorded lineage
+        window = windows[index]
+        before = _staged(tmp_path / "first", window, dedupe=False)
+        _read(hook, window, tmp_path / "first")
+        _read(hook, window, tmp_path / "second")
+        assert _staged(tmp_path / "first", window, dedupe=False) == before
+        assert _staged(tmp_path / "second", window, dedupe=False) == before == _expected(workload, window)
+
+
+def test_backfill_of_a_window_before_the_first_one_read(
+    history: tuple, airflow_env: str, tmp_path: Path
+) -> None:
+    database, workload, begin = history
+    hook = _hook(database)
+    windows = _windows(begin)
+    _read(hook, windows[10], tmp_path)
+    for window in (windows[4], windows[5], windows[10]):
+        _read(hook, window, tmp_path)
+        assert _staged(tmp_path, window) == _expected(workload, window)
+
+
+def _read_in_subprocess(env: dict, database_id: str, window: tuple[str, str], root: str, marker: str) -> None:
+    os.environ.update(env)
+    from airflow_provider_cdc.domain.timestamps import coerce_timestamp
+    from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
+
+    hook = SpannerChangeStreamHook(
+        project_id="test-project",
+        instance_id="test-instance",
+        database_id=database_id,
+        stream=ALL_CHANGES_STREAM,
+    )
+    win = Window(coerce_timestamp(window[0]), coerce_timestamp(window[1]))
+    reader = hook.window_reader(root, "doomed-reader", rows_per_file=10, lease_seconds=2.0)
+    original = reader.query.records
+
+    def records(*args: Any, **kwargs: Any) -> Any:
+        for count, record in enumerate(original(*args, **kwargs)):
+            if count == 40:
+                Path(marker).write_text("killing")
+                os.kill(os.getpid(), 9)  # a reader dies mid-partition (no cleanup runs)
+            yield record
+
+    reader.query.records = records  # type: ignore[method-assign]
+    reader.read(win)
+
+
+def test_a_reader_killed_mid_partition_is_taken_over_and_nothing_is_lost(
+    history: tuple, airflow_env: str, tmp_path: Path
+) -> None:
+    database, workload, begin = history
+    window = Window(begin, begin + WINDOW * 3)  # a wide window: partitions with hundreds of records
+    hook = _hook(database)
+    hook.open_window("pipeline", window, str(tmp_path), "opener")
+    env = {k: os.environ[k] for k in ("SPANNER_EMULATOR_HOST", "AIRFLOW_CONN_CDC_METASTORE_DEFAULT")}
+    marker = tmp_path / "killed"
+    process = multiprocessing.get_context("spawn").Process(
+        target=_read_in_subprocess,
+        args=(
+            env,
+            database.database_id,
+            (window.start.isoformat(), window.end.isoformat()),
+            str(tmp_path),
+            str(marker),
+        ),
+    )
+    process.start()
+    process.join(120)
+    assert process.exitcode == -9 and marker.exists(), "the reader was not killed mid-partition"
+    assert list((tmp_path / ALL_CHANGES_STREAM / window.window_id).rglob("*.parquet")), "it staged some files"
+    # another reader takes the partition over once the dead reader's lease expires
+    summary = hook.read_window(window, str(tmp_path), "rescuer", lease_seconds=2.0, poll_seconds=0.5)
+    assert summary.partitions, "the rescuer read nothing"
+    assert _staged(tmp_path, window, dedupe=False) == _expected(workload, window)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_concurrent_readers_never_read_one_partition_at_the_same_time(
+    history: tuple,
+    spanner_emulator: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    backend: str,
+    request: Any,
+) -> None:
+    url = request.getfixturevalue("sqlite_url" if backend == "sqlite" else "postgres_url")
+    monkeypatch.setenv("SPANNER_EMULATOR_HOST", spanner_emulator.host)
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_METASTORE_DEFAULT", _connection_env(url))
+    database, workload, begin = history
+    windows = _windows(begin)
+    _hook(database).open_window("pipeline", windows[0], str(tmp_path), "opener")
+    for window in windows[:8]:
+        _hook(database).open_window("pipeline", window, str(tmp_path), "opener")
+        spans: dict[str, list[tuple[float, float, str]]] = {}
+        lock = threading.Lock()
+        errors: list[BaseException] = []
+
+        def run(index: int, window: Window = window) -> None:
+            try:
+                summary = _hook(database).read_window(
+                    window, str(tmp_path), f"reader-{index}", poll_seconds=0.05
+                )
+                with lock:
+                    for span in summary.spans:
+                        spans.setdefault(span.token, []).append(
+                            (span.started, span.finished, f"reader-{index}")
+                        )
+            except BaseException as exc:  # noqa: BLE001 - surfaced below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        assert not errors, errors
+        for token, intervals in spans.items():
+            assert len(intervals) == 1, (
+                f"partition {token} was read {len(intervals)} times in window {window}"
+            )
+        assert _staged(tmp_path, window, dedupe=False) == _expected(workload, window)
+
+
+@pytest.mark.parametrize("code", ["UNAVAILABLE", "ABORTED"])
+def test_interrupted_partition_queries_resume_without_loss_or_duplicates(
+    history: tuple, spanner_emulator: Any, airflow_env: str, tmp_path: Path, code: str
+) -> None:
+    database, workload, begin = history
+    window = _windows(begin)[2]
+    hook = _hook(database)
+    hook.open_window("pipeline", window, str(tmp_path), "reader")
+    spanner_emulator.inject_stream_faults(count=3, code=code, after_rows=5)
+    summary = hook.read_window(window, str(tmp_path), "reader", backoff_seconds=0.01)
+    assert _staged(tmp_path, window, dedupe=False) == _expected(workload, window)
+    retries = sum(span.retries for span in summary.spans)
+    # UNAVAILABLE is resumed inside the client (resume tokens); ABORTED by the reader from the last record
+    assert retries == (0 if code == "UNAVAILABLE" else 3)
+
+
+def test_sensor_pokes_and_defers_until_partitions_are_drained(
+    history: tuple, airflow_env: str, tmp_path: Path
+) -> None:
+    from airflow.exceptions import TaskDeferred
+
+    from airflow_provider_cdc.sensors.partitions_drained import SpannerChangeStreamPartitionsDrainedSensor
+
+    database, workload, begin = history
+    windows = _windows(begin)
+    hook = _hook(database)
+    _read(hook, windows[0], tmp_path)
+    kwargs = dict(
+        project_id="test-project",
+        instance_id="test-instance",
+        database_id=database.database_id,
+        stream=ALL_CHANGES_STREAM,
+    )
+    # parents drained to the start of window 1: yes; to the start of window 2: not yet
+    ready = SpannerChangeStreamPartitionsDrainedSensor(task_id="ready", timestamp=windows[1].start, **kwargs)
+    waiting = SpannerChangeStreamPartitionsDrainedSensor(
+        task_id="waiting", timestamp=windows[2].start, **kwargs
+    )
+    assert ready.poke({}) is True
+    assert waiting.poke({}) is False
+    deferring = SpannerChangeStreamPartitionsDrainedSensor(
+        task_id="deferring", timestamp=windows[2].start, deferrable=True, poke_interval=0.05, **kwargs
+    )
+    with pytest.raises(TaskDeferred) as deferred:
+        deferring.execute({})
+    trigger = deferred.value.trigger
+    classpath, arguments = trigger.serialize()
+    assert classpath.endswith("PartitionsDrainedTrigger")
+
+    async def first_event() -> Any:
+        return await trigger.run().__anext__()
+
+    async def read_then_wait() -> Any:
+        waiter = asyncio.ensure_future(first_event())
+        await asyncio.sleep(0.3)
+        assert not waiter.done(), "the trigger fired before window 1 was read"
+        await asyncio.to_thread(_read, hook, windows[1], tmp_path)
+        return await asyncio.wait_for(waiter, 30)
+
+    event = asyncio.run(read_then_wait())
+    assert event.payload["status"] == "drained"
+    deferring.execute_complete({}, event.payload)
+
+
+@pytest.mark.parametrize(
+    "stream", ["Orders; DROP TABLE Orders", "READ_x(", "1abc", "a b", "x" * 200, "Ünïcode"]
+)
+def test_hostile_stream_names_are_rejected_before_any_sql(stream: str, airflow_env: str) -> None:
+    from airflow.exceptions import AirflowException
+
+    from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
+
+    with pytest.raises(AirflowException, match="invalid change stream name"):
+        SpannerChangeStreamHook(project_id="p", instance_id="test-instance", database_id="db1", stream=stream)
+
+
+def test_errors_name_the_window_token_and_cause(history: tuple, airflow_env: str, tmp_path: Path) -> None:
+    from airflow.exceptions import AirflowException
+
+    database, workload, begin = history
+    hook = _hook(database, stream="NoSuchStream")
+    window = _windows(begin)[0]
+    with pytest.raises(AirflowException) as caught:
+        _read(hook, window, tmp_path)
+    message = str(caught.value)
+    assert str(window) in message and "initial query" in message and "NOT_FOUND" in message
+    assert "NoSuchStream" in message
