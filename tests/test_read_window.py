@@ -228,6 +228,31 @@ def test_a_reader_killed_mid_partition_is_taken_over_and_nothing_is_lost(
     assert _staged(tmp_path, window, dedupe=False) == _expected(workload, window)
 
 
+def _read_concurrently(
+    database: Any, window: Window, root: Path, readers: int
+) -> tuple[dict[str, list[tuple[float, float, str]]], list[BaseException]]:
+    """Run ``readers`` readers of one window in threads; per token, who read it and when."""
+    spans: dict[str, list[tuple[float, float, str]]] = {}
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def run(index: int) -> None:
+        try:
+            summary = _hook(database).read_window(window, str(root), f"reader-{index}", poll_seconds=0.05)
+            with lock:
+                for span in summary.spans:
+                    spans.setdefault(span.token, []).append((span.started, span.finished, f"reader-{index}"))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(readers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    return spans, errors
+
+
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_concurrent_readers_never_read_one_partition_at_the_same_time(
     history: tuple,
@@ -245,28 +270,7 @@ def test_concurrent_readers_never_read_one_partition_at_the_same_time(
     _hook(database).open_window("pipeline", windows[0], str(tmp_path), "opener")
     for window in windows[:8]:
         _hook(database).open_window("pipeline", window, str(tmp_path), "opener")
-        spans: dict[str, list[tuple[float, float, str]]] = {}
-        lock = threading.Lock()
-        errors: list[BaseException] = []
-
-        def run(index: int, window: Window = window) -> None:
-            try:
-                summary = _hook(database).read_window(
-                    window, str(tmp_path), f"reader-{index}", poll_seconds=0.05
-                )
-                with lock:
-                    for span in summary.spans:
-                        spans.setdefault(span.token, []).append(
-                            (span.started, span.finished, f"reader-{index}")
-                        )
-            except BaseException as exc:  # noqa: BLE001 - surfaced below
-                errors.append(exc)
-
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(120)
+        spans, errors = _read_concurrently(database, window, tmp_path, readers=4)
         assert not errors, errors
         for token, intervals in spans.items():
             assert len(intervals) == 1, (

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -245,7 +244,8 @@ class SpannerChangeStreamHook(GoogleBaseHook):
                             item.token,
                             window.start,
                             (window.end - window.start).total_seconds(),
-                            f"not yet read for window {window} (state {item.state}, reader {item.lease_owner})",
+                            f"not yet read for window {window} "
+                            f"(state {item.state}, reader {item.lease_owner})",
                         )
                     )
         return lagging
