@@ -49,7 +49,7 @@ make_venv() {  # make_venv DIR LOCKFILE
   [ -x "$dir/bin/python" ] || { log "creating $dir with $python"; "$python" -m venv "$dir"; }
   "$dir/bin/python" -m pip install -q --upgrade pip uv 2>/dev/null || "$dir/bin/python" -m pip install --upgrade pip uv
   log "installing $(grep -c '==' "$lock") pinned packages into $dir (first time: a few minutes)"
-  "$dir/bin/uv" pip install --python "$dir/bin/python" -q -r "$lock"
+  "$dir/bin/uv" pip install --python "$dir/bin/python" -q --compile-bytecode -r "$lock"
   "$dir/bin/uv" pip install --python "$dir/bin/python" -q --no-deps -e "$root"
   echo "$want" > "$stamp"
   log "$dir ready"

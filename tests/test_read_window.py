@@ -186,16 +186,16 @@ def _read_in_subprocess(env: dict, database_id: str, window: tuple[str, str], ro
     )
     win = Window(coerce_timestamp(window[0]), coerce_timestamp(window[1]))
     reader = hook.window_reader(root, "doomed-reader", rows_per_file=10, lease_seconds=2.0)
-    original = reader.query.records
+    original = reader.query.lazy_rows
 
-    def records(*args: Any, **kwargs: Any) -> Any:
-        for count, record in enumerate(original(*args, **kwargs)):
+    def rows(*args: Any, **kwargs: Any) -> Any:
+        for count, row in enumerate(original(*args, **kwargs)):
             if count == 40:
                 Path(marker).write_text("killing")
                 os.kill(os.getpid(), 9)  # a reader dies mid-partition (no cleanup runs)
-            yield record
+            yield row
 
-    reader.query.records = records  # type: ignore[method-assign]
+    reader.query.lazy_rows = rows  # type: ignore[method-assign]
     reader.read(win)
 
 

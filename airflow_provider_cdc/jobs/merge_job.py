@@ -708,6 +708,10 @@ def _spark_session(master: str | None) -> Any:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point; returns the process exit code."""
     args = parse_arguments(argv)
+    from airflow_provider_cdc import domain
+
+    _log(f"merging window {args.window_id}: {args.staging} -> {args.changeset} "
+         f"(airflow_provider_cdc.domain from {os.path.dirname(domain.__file__)})")
     spark = _spark_session(args.master)
     try:
         merge_window(spark, args)

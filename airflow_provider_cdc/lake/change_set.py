@@ -181,9 +181,7 @@ def to_merge_source(batch: pa.RecordBatch | pa.Table, table: TableColumns) -> pa
         commit_ts = commit_ts.cast(COMMIT_TIMESTAMP_TYPE)
 
     present = batch.column(PRESENT_COLUMNS).combine_chunks()
-    if not pa.types.is_list(present.type):
-        present = present.cast(pa.list_(pa.string()))
-    elif present.type != pa.list_(pa.string()):
+    if present.type != pa.list_(pa.string()):  # e.g. Spark's list<element: string>
         present = present.cast(pa.list_(pa.string()))
     value_names = pa.array([c.name for c in table.values], pa.string())
     flat = pc.list_flatten(present)

@@ -9,6 +9,7 @@ import tempfile
 import zipfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +21,14 @@ except ImportError:  # older common-compat providers (Airflow 2.11)
     from airflow.exceptions import AirflowException  # type: ignore[no-redef]
     from airflow.hooks.base import BaseHook  # type: ignore[no-redef]
 
-from airflow_provider_cdc.domain.timestamps import format_timestamp, parse_timestamp
+from airflow_provider_cdc.domain.timestamps import coerce_timestamp, format_timestamp, to_micros
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 #: The ``spark-submit`` application this operator runs.
 MERGE_JOB_PATH = str(PACKAGE_DIR / "jobs" / "merge_job.py")
 LOCAL_MASTER = "local[*]"
+#: Replaced in ``staging_uri`` and ``changeset_uri`` by the window id ``{start_micros}-{end_micros}``.
+WINDOW_ID_PLACEHOLDER = "{window_id}"
 DOMAIN_ZIP_NAME = "airflow_provider_cdc_domain.zip"
 _ZIP_PACKAGE_INIT = '"""The domain layer of airflow-provider-cdc, shipped to Spark with --py-files."""\n'
 
@@ -82,8 +85,10 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
     Without a ``conn_id`` connection, Spark runs locally (``local[*]``) with this Python.
 
     :param staging_uri: the window's staging folder, ``{staging_root}/{stream}/{window_id}``
-        (templated; local path, ``file://`` or ``gs://``).
-    :param changeset_uri: the window's change-set folder, ``{changeset_root}/{window_id}`` (templated).
+        (templated; local path, ``file://`` or ``gs://``). A literal ``{window_id}`` in it is
+        replaced by ``{start_micros}-{end_micros}`` of the rendered window.
+    :param changeset_uri: the window's change-set folder, ``{changeset_root}/{window_id}``
+        (templated; ``{window_id}`` is replaced as in ``staging_uri``).
     :param window_start: inclusive window start, RFC 3339 (templated; default the data interval start).
     :param window_end: exclusive window end, RFC 3339 (templated; default the data interval end).
     :param conn_id: Spark connection (default ``spark_default``; missing means ``local[*]``).
@@ -125,7 +130,7 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
         for field in ("window_start", "window_end"):
             value = getattr(self, field)
             try:
-                bounds.append(parse_timestamp(str(value)))
+                bounds.append(coerce_timestamp(value if isinstance(value, datetime) else str(value)))
             except ValueError:
                 raise ValueError(
                     f"{field} must be an RFC 3339 timestamp, got {value!r} "
@@ -136,12 +141,16 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
             raise ValueError(
                 f"window_start {format_timestamp(start)} is not before window_end {format_timestamp(end)}"
             )
+        window_id = f"{to_micros(start)}-{to_micros(end)}"
+        locations = []
         for field in ("staging_uri", "changeset_uri"):
-            if not isinstance(getattr(self, field), str) or not getattr(self, field).strip():
-                raise ValueError(f"{field} must be a non-empty location, got {getattr(self, field)!r}")
+            value = getattr(self, field)
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{field} must be a non-empty location, got {value!r}")
+            locations.append(value.strip().replace(WINDOW_ID_PLACEHOLDER, window_id))
         return [
-            "--staging", self.staging_uri.strip(),
-            "--changeset", self.changeset_uri.strip(),
+            "--staging", locations[0],
+            "--changeset", locations[1],
             "--window-start", format_timestamp(start),
             "--window-end", format_timestamp(end),
         ]

@@ -55,6 +55,19 @@ class ChangeStreamQuery:
                 kwargs["timeout"] = timeout
             yield from snapshot.execute_sql(self.sql, **kwargs)
 
+    def lazy_rows(
+        self, token: str | None, start: datetime, end: datetime | None, timeout: float | None = None
+    ) -> Iterator[tuple[list[Any], Any]]:
+        """Undecoded rows (protobuf values) of one query, each with the result set's ``decode_row``."""
+        params = {"start": start, "end": end, "token": token, "heartbeat": self.heartbeat_ms}
+        with self.database.snapshot() as snapshot:
+            kwargs: dict[str, Any] = {"params": params, "param_types": _PARAM_TYPES, "lazy_decode": True}
+            if timeout is not None:
+                kwargs["timeout"] = timeout
+            results = snapshot.execute_sql(self.sql, **kwargs)
+            for row in results:
+                yield row, results.decode_row
+
     def records(
         self, token: str | None, start: datetime, end: datetime | None, timeout: float | None = None
     ) -> Iterator[ChangeStreamRecord]:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from google.api_core import exceptions as gexc
 
@@ -26,6 +27,7 @@ from airflow_provider_cdc.domain.timestamps import format_timestamp
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.metastore import Metastore, PartitionSpec
 from airflow_provider_cdc.spanner.change_stream_query import ChangeStreamQuery
+from airflow_provider_cdc.spanner.record_decoder import ChangeRecordDecoder, DataRecordRows
 from airflow_provider_cdc.staging.parquet import DEFAULT_ROWS_PER_FILE, StagingWriter, window_location
 
 # Errors worth retrying from the last record received (the client already resumes UNAVAILABLE
@@ -282,30 +284,44 @@ class WindowReader:
         seen_at_last: set[tuple[str, str]] = set()
         last_log = time.monotonic()
         began = last_log
+        decoder = ChangeRecordDecoder(token)
         while True:
             try:
-                for record in self.query.records(token, resume_at, window.query_end, self.query_timeout):
-                    if isinstance(record, DataChangeRecord):
-                        ts = record.commit_timestamp
-                        ident = (record.server_transaction_id, record.record_sequence)
-                        if ts < resume_at or (ts == resume_at and ident in seen_at_resume):
-                            continue  # delivered before the resume
-                        result.rows += writer.write_record(record)
-                        result.data_records += 1
-                        if record.is_last_record_in_transaction_in_partition:
-                            result.transactions += 1.0 / record.number_of_partitions_in_transaction
-                        if ts != last_ts:
-                            last_ts, seen_at_last = ts, set()
-                        seen_at_last.add(ident)
-                    elif isinstance(record, ChildPartitionsRecord):
-                        result.children.extend(record.child_partitions)
-                        result.end = record.start_timestamp
-                    elif not isinstance(record, HeartbeatRecord):  # pragma: no cover - closed union
-                        raise ChangeStreamReadError(window, token, f"unexpected record {record!r}")
-                    now = time.monotonic()
-                    if now - last_log >= self.progress_seconds:
-                        last_log = now
-                        self._progress(window, token, record.timestamp, result, now - began)
+                rows = self.query.lazy_rows(token, resume_at, window.query_end, self.query_timeout)
+                for row, decode_row in rows:
+                    decoded = decoder.decode(row, decode_row)
+                    if isinstance(decoded, DataRecordRows):
+                        records: list[Any] = [decoded]
+                    else:
+                        records = decoded
+                    for record in records:
+                        if isinstance(record, (DataRecordRows, DataChangeRecord)):
+                            ts = record.commit_timestamp
+                            ident = (record.server_transaction_id, record.record_sequence)
+                            if ts < resume_at or (ts == resume_at and ident in seen_at_resume):
+                                continue  # delivered before the resume
+                            if isinstance(record, DataRecordRows):
+                                result.rows += writer.write_tuples(record.rows)
+                            else:
+                                result.rows += writer.write_record(record)
+                            result.data_records += 1
+                            if record.is_last_record_in_transaction_in_partition:
+                                result.transactions += 1.0 / record.number_of_partitions_in_transaction
+                            if ts != last_ts:
+                                last_ts, seen_at_last = ts, set()
+                            seen_at_last.add(ident)
+                            at = ts
+                        elif isinstance(record, ChildPartitionsRecord):
+                            result.children.extend(record.child_partitions)
+                            result.end = at = record.start_timestamp
+                        elif isinstance(record, HeartbeatRecord):
+                            at = record.timestamp
+                        else:  # pragma: no cover - closed union
+                            raise ChangeStreamReadError(window, token, f"unexpected record {record!r}")
+                        now = time.monotonic()
+                        if now - last_log >= self.progress_seconds:
+                            last_log = now
+                            self._progress(window, token, at, result, now - began)
                 return
             except gexc.GoogleAPICallError as exc:
                 if not isinstance(exc, RETRYABLE):

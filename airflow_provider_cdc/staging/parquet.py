@@ -201,6 +201,22 @@ class StagingWriter:
             count += 1
         return count
 
+    def write_tuples(self, rows: Iterable[tuple]) -> int:
+        """Stage rows given as tuples in ``STAGED_CHANGE_COLUMNS`` order, built by a decoder that
+        already validated them (the read hot path); types are still enforced when a file is written.
+        """
+        self._require_open()
+        columns = list(self._columns.values())
+        count = 0
+        for row in rows:
+            for values, value in zip(columns, row, strict=True):
+                values.append(value)
+            count += 1
+            self._buffered += 1
+            if self._buffered >= self.rows_per_file:
+                self.flush()
+        return count
+
     def write_row(self, row: Mapping[str, Any]) -> None:
         """Stage one row with exactly the staged-change columns."""
         self._require_open()

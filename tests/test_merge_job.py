@@ -1,0 +1,599 @@
+"""The merge job: per-key collapse over Arrow batches, its arguments, the operator, and real
+``spark-submit`` runs whose change sets must equal the pure reference collapse."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import random
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_provider_cdc.domain.collapse import CHANGE_SET_COLUMNS, CollapseError, collapse_window
+from airflow_provider_cdc.domain.sequence_number import spanner_change_sequence_number
+from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, format_timestamp, to_micros
+from airflow_provider_cdc.jobs import merge_job
+
+START = datetime(2024, 6, 1, 12, 0, tzinfo=timezone.utc)
+END = START + timedelta(minutes=10)
+WINDOW_ID = f"{to_micros(START)}-{to_micros(END)}"
+
+STAGED_SCHEMA = pa.schema(
+    [
+        ("partition_token", pa.string()),
+        ("commit_timestamp", pa.timestamp("us", tz="UTC")),
+        ("server_transaction_id", pa.string()),
+        ("record_sequence", pa.string()),
+        ("mod_index", pa.int32()),
+        ("table_name", pa.string()),
+        ("mod_type", pa.string()),
+        ("keys_json", pa.string()),
+        ("new_values_json", pa.string()),
+        ("old_values_json", pa.string()),
+        ("column_types_json", pa.string()),
+        ("value_capture_type", pa.string()),
+        ("number_of_records_in_transaction", pa.int64()),
+        ("number_of_partitions_in_transaction", pa.int64()),
+        ("is_last_record_in_transaction_in_partition", pa.bool_()),
+        ("change_sequence_number", pa.string()),
+    ]
+)
+CHANGE_SET_SCHEMA = pa.schema(
+    [
+        ("_keys_json", pa.string()),
+        ("_values_json", pa.string()),
+        ("_present_columns", pa.list_(pa.string())),
+        ("_full_image", pa.bool_()),
+        ("_CHANGE_TYPE", pa.string()),
+        ("_CHANGE_SEQUENCE_NUMBER", pa.string()),
+        ("_commit_timestamp", pa.timestamp("us", tz="UTC")),
+        ("_column_types_json", pa.string()),
+    ]
+)
+
+
+def column_types(*names: str, key: str = "Id") -> str:
+    columns = [{"name": key, "type": {"code": "STRING"}, "is_primary_key": True, "ordinal_position": 1}]
+    columns += [
+        {"name": name, "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": i}
+        for i, name in enumerate(names, start=2)
+    ]
+    return json.dumps(columns, separators=(",", ":"))
+
+
+ACCOUNTS = column_types("Name", "Balance")
+ORDERS_V1 = column_types("Amount", "Note")
+ORDERS_V2 = column_types("Amount", "Note", "Channel")
+EVENTS = column_types("A", "B", "C")
+
+
+def mod(
+    commit: datetime,
+    transaction: str,
+    table: str,
+    mod_type: str,
+    key: str,
+    values: dict | str | None = None,
+    *,
+    record: int = 0,
+    index: int = 0,
+    records: int = 1,
+    partitions: int = 1,
+    partition: str = "p1",
+    types: str = ACCOUNTS,
+) -> dict[str, Any]:
+    """One staged change row (one mod of a data change record), as the read side writes it."""
+    record_sequence = f"{record:08d}"
+    return {
+        "partition_token": f"token-{partition}",
+        "commit_timestamp": commit,
+        "server_transaction_id": transaction,
+        "record_sequence": record_sequence,
+        "mod_index": index,
+        "table_name": table,
+        "mod_type": mod_type,
+        "keys_json": json.dumps({"Id": key}, separators=(",", ":")),
+        "new_values_json": values if isinstance(values, str) else json.dumps(values or {}),
+        "old_values_json": "{}",
+        "column_types_json": types,
+        "value_capture_type": "OLD_AND_NEW_VALUES",
+        "number_of_records_in_transaction": records,
+        "number_of_partitions_in_transaction": partitions,
+        "is_last_record_in_transaction_in_partition": True,
+        "change_sequence_number": spanner_change_sequence_number(
+            to_micros(commit), transaction, record_sequence, index
+        ),
+    }
+
+
+def write_staging(folder: Path, files: dict[str, list[list[dict]]]) -> None:
+    """``files``: partition key → files, each a list of staged rows (written with plain pyarrow)."""
+    for partition, parts in files.items():
+        for number, rows in enumerate(parts):
+            target = folder / f"partition={partition}" / f"part-{number:05d}.parquet"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(pa.Table.from_pylist(rows, schema=STAGED_SCHEMA), target)
+
+
+def in_window(rows: list[dict]) -> list[dict]:
+    return [row for row in rows if START <= row["commit_timestamp"] < END]
+
+
+def random_chains(rng: random.Random, table: str, keys: int, changes: int, base: datetime,
+                  partition: str = "p3") -> list[dict]:
+    """Valid per-key histories (INSERT only when absent, UPDATE/DELETE when present), interleaved."""
+    exists = {f"k{n:03d}": rng.random() < 0.5 for n in range(keys)}
+    rows = []
+    for number in range(changes):
+        key = rng.choice(sorted(exists))
+        if exists[key]:
+            kind = rng.choice(["UPDATE", "UPDATE", "UPDATE", "DELETE"])
+        else:
+            kind = "INSERT"
+        if kind == "INSERT":
+            values: dict = {column: rng.choice([None, str(number), number / 4, True]) for column in "ABC"}
+        elif kind == "UPDATE":
+            values = {column: str(number) for column in rng.sample("ABC", rng.randint(1, 3))}
+        else:
+            values = {}
+        exists[key] = kind != "DELETE"
+        commit = base + timedelta(milliseconds=number)
+        rows.append(mod(commit, f"ev-{number}", table, kind, key, values, partition=partition, types=EVENTS))
+    return rows
+
+
+def reference(rows: list[dict]) -> dict[str, list[dict]]:
+    """The pure collapse of the in-window rows: what every change set must hold."""
+    return collapse_window(in_window(rows))
+
+
+def read_change_set(folder: Path) -> dict[str, list[dict]]:
+    tables = {}
+    for directory in sorted(folder.glob("table=*")):
+        table = pq.read_table(directory)
+        assert table.schema.remove_metadata() == CHANGE_SET_SCHEMA
+        tables[directory.name.split("=", 1)[1]] = sorted(table.to_pylist(), key=lambda r: r["_keys_json"])
+    return tables
+
+
+# ------------------------------------------------------------------------------------------
+# The per-key collapse over Arrow batches (what runs in the Python workers), without Spark
+
+
+def spark_order(rows: list[dict]) -> list[dict]:
+    """The order the job's shuffle produces: by key hash, then key, then change order."""
+
+    def key(row: dict) -> tuple:
+        digest = hashlib.blake2b(f"{row['table_name']}/{row['keys_json']}".encode(), digest_size=8).digest()
+        return (digest, row["table_name"], row["keys_json"], row["change_sequence_number"],
+                row["server_transaction_id"], row["record_sequence"], row["mod_index"])
+
+    return sorted(rows, key=key)
+
+
+def run_batches(rows: list[dict], rng: random.Random) -> list[dict]:
+    table = pa.Table.from_pylist(spark_order(rows), schema=STAGED_SCHEMA).select(
+        list(merge_job.COLLAPSE_INPUT_COLUMNS)
+    )
+    batches, offset = [], 0
+    while offset < table.num_rows:
+        size = rng.randint(1, 9)
+        batches.extend(table.slice(offset, size).to_batches())
+        offset += size
+    out = pa.Table.from_batches(list(merge_job.collapse_sorted_batches(batches)), merge_job.COLLAPSED_ARROW_SCHEMA)
+    return out.to_pylist()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_arrow_batch_collapse_equals_the_reference(seed: int) -> None:
+    rng = random.Random(seed)
+    rows = random_chains(rng, "Events", keys=15, changes=120, base=START)
+    rows += random_chains(rng, "Tags", keys=5, changes=30, base=START, partition="p4")
+    rows += [dict(row) for row in rng.sample(rows, 20)]  # retried reads: repeated mods
+    got = run_batches(rows, rng)
+    expected = collapse_window(rows)
+    assert len(got) == sum(len(table_rows) for table_rows in expected.values())
+    by_key = {(row["table"], row["_keys_json"]): row for row in got}
+    for table, table_rows in expected.items():
+        for row in table_rows:
+            produced = by_key[(table, row["_keys_json"])]
+            for column in ("_values_json", "_full_image", "_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER",
+                           "_commit_timestamp"):
+                assert produced[column] == row[column], (table, row["_keys_json"], column)
+
+
+def test_arrow_batch_collapse_of_nothing_is_nothing() -> None:
+    assert list(merge_job.collapse_sorted_batches([])) == []
+
+
+@pytest.mark.parametrize("chained", [False, True])
+def test_arrow_batch_collapse_names_an_unknown_mod_type(chained: bool) -> None:
+    rows = [mod(START, "t1", "Accounts", "MERGE", "k9", {"Name": "x"})]
+    if chained:
+        rows.append(mod(START + ONE_MICROSECOND, "t2", "Accounts", "UPDATE", "k9", {"Name": "y"}))
+    with pytest.raises(CollapseError, match=r"""table 'Accounts', key \{"Id":"k9"\}.*unknown mod_type 'MERGE'"""):
+        run_batches(rows, random.Random(0))
+
+
+def test_arrow_batch_collapse_names_bad_json_in_a_chain() -> None:
+    rows = [mod(START, "t1", "Accounts", "INSERT", "k1", {"Name": "x"}),
+            mod(START + ONE_MICROSECOND, "t2", "Accounts", "UPDATE", "k1", "{oops")]
+    with pytest.raises(CollapseError, match=r"""key \{"Id":"k1"\}: change 2: new_values_json is not valid JSON"""):
+        run_batches(rows, random.Random(0))
+
+
+# ------------------------------------------------------------------------------------------
+# Arguments
+
+
+def arguments(**overrides: str) -> list[str]:
+    values = {"--staging": "/s/x", "--changeset": "/c/x", "--window-start": format_timestamp(START),
+              "--window-end": format_timestamp(END), **overrides}
+    return [part for pair in values.items() for part in pair]
+
+
+def test_arguments_are_parsed() -> None:
+    args = merge_job.parse_arguments(arguments(**{"--staging": "gs://b/staging/s/1-2/"}))
+    assert (args.staging, args.changeset) == ("gs://b/staging/s/1-2", "/c/x")
+    assert (args.window_start, args.window_end, args.window_id) == (START, END, WINDOW_ID)
+    assert not args.transfer_through_driver
+
+
+@pytest.mark.parametrize(
+    ("overrides", "problem"),
+    [
+        ({"--window-start": "yesterday"}, "not an RFC 3339 timestamp: 'yesterday'"),
+        ({"--window-end": format_timestamp(START)}, "is not before --window-end"),
+        ({"--changeset": "/s/x"}, "name the same folder"),
+        ({"--staging": "  "}, "an empty location"),
+    ],
+)
+def test_bad_arguments_are_refused_naming_the_argument(overrides: dict, problem: str, capsys) -> None:
+    with pytest.raises(SystemExit):
+        merge_job.parse_arguments(arguments(**overrides))
+    assert problem in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------
+# The operator (without running Spark)
+
+
+def test_operator_renders_the_window_and_fills_the_window_id() -> None:
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    from airflow_provider_cdc.operators.merge import MERGE_JOB_PATH, SparkMergeWindowOperator
+
+    op = SparkMergeWindowOperator(
+        task_id="merge",
+        staging_uri="gs://bucket/staging/{{ params.stream }}/{window_id}",
+        changeset_uri="gs://bucket/changesets/{window_id}",
+        params={"stream": "orders_stream"},
+    )
+    assert op.application == MERGE_JOB_PATH and Path(MERGE_JOB_PATH).is_file()
+    assert set(SparkSubmitOperator.template_fields) < set(op.template_fields)
+    assert {"staging_uri", "changeset_uri", "window_start", "window_end"} < set(op.template_fields)
+    assert op._conn_id == "spark_default"
+    op.render_template_fields({"data_interval_start": START, "data_interval_end": END,
+                               "params": {"stream": "orders_stream"}})
+    assert op.merge_arguments() == [
+        "--staging", f"gs://bucket/staging/orders_stream/{WINDOW_ID}",
+        "--changeset", f"gs://bucket/changesets/{WINDOW_ID}",
+        "--window-start", "2024-06-01T12:00:00.000000Z",
+        "--window-end", "2024-06-01T12:10:00.000000Z",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"window_start": "None"}, "window_start must be an RFC 3339 timestamp, got 'None'"),
+        ({"window_end": "2024-06-01T11:00:00Z"}, "is not before window_end"),
+        ({"staging_uri": " "}, "staging_uri must be a non-empty location"),
+    ],
+)
+def test_operator_refuses_a_bad_window_before_submitting(fields: dict, problem: str) -> None:
+    from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
+
+    values = {"staging_uri": "/s/{window_id}", "changeset_uri": "/c/{window_id}",
+              "window_start": format_timestamp(START), "window_end": format_timestamp(END), **fields}
+    op = SparkMergeWindowOperator(task_id="merge", **values)
+    with pytest.raises(ValueError, match=problem):
+        op.execute({})
+    with pytest.raises(TypeError, match="bundled merge job"):
+        SparkMergeWindowOperator(task_id="m2", application="other.py", **values)
+
+
+def test_domain_zip_imports_without_airflow(tmp_path: Path) -> None:
+    from airflow_provider_cdc.operators.merge import build_domain_zip
+
+    archive = build_domain_zip(tmp_path)
+    names = zipfile.ZipFile(archive).namelist()
+    assert "airflow_provider_cdc/__init__.py" in names
+    assert "airflow_provider_cdc/domain/collapse.py" in names
+    assert all(name.startswith("airflow_provider_cdc/domain/") for name in names if name.count("/") > 1)
+    check = (
+        "import sys; sys.path.insert(0, sys.argv[1]);"
+        "from airflow_provider_cdc.domain.collapse import collapse_key;"
+        "import airflow_provider_cdc.domain.collapse as c; assert c.__file__.startswith(sys.argv[1]), c.__file__;"
+        "assert 'airflow' not in sys.modules"
+    )
+    # -S: no site-packages, so nothing can come from the installed package.
+    subprocess.run([sys.executable, "-S", "-c", check, archive], check=True, cwd=tmp_path)
+
+
+# ------------------------------------------------------------------------------------------
+# Real spark-submit runs
+
+
+def scenario_rows(rng: random.Random) -> list[dict]:
+    """Two tables with cross-partition transactions, retried reads, window edges, a schema change,
+    plus a table of random histories."""
+    t = START
+    return [
+        # tx1: two records in two partitions.
+        mod(t + timedelta(seconds=1), "tx1", "Accounts", "INSERT", "a1", {"Name": "Ann", "Balance": "10"},
+            record=0, index=0, records=2, partitions=2),
+        mod(t + timedelta(seconds=1), "tx1", "Accounts", "INSERT", "a2", {"Name": "Bob", "Balance": "20"},
+            record=0, index=1, records=2, partitions=2),
+        mod(t + timedelta(seconds=1), "tx1", "Orders", "INSERT", "o1", {"Amount": "1.50", "Note": None},
+            record=1, records=2, partitions=2, partition="p2", types=ORDERS_V1),
+        # tx2: a partial update.
+        mod(t + timedelta(seconds=2), "tx2", "Accounts", "UPDATE", "a1", {"Balance": "11"}),
+        # tx3: two records of one partition: update and delete.
+        mod(t + timedelta(seconds=3), "tx3", "Accounts", "UPDATE", "a1", {"Name": "Anna"},
+            record=0, records=2, partition="p2"),
+        mod(t + timedelta(seconds=3), "tx3", "Accounts", "DELETE", "a2", record=1, records=2, partition="p2"),
+        # tx4: re-insert after delete; a partial order update with a newer schema.
+        mod(t + timedelta(seconds=4), "tx4", "Accounts", "INSERT", "a2", {"Name": "Bea", "Balance": "0"},
+            record=0, records=2, partitions=2),
+        mod(t + timedelta(seconds=4), "tx4", "Orders", "UPDATE", "o2", {"Amount": "2"},
+            record=1, records=2, partitions=2, partition="p2", types=ORDERS_V2),
+        # Window edges: start is inside, end - 1µs is inside, end and start - 1µs are not.
+        mod(t, "tx5", "Orders", "UPDATE", "o3", {"Note": "at start"}, partition="p2", types=ORDERS_V1),
+        mod(END - ONE_MICROSECOND, "tx6", "Orders", "DELETE", "o4", types=ORDERS_V2),
+        mod(END, "tx7", "Accounts", "UPDATE", "a1", {"Balance": "999"}),
+        mod(START - ONE_MICROSECOND, "tx8", "Orders", "INSERT", "o5", {"Amount": "5"}, types=ORDERS_V1),
+        *random_chains(rng, "Events", keys=40, changes=200, base=t + timedelta(seconds=10)),
+    ]
+
+
+def staging_files(rows: list[dict]) -> dict[str, list[list[dict]]]:
+    files: dict[str, list[list[dict]]] = {}
+    for row in rows:
+        files.setdefault(row["partition_token"].removeprefix("token-"), [[]])[0].append(row)
+    # A retried read wrote some of p1's mods again into a second file.
+    files["p1"].append([dict(row) for row in files["p1"][0][:4]])
+    return files
+
+
+@contextlib.contextmanager
+def captured_logs() -> Iterator[list[str]]:
+    """Messages the operator and its hook log (structlog under Airflow 3, logging under Airflow 2)."""
+    messages: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: messages.append(record.getMessage())  # type: ignore[method-assign]
+    root = logging.getLogger()
+    previous = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        try:
+            from structlog.testing import capture_logs
+        except ImportError:
+            yield messages
+        else:
+            with capture_logs() as events:
+                yield messages
+            messages.extend(str(event.get("event", "")) for event in events)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(previous)
+
+
+def spark_submit() -> str:
+    from pyspark import find_spark_home
+
+    return str(Path(find_spark_home._find_spark_home()) / "bin" / "spark-submit")
+
+
+@pytest.fixture(scope="module")
+def operator_run(tmp_path_factory) -> dict[str, Any]:
+    """Scenario run through SparkMergeWindowOperator → real spark-submit (no Spark connection)."""
+    from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
+
+    root = tmp_path_factory.mktemp("operator_run")
+    rows = scenario_rows(random.Random(11))
+    write_staging(root / "staging" / "stream" / WINDOW_ID, staging_files(rows))
+    stale = root / "changesets" / WINDOW_ID
+    (stale / "table=Gone").mkdir(parents=True)
+    (stale / "table=Gone" / "part-0.parquet").write_text("stale")
+    (stale / merge_job.MANIFEST_NAME).write_text("{}")
+
+    with pytest.MonkeyPatch.context() as patch, captured_logs() as records:
+        patch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+        patch.delenv("AIRFLOW_CONN_CDC_MERGE_NO_SUCH_CONNECTION", raising=False)
+        patch.delenv("PYSPARK_PYTHON", raising=False)
+        SparkMergeWindowOperator(
+            task_id="merge",
+            conn_id="cdc_merge_no_such_connection",
+            staging_uri=str(root / "staging" / "stream" / "{window_id}"),
+            changeset_uri=str(root / "changesets" / "{window_id}"),
+            window_start=format_timestamp(START),
+            window_end=format_timestamp(END),
+            conf={"spark.ui.enabled": "false"},
+        ).execute({})
+    return {"rows": rows, "changeset": stale, "log": "\n".join(records)}
+
+
+@pytest.mark.spark
+def test_operator_run_writes_the_reference_collapse(operator_run: dict) -> None:
+    expected = reference(operator_run["rows"])
+    got = read_change_set(operator_run["changeset"])
+    assert sorted(got) == ["Accounts", "Events", "Orders"]  # the stale table is gone
+    for table in expected:
+        assert got[table] == expected[table], table
+    accounts = {row["_keys_json"]: row for row in got["Accounts"]}
+    assert json.loads(accounts['{"Id":"a1"}']["_values_json"]) == {"Name": "Anna", "Balance": "11"}
+    assert accounts['{"Id":"a2"}']["_full_image"] is True  # delete, then insert
+    orders = {row["_keys_json"]: row for row in got["Orders"]}
+    assert orders['{"Id":"o4"}']["_CHANGE_TYPE"] == "DELETE"  # committed at end - 1µs
+    assert '{"Id":"o5"}' not in orders  # committed at start - 1µs
+    # Every key of a table carries the table's newest column types, also keys changed before.
+    assert {row["_column_types_json"] for row in got["Orders"]} == {ORDERS_V2}
+
+
+@pytest.mark.spark
+def test_operator_run_writes_the_manifest_last_with_counts(operator_run: dict) -> None:
+    rows = in_window(operator_run["rows"])
+    files = staging_files(operator_run["rows"])
+    staged = [row for parts in files.values() for part in parts for row in part]
+    manifest = json.loads((operator_run["changeset"] / merge_job.MANIFEST_NAME).read_text())
+    expected = reference(operator_run["rows"])
+    assert manifest["window_id"] == WINDOW_ID
+    assert manifest["tables"] == {
+        table: {"rows": len(expected[table]),
+                "source_changes": sum(1 for row in in_window(staged) if row["table_name"] == table)}
+        for table in expected
+    }
+    assert manifest["rows"] == manifest["keys"] == sum(len(r) for r in expected.values())
+    assert manifest["transactions"] == len({row["server_transaction_id"] for row in rows})
+    assert manifest["source_records"] == len({(r["server_transaction_id"], r["record_sequence"]) for r in rows})
+    assert manifest["dropped_out_of_window"] == 2
+    files_written = [path.name for path in operator_run["changeset"].rglob("*") if path.is_file()]
+    assert "_SUCCESS" not in files_written
+
+
+@pytest.mark.spark
+def test_operator_ships_the_domain_package_with_py_files(operator_run: dict) -> None:
+    assert "airflow_provider_cdc.domain from " in operator_run["log"]
+    assert "airflow_provider_cdc_domain.zip" in operator_run["log"].split("airflow_provider_cdc.domain from ")[1]
+
+
+HARNESS = '''
+import contextlib, io, json, sys
+from airflow_provider_cdc.jobs import merge_job
+
+results = {}
+for name, argv in json.load(open(sys.argv[1])).items():
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            code = merge_job.main(argv)
+        results[name] = {"code": code, "stderr": stderr.getvalue()}
+    except Exception as error:  # a failed Spark task surfaces here with the worker's message
+        results[name] = {"code": "exception", "stderr": stderr.getvalue() + str(error)}
+json.dump(results, open(sys.argv[2], "w"))
+'''
+
+
+@pytest.fixture(scope="module")
+def harness_run(tmp_path_factory) -> dict[str, Any]:
+    """Several windows through merge_job.main() inside one real spark-submit."""
+    root = tmp_path_factory.mktemp("harness_run")
+    t = START + timedelta(seconds=5)
+    scenarios: dict[str, list[str]] = {}
+
+    def window(name: str, rows: list[dict] | None, *extra: str, staging: str | None = None,
+               changeset: str | None = None) -> None:
+        folder = root / name / "staging"
+        if rows is not None:
+            write_staging(folder, staging_files(rows) if name.startswith("driver") else
+                          {"p1": [[r for r in rows if r["partition_token"] == "token-p1"]],
+                           "p2": [[r for r in rows if r["partition_token"] == "token-p2"]]})
+        scenarios[name] = ["--staging", staging or str(folder), "--changeset",
+                           changeset or str(root / name / "changeset"),
+                           "--window-start", format_timestamp(START), "--window-end", format_timestamp(END),
+                           *extra]
+
+    window("incomplete", [
+        mod(t, "txA", "Accounts", "INSERT", "a1", {"Name": "A"}),
+        mod(t, "txB", "Accounts", "UPDATE", "a2", {"Name": "B"}, record=0, records=3, partitions=2),
+        mod(t, "txB", "Accounts", "UPDATE", "a3", {"Name": "B"}, record=1, records=3, partitions=2,
+            partition="p2"),
+        mod(t, "txC", "Accounts", "UPDATE", "a4", {"Name": "C"}, record=5, records=2, partition="p2"),
+    ])
+    window("empty", None)
+    (root / "empty" / "changeset" / "table=Old").mkdir(parents=True)
+    (root / "empty" / "changeset" / "table=Old" / "part-0.parquet").write_text("stale")
+    driver_rows = scenario_rows(random.Random(5))
+    for name in ("driver1", "driver2"):
+        window(name, driver_rows, "--transfer-through-driver",
+               staging=(root / "driver1" / "staging").as_uri(),
+               changeset=(root / "driver" / "changeset").as_uri())
+    (root / "driver" / "changeset" / "table=Old").mkdir(parents=True)
+    window("bad_table", [mod(t, "t1", "Bad-Name", "INSERT", "k", {"A": "1"})])
+    window("bad_mod", [mod(t, "t1", "Accounts", "MERGE", "k7", {"Name": "x"})])
+    window("bad_json", [mod(t, "t1", "Accounts", "UPDATE", "k8", "[1, 2]")])
+
+    (root / "scenarios.json").write_text(json.dumps(scenarios))
+    (root / "harness.py").write_text(HARNESS)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    completed = subprocess.run(
+        [spark_submit(), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+         str(root / "harness.py"), str(root / "scenarios.json"), str(root / "results.json")],
+        env=env, capture_output=True, text=True, timeout=540,
+    )
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    return {"root": root, "results": json.loads((root / "results.json").read_text()),
+            "driver_rows": driver_rows, "stdout": completed.stdout}
+
+
+@pytest.mark.spark
+def test_incomplete_transactions_fail_naming_them_and_write_nothing(harness_run: dict) -> None:
+    result = harness_run["results"]["incomplete"]
+    assert result["code"] == 1
+    assert "2 incomplete transaction(s)" in result["stderr"]
+    assert "txB (2 of 3 records)" in result["stderr"] and "txC (1 of 2 records)" in result["stderr"]
+    assert "txA" not in result["stderr"]
+    assert not (harness_run["root"] / "incomplete" / "changeset").exists()
+
+
+@pytest.mark.spark
+def test_an_empty_window_writes_an_empty_manifest(harness_run: dict) -> None:
+    assert harness_run["results"]["empty"]["code"] == 0
+    changeset = harness_run["root"] / "empty" / "changeset"
+    assert [path.name for path in changeset.iterdir() if not path.name.startswith(".")] == ["_manifest.json"]
+    manifest = json.loads((changeset / "_manifest.json").read_text())
+    assert (manifest["tables"], manifest["rows"], manifest["transactions"]) == ({}, 0, 0)
+
+
+@pytest.mark.spark
+def test_transfer_through_driver_writes_the_reference_and_reruns_identically(harness_run: dict) -> None:
+    results = harness_run["results"]
+    assert results["driver1"]["code"] == results["driver2"]["code"] == 0
+    changeset = harness_run["root"] / "driver" / "changeset"
+    assert not (changeset / "table=Old").exists()
+    assert read_change_set(changeset) == reference(harness_run["driver_rows"])
+    manifest = json.loads((changeset / "_manifest.json").read_text())
+    assert manifest["staging"] == (harness_run["root"] / "driver1" / "staging").as_uri()
+    assert manifest["dropped_out_of_window"] == 2
+    assert "through the driver" in harness_run["stdout"]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("bad_table", "invalid table name 'Bad-Name'"),
+        ("bad_mod", """table 'Accounts', key {"Id":"k7"}: change"""),
+        ("bad_mod", "unknown mod_type 'MERGE'"),
+        ("bad_json", """_values_json of table Accounts, key {"Id":"k8"} is not a JSON object: [1, 2]"""),
+    ],
+)
+def test_bad_staging_fails_with_a_message_naming_the_problem(harness_run: dict, name: str, problem: str) -> None:
+    result = harness_run["results"][name]
+    assert result["code"] != 0
+    assert problem in result["stderr"]
+    assert not (harness_run["root"] / name / "changeset" / merge_job.MANIFEST_NAME).exists()

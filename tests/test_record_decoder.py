@@ -1,0 +1,117 @@
+"""The protobuf fast path stages exactly what the general record parser stages, and fails as precisely."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from google.cloud.spanner_v1._helpers import _get_type_decoder, _parse_nullable
+from google.protobuf import struct_pb2
+
+from airflow_provider_cdc.domain.change_row import STAGED_CHANGE_COLUMNS, change_rows
+from airflow_provider_cdc.domain.records import (
+    DataChangeRecord,
+    MalformedRecordError,
+    parse_change_record_row,
+)
+from airflow_provider_cdc.spanner.change_stream_query import ChangeStreamQuery
+from airflow_provider_cdc.spanner.record_decoder import ChangeRecordDecoder, DataRecordRows
+from airflow_provider_cdc.testing.spanner_emulator import wire
+from airflow_provider_cdc.testing.workload import ALL_CHANGES_STREAM, Workload, schema_ddl
+
+_DECODE = _get_type_decoder(wire.CHANGE_RECORD, "ChangeRecord")
+
+
+def _decode_row(row: list[Any]) -> list[Any]:
+    return [_parse_nullable(row[0], _DECODE)]
+
+
+def _row(**overrides: Any) -> list[struct_pb2.Value]:
+    fields: dict[str, Any] = dict(
+        commit_ts="2026-01-01T00:00:01.000001Z",
+        record_sequence="00000003",
+        transaction_id="tx-1",
+        is_last=True,
+        table="Singers",
+        column_types=[
+            {"name": "SingerId", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 1},
+            {"name": "Name", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 2},
+        ],
+        mods=[({"SingerId": "1"}, {"Name": "Ann"}, {}), ({"SingerId": "2"}, {"Name": None}, {})],
+        mod_type="INSERT",
+        value_capture_type="OLD_AND_NEW_VALUES",
+        records_in_transaction=4,
+        partitions_in_transaction=2,
+    )
+    fields.update(overrides)
+    return [struct_pb2.Value.FromString(wire.data_change_row(**fields))]
+
+
+def _general(row: list[Any], token: str) -> list[tuple]:
+    rows: list[tuple] = []
+    for record in parse_change_record_row(_decode_row(row)):
+        assert isinstance(record, DataChangeRecord)
+        rows.extend(tuple(r[c] for c in STAGED_CHANGE_COLUMNS) for r in change_rows(record, token))
+    return rows
+
+
+def test_fast_path_equals_the_record_parser_on_a_hand_built_row() -> None:
+    row = _row()
+    fast = ChangeRecordDecoder("tok").decode(row, _decode_row)
+    assert isinstance(fast, DataRecordRows)
+    assert fast.rows == _general(row, "tok")
+    assert fast.is_last_record_in_transaction_in_partition and fast.number_of_partitions_in_transaction == 2
+
+
+@pytest.mark.parametrize(
+    ("override", "field"),
+    [
+        ({"mod_type": "UPSERT"}, "mod_type"),
+        ({"record_sequence": "x1"}, "record_sequence"),
+        ({"value_capture_type": "EVERYTHING"}, "value_capture_type"),
+        ({"records_in_transaction": 0}, "number_of_records_in_transaction"),
+        ({"mods": [([1, 2], {}, {})]}, "keys"),
+        ({"mods": [({"SingerId": "1"}, [1], {})]}, "new_values"),
+        ({"mods": []}, "mods"),
+        ({"column_types": []}, "column_types"),
+        ({"table": ""}, "table_name"),
+    ],
+)
+def test_a_malformed_record_fails_naming_the_field(override: dict, field: str) -> None:
+    with pytest.raises(MalformedRecordError, match=field):
+        ChangeRecordDecoder("tok").decode(_row(**override), _decode_row)
+
+
+def test_fast_path_equals_the_record_parser_on_a_real_stream(
+    spanner_emulator: Any, new_spanner_database: Any
+) -> None:
+    database = new_spanner_database(schema_ddl(), prefix="decoder")
+    begin = spanner_emulator.clock.advance(timedelta(seconds=1))
+    workload = Workload(database, spanner_emulator, seed=5)
+    workload.run(changes=1_500, step=timedelta(milliseconds=200), split_every=500)
+    end = spanner_emulator.clock.advance(timedelta(seconds=1))
+    query = ChangeStreamQuery(database, ALL_CHANGES_STREAM)
+    pending = [(c.token, begin) for r in query.records(None, begin, end) for c in r.child_partitions]
+    seen: set[str] = set()
+    compared = 0
+    while pending:
+        token, start = pending.pop()
+        if token in seen:
+            continue
+        seen.add(token)
+        decoder = ChangeRecordDecoder(token)
+        for (row, decode_row), record in zip(
+            query.lazy_rows(token, start, end), query.records(token, start, end), strict=True
+        ):
+            fast = decoder.decode(row, decode_row)
+            if isinstance(record, DataChangeRecord):
+                assert isinstance(fast, DataRecordRows)
+                assert fast.rows == [
+                    tuple(r[c] for c in STAGED_CHANGE_COLUMNS) for r in change_rows(record, token)
+                ]
+                compared += len(fast.rows)
+            else:
+                assert fast == [record]
+                pending.extend((c.token, record.timestamp) for c in getattr(record, "child_partitions", ()))
+    assert compared == 1_500
