@@ -235,7 +235,9 @@ def test_collapse_chain_is_the_column_wise_core() -> None:
 # target held before the window.
 
 COLUMNS = ("A", "B", "C")
-VALUES = st.one_of(st.none(), st.integers(-5, 5).map(str), st.floats(allow_nan=False, allow_infinity=False), st.booleans())
+VALUES = st.one_of(
+    st.none(), st.integers(-5, 5).map(str), st.floats(allow_nan=False, allow_infinity=False), st.booleans()
+)
 
 
 @st.composite

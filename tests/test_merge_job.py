@@ -164,6 +164,7 @@ def read_change_set(folder: Path) -> dict[str, list[dict]]:
     for directory in sorted(folder.glob("table=*")):
         table = pq.read_table(directory)
         assert table.schema.remove_metadata() == CHANGE_SET_SCHEMA
+        assert tuple(table.schema.names) == CHANGE_SET_COLUMNS
         tables[directory.name.split("=", 1)[1]] = sorted(table.to_pylist(), key=lambda r: r["_keys_json"])
     return tables
 
@@ -192,8 +193,8 @@ def run_batches(rows: list[dict], rng: random.Random) -> list[dict]:
         size = rng.randint(1, 9)
         batches.extend(table.slice(offset, size).to_batches())
         offset += size
-    out = pa.Table.from_batches(list(merge_job.collapse_sorted_batches(batches)), merge_job.COLLAPSED_ARROW_SCHEMA)
-    return out.to_pylist()
+    out = merge_job.collapse_sorted_batches(batches)
+    return pa.Table.from_batches(list(out), merge_job.COLLAPSED_ARROW_SCHEMA).to_pylist()
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -223,14 +224,16 @@ def test_arrow_batch_collapse_names_an_unknown_mod_type(chained: bool) -> None:
     rows = [mod(START, "t1", "Accounts", "MERGE", "k9", {"Name": "x"})]
     if chained:
         rows.append(mod(START + ONE_MICROSECOND, "t2", "Accounts", "UPDATE", "k9", {"Name": "y"}))
-    with pytest.raises(CollapseError, match=r"""table 'Accounts', key \{"Id":"k9"\}.*unknown mod_type 'MERGE'"""):
+    problem = r"""table 'Accounts', key \{"Id":"k9"\}.*unknown mod_type 'MERGE'"""
+    with pytest.raises(CollapseError, match=problem):
         run_batches(rows, random.Random(0))
 
 
 def test_arrow_batch_collapse_names_bad_json_in_a_chain() -> None:
     rows = [mod(START, "t1", "Accounts", "INSERT", "k1", {"Name": "x"}),
             mod(START + ONE_MICROSECOND, "t2", "Accounts", "UPDATE", "k1", "{oops")]
-    with pytest.raises(CollapseError, match=r"""key \{"Id":"k1"\}: change 2: new_values_json is not valid JSON"""):
+    problem = r"""key \{"Id":"k1"\}: change 2: new_values_json is not valid JSON"""
+    with pytest.raises(CollapseError, match=problem):
         run_batches(rows, random.Random(0))
 
 
@@ -326,7 +329,8 @@ def test_domain_zip_imports_without_airflow(tmp_path: Path) -> None:
     check = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
         "from airflow_provider_cdc.domain.collapse import collapse_key;"
-        "import airflow_provider_cdc.domain.collapse as c; assert c.__file__.startswith(sys.argv[1]), c.__file__;"
+        "import airflow_provider_cdc.domain.collapse as c;"
+        "assert c.__file__.startswith(sys.argv[1]), c.__file__;"
         "assert 'airflow' not in sys.modules"
     )
     # -S: no site-packages, so nothing can come from the installed package.
@@ -469,7 +473,8 @@ def test_operator_run_writes_the_manifest_last_with_counts(operator_run: dict) -
     }
     assert manifest["rows"] == manifest["keys"] == sum(len(r) for r in expected.values())
     assert manifest["transactions"] == len({row["server_transaction_id"] for row in rows})
-    assert manifest["source_records"] == len({(r["server_transaction_id"], r["record_sequence"]) for r in rows})
+    records = {(row["server_transaction_id"], row["record_sequence"]) for row in rows}
+    assert manifest["source_records"] == len(records)
     assert manifest["dropped_out_of_window"] == 2
     files_written = [path.name for path in operator_run["changeset"].rglob("*") if path.is_file()]
     assert "_SUCCESS" not in files_written
@@ -478,7 +483,8 @@ def test_operator_run_writes_the_manifest_last_with_counts(operator_run: dict) -
 @pytest.mark.spark
 def test_operator_ships_the_domain_package_with_py_files(operator_run: dict) -> None:
     assert "airflow_provider_cdc.domain from " in operator_run["log"]
-    assert "airflow_provider_cdc_domain.zip" in operator_run["log"].split("airflow_provider_cdc.domain from ")[1]
+    location = operator_run["log"].split("airflow_provider_cdc.domain from ")[1].splitlines()[0]
+    assert "airflow_provider_cdc_domain.zip" in location
 
 
 HARNESS = '''
@@ -592,7 +598,9 @@ def test_transfer_through_driver_writes_the_reference_and_reruns_identically(har
         ("bad_json", """_values_json of table Accounts, key {"Id":"k8"} is not a JSON object: [1, 2]"""),
     ],
 )
-def test_bad_staging_fails_with_a_message_naming_the_problem(harness_run: dict, name: str, problem: str) -> None:
+def test_bad_staging_fails_with_a_message_naming_the_problem(
+    harness_run: dict, name: str, problem: str
+) -> None:
     result = harness_run["results"][name]
     assert result["code"] != 0
     assert problem in result["stderr"]

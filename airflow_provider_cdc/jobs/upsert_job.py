@@ -131,4 +131,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    # Leave without interpreter finalisation: Arrow worker threads still releasing buffers of a
+    # Python-backed file system (object-store reads) can abort the process during it, turning
+    # a committed apply into a failed task.
+    os._exit(exit_code)

@@ -45,7 +45,7 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pa_ds
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, write_deltalake
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
@@ -74,6 +74,7 @@ DEFAULT_TARGET_FILE_SIZE = 8 * 1024 * 1024
 DEFAULT_MAX_MATERIALIZED_ROWS = 2_000_000
 _PIPELINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
 _DELTA_STATS_COLUMNS = 32
+_COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # source columns and ours
 
 
 _COMMIT_ATTEMPTS = 5
@@ -230,8 +231,22 @@ class DeltaLakeTarget:
         return dt
 
     def read_table(self, table: str, columns: list[str] | None = None) -> pa.Table:
-        """The table's current rows as a pyarrow Table."""
-        return self.open(table).to_pyarrow_table(columns=columns)
+        """The table's current rows as a pyarrow Table (all columns, or ``columns`` in that order).
+
+        Read by delta-rs itself (DataFusion), not through a Python file system, and cast to the
+        table's schema.
+        """
+        dt = self.open(table)
+        schema = pa.schema(dt.schema().to_arrow())
+        selected = list(schema.names) if columns is None else list(columns)
+        unknown = [c for c in selected if c not in schema.names or not _COLUMN_NAME.match(c)]
+        if unknown:
+            raise LakeError(f"table {table!r} has no column(s) {unknown} that can be read by name")
+        projection = ", ".join(f'"{c}"' for c in selected)
+        query = f"SELECT {projection} FROM lake_table"  # noqa: S608 - names checked just above
+        reader = QueryBuilder().register("lake_table", dt).execute(query)
+        result = pa.RecordBatchReader.from_stream(reader).read_all()
+        return result.cast(pa.schema([schema.field(c) for c in selected]))
 
     def applied_window_version(self, table: str, pipeline_id: str) -> int | None:
         """The last window version of ``pipeline_id`` applied to ``table`` (``None`` if none)."""

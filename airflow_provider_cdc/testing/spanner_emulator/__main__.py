@@ -31,7 +31,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--max-partitions", type=int, default=8)
     parser.add_argument("--min-partitions", type=int, default=1)
-    parser.add_argument("--port-file", help="write the bound host:port to this file once serving")
+    parser.add_argument(
+        "--port-file", help="write the bound host:port to this file once serving (and loaded)"
+    )
+    demo = parser.add_argument_group("demo database (a manual clock starting before 2026-01-01)")
+    demo.add_argument(
+        "--demo", action="store_true", help="load the demo database demo-project/demo-instance/demo"
+    )
+    demo.add_argument("--demo-windows", type=int, default=6, help="ten-minute windows of history")
+    demo.add_argument("--demo-changes-per-window", type=int, default=1_000)
+    demo.add_argument("--demo-truth", help="write the demo history's final state (JSON) to this file")
     return parser
 
 
@@ -47,6 +56,13 @@ def main(argv: list[str] | None = None) -> int:
             max_partitions=args.max_partitions,
         )
     try:
+        if args.demo:
+            from airflow_provider_cdc.testing.demo import DemoSettings
+
+            settings = DemoSettings(
+                windows=args.demo_windows, changes_per_window=args.demo_changes_per_window
+            )
+            args.clock, args.start = "manual", (settings.start - timedelta(minutes=1)).isoformat()
         clock = parse_clock(args.clock, args.start)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -55,6 +71,18 @@ def main(argv: list[str] | None = None) -> int:
         clock, seed=args.seed, initial_partitions=args.initial_partitions, partition_schedule=schedule
     )
     host = emulator.start(port=args.port, host=args.host)
+    if args.demo:
+        from airflow_provider_cdc.testing.demo import load_demo
+
+        workload = load_demo(emulator, settings, args.demo_truth)
+        logging.getLogger(__name__).info(
+            "demo database loaded: %d changes in %d transactions over %d windows, %d splits, %d merges",
+            workload.change_count,
+            len(workload.transactions),
+            settings.windows,
+            len(workload.splits),
+            len(workload.merges),
+        )
     if args.port_file:
         with open(args.port_file, "w") as handle:
             handle.write(host)
