@@ -126,6 +126,8 @@ def test_table_layout_and_one_tagged_commit_per_window(target: DeltaLakeTarget) 
     assert dt.version() == 1  # the window is exactly one commit
     assert dt.transaction_version(APP_ID_PREFIX + "orders") == window_version(20)
     assert dt.history(1)[0]["operation"] == "MERGE"
+    with pytest.raises(LakeError, match="no column"):
+        target.read_table("Employees", ["ID", "Bonus"])
     stored = {r["ID"]: r for r in target.read_table("Employees").to_pylist()}
     assert stored[101]["_change_sequence_number"] == seq(2)
     assert stored[101]["_commit_timestamp"] == at(2)
