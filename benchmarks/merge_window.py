@@ -102,10 +102,11 @@ def generate_staging(directory: Path, changes: int, seed: int = 7) -> None:
         tx_id = f"tx-{seed}-{txn}"
         record_sequence = f"{position:08d}"
         mod_type = mod_types[index]
+        amount = amounts[index]
         if mod_type == "INSERT":
-            values = f'{{"Amount":"{amounts[index]}","Name":"n{key_of[index]}","Score":{amounts[index] / 7:.3f}}}'
+            values = f'{{"Amount":"{amount}","Name":"n{key_of[index]}","Score":{amount / 7:.3f}}}'
         elif mod_type == "UPDATE":
-            values = f'{{"Amount":"{amounts[index]}"}}' if coin[index] < 0.75 else f'{{"Score":{coin[index]:.4f}}}'
+            values = f'{{"Amount":"{amount}"}}' if coin[index] < 0.75 else f'{{"Score":{coin[index]:.4f}}}'
         else:
             values = "{}"
         rows["partition_token"].append(f"token-{txn % PARTITIONS}")
@@ -123,14 +124,17 @@ def generate_staging(directory: Path, changes: int, seed: int = 7) -> None:
         rows["number_of_records_in_transaction"].append(size)
         rows["number_of_partitions_in_transaction"].append(1)
         rows["is_last_record_in_transaction_in_partition"].append(position == size - 1)
-        rows["change_sequence_number"].append(spanner_change_sequence_number(commit, tx_id, record_sequence, 0))
+        rows["change_sequence_number"].append(
+            spanner_change_sequence_number(commit, tx_id, record_sequence, 0)
+        )
     arrays = {name: values for name, values in rows.items()}
     arrays["commit_timestamp"] = pa.array(np.array(rows["commit_timestamp"], dtype="datetime64[us]"),
                                           pa.timestamp("us", tz="UTC"))
     table = pa.table({name: arrays[name] for name in STAGED_SCHEMA.names}, schema=STAGED_SCHEMA)
     duplicates = table.take(rng.choice(changes, size=changes // 100, replace=False))
     table = pa.concat_tables([table, duplicates])
-    partition = np.array([int(token.rsplit("-", 1)[1]) for token in table.column("partition_token").to_pylist()])
+    tokens = table.column("partition_token").to_pylist()
+    partition = np.array([int(token.rsplit("-", 1)[1]) for token in tokens])
     for number in range(PARTITIONS):
         folder = directory / f"partition={number:04x}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -234,7 +238,9 @@ def run_child(staging: Path, changeset: Path, cores: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", type=int, nargs="+", default=[500_000, 2_000_000])
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/cdc-merge-benchmark"))
@@ -271,7 +277,8 @@ def main() -> None:
             f"{result['scan_seconds']:>7.2f} {result['merge_seconds']:>8.2f} "
             f"{result['staged_rows'] / result['merge_seconds']:>10,.0f} "
             f"{result['merge_seconds'] / result['scan_seconds']:>7.1f}x "
-            f"{peak['jvm'] / mib:>8.0f} {peak['python_driver'] / mib:>7.0f} {peak['python_workers'] / mib:>7.0f}"
+            f"{peak['jvm'] / mib:>8.0f} {peak['python_driver'] / mib:>7.0f} "
+            f"{peak['python_workers'] / mib:>7.0f}"
         )
 
 

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import random
+import socket
 import subprocess
 import sys
 import zipfile
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
@@ -213,6 +215,18 @@ def test_arrow_batch_collapse_equals_the_reference(seed: int) -> None:
             for column in ("_values_json", "_full_image", "_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER",
                            "_commit_timestamp"):
                 assert produced[column] == row[column], (table, row["_keys_json"], column)
+
+
+def test_arrow_batch_collapse_drops_a_repeated_mod_that_sorts_apart() -> None:
+    # Staging whose sequence numbers disagree with its ids: the repeat of (t1, 0) sorts last.
+    first = mod(START, "t1", "Accounts", "UPDATE", "k1", {"Name": "first"})
+    middle = mod(START + ONE_MICROSECOND, "t2", "Accounts", "UPDATE", "k1", {"Balance": "2"})
+    repeat = {**first, "new_values_json": '{"Name": "repeat"}',
+              "change_sequence_number": middle["change_sequence_number"] + "/1"}
+    expected = collapse_window([first, middle, repeat])["Accounts"][0]
+    got = run_batches([first, middle, repeat], random.Random(1))
+    assert expected["_values_json"] == '{"Balance":"2","Name":"first"}'
+    assert [row["_values_json"] for row in got] == [expected["_values_json"]]
 
 
 def test_arrow_batch_collapse_of_nothing_is_nothing() -> None:
@@ -426,7 +440,6 @@ def operator_run(tmp_path_factory) -> dict[str, Any]:
     (stale / merge_job.MANIFEST_NAME).write_text("{}")
 
     with pytest.MonkeyPatch.context() as patch, captured_logs() as records:
-        patch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
         patch.delenv("AIRFLOW_CONN_CDC_MERGE_NO_SUCH_CONNECTION", raising=False)
         patch.delenv("PYSPARK_PYTHON", raising=False)
         SparkMergeWindowOperator(
@@ -504,6 +517,20 @@ json.dump(results, open(sys.argv[2], "w"))
 '''
 
 
+def gcs_emulator() -> tuple[Any, str] | None:
+    """A Cloud Storage emulator (``gcp-storage-emulator``) with bucket ``cdc-bucket``, if installed."""
+    try:
+        from gcp_storage_emulator.server import create_server
+    except ImportError:
+        return None
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = create_server("127.0.0.1", port, in_memory=True, default_bucket="cdc-bucket")
+    server.start()
+    return server, f"127.0.0.1:{port}"
+
+
 @pytest.fixture(scope="module")
 def harness_run(tmp_path_factory) -> dict[str, Any]:
     """Several windows through merge_job.main() inside one real spark-submit."""
@@ -543,17 +570,41 @@ def harness_run(tmp_path_factory) -> dict[str, Any]:
     window("bad_mod", [mod(t, "t1", "Accounts", "MERGE", "k7", {"Name": "x"})])
     window("bad_json", [mod(t, "t1", "Accounts", "UPDATE", "k8", "[1, 2]")])
 
+    emulator = gcs_emulator()
+    if emulator is not None:
+        window("gcs", None, staging="gs://cdc-bucket/staging/stream/w", changeset="gs://cdc-bucket/changesets/w")
+        gcs = pafs.GcsFileSystem(anonymous=True, endpoint_override=emulator[1], scheme="http")
+        local_staging = root / "gcs" / "local-staging"
+        write_staging(local_staging, staging_files(driver_rows))
+        pafs.copy_files(str(local_staging), "cdc-bucket/staging/stream/w",
+                        source_filesystem=pafs.LocalFileSystem(), destination_filesystem=gcs)
+        with gcs.open_output_stream("cdc-bucket/changesets/w/table=Old/part-0.parquet") as stale:
+            stale.write(b"stale")
+
     (root / "scenarios.json").write_text(json.dumps(scenarios))
     (root / "harness.py").write_text(HARNESS)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    completed = subprocess.run(
-        [spark_submit(), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-         str(root / "harness.py"), str(root / "scenarios.json"), str(root / "results.json")],
-        env=env, capture_output=True, text=True, timeout=540,
-    )
-    assert completed.returncode == 0, completed.stderr[-4000:]
+    if emulator is not None:
+        env["STORAGE_EMULATOR_HOST"] = f"http://{emulator[1]}"
+    try:
+        completed = subprocess.run(
+            [spark_submit(), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+             str(root / "harness.py"), str(root / "scenarios.json"), str(root / "results.json")],
+            env=env, capture_output=True, text=True, timeout=540,
+        )
+        assert completed.returncode == 0, completed.stderr[-4000:]
+        gcs_files = {}
+        if emulator is not None:
+            download = root / "gcs" / "changeset"
+            listing = gcs.get_file_info(pafs.FileSelector("cdc-bucket/changesets/w", recursive=True))
+            gcs_files = {info.path for info in listing if info.type == pafs.FileType.File}
+            pafs.copy_files("cdc-bucket/changesets/w", str(download), source_filesystem=gcs,
+                            destination_filesystem=pafs.LocalFileSystem())
+    finally:
+        if emulator is not None:
+            emulator[0].stop()
     return {"root": root, "results": json.loads((root / "results.json").read_text()),
-            "driver_rows": driver_rows, "stdout": completed.stdout}
+            "driver_rows": driver_rows, "stdout": completed.stdout, "gcs_files": gcs_files}
 
 
 @pytest.mark.spark
@@ -589,6 +640,21 @@ def test_transfer_through_driver_writes_the_reference_and_reruns_identically(har
 
 
 @pytest.mark.spark
+def test_gs_uris_without_a_connector_go_through_the_driver(harness_run: dict) -> None:
+    if "gcs" not in harness_run["results"]:
+        pytest.skip("gcp-storage-emulator is not installed")
+    assert harness_run["results"]["gcs"]["code"] == 0, harness_run["results"]["gcs"]["stderr"]
+    files = harness_run["gcs_files"]
+    assert "cdc-bucket/changesets/w/_manifest.json" in files
+    assert not any("table=Old" in path for path in files)
+    changeset = harness_run["root"] / "gcs" / "changeset"
+    assert read_change_set(changeset) == reference(harness_run["driver_rows"])
+    manifest = json.loads((changeset / "_manifest.json").read_text())
+    assert manifest["staging"] == "gs://cdc-bucket/staging/stream/w"
+    assert manifest["rows"] == sum(len(rows) for rows in reference(harness_run["driver_rows"]).values())
+
+
+@pytest.mark.spark
 @pytest.mark.parametrize(
     ("name", "problem"),
     [
@@ -605,3 +671,25 @@ def test_bad_staging_fails_with_a_message_naming_the_problem(
     assert result["code"] != 0
     assert problem in result["stderr"]
     assert not (harness_run["root"] / name / "changeset" / merge_job.MANIFEST_NAME).exists()
+
+
+AIRFLOW2_PYTHON = Path(__file__).resolve().parents[1] / ".venv-airflow2" / "bin" / "python"
+
+
+@pytest.mark.airflow2
+@pytest.mark.skipif(not AIRFLOW2_PYTHON.exists(), reason="no .venv-airflow2 (scripts/setup.sh --airflow2)")
+def test_operator_imports_and_builds_arguments_under_airflow_2() -> None:
+    check = (
+        "import airflow, json;"
+        "from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator as Op;"
+        "op = Op(task_id='m', staging_uri='/s/{window_id}', changeset_uri='/c/{window_id}',"
+        "        window_start='2024-06-01T12:00:00Z', window_end='2024-06-01T12:10:00Z');"
+        "print(json.dumps([airflow.__version__, op.merge_arguments(), list(op.template_fields)]))"
+    )
+    completed = subprocess.run([str(AIRFLOW2_PYTHON), "-c", check], capture_output=True, text=True,
+                               timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    version, args, fields = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert version.startswith("2.")
+    assert args[:4] == ["--staging", f"/s/{WINDOW_ID}", "--changeset", f"/c/{WINDOW_ID}"]
+    assert {"application", "conf", "staging_uri", "window_end"} <= set(fields)

@@ -19,7 +19,9 @@ The job imports only ``airflow_provider_cdc.domain``; executors need it too, so 
 written through Spark's Hadoop filesystems. When Spark has no filesystem for a scheme (``gs://``
 without the GCS connector) and runs in local mode, the job copies the staging folder to local disk
 and the change set back through pyarrow's filesystems in the driver (``--transfer-through-driver``
-forces this).
+forces this; ``gs://`` then uses Application Default Credentials, or the emulator named by
+``STORAGE_EMULATOR_HOST``). Progress (rows read, rate, tables) is logged to stdout; a window that
+cannot be merged exits with status 1 and the reason on stderr.
 """
 
 from __future__ import annotations
@@ -79,12 +81,14 @@ COLLAPSE_INPUT_COLUMNS = (
     "record_sequence",
     "mod_index",
 )
+#: Checked for NULLs before anything is written (``keys_json`` is checked by the collapse, and
+#: the column types of each table's newest change by their lookup).
 REQUIRED_COLUMNS = (
+    "server_transaction_id",
+    "record_sequence",
     "commit_timestamp",
-    "keys_json",
     "mod_type",
     "change_sequence_number",
-    "column_types_json",
     "number_of_records_in_transaction",
 )
 
@@ -215,7 +219,13 @@ def _differs_from_previous(rows: pa.Table, columns: Sequence[str]) -> pa.Array:
     return pa.concat_arrays([pa.array([True]), differs])
 
 
-def _check_mod_types(rows: pa.Table) -> None:
+def _check_changes(rows: pa.Table) -> None:
+    """Refuse changes without a key or with an unknown mod type, naming the first one."""
+    if rows.column("keys_json").null_count:
+        bad = rows.filter(pc.is_null(rows.column("keys_json"))).slice(0, 1).to_pylist()[0]
+        raise CollapseError(
+            f"table {bad['table_name']!r}: change {bad['change_sequence_number']} has no keys_json"
+        )
     known = pc.is_in(rows.column("mod_type"), value_set=pa.array(MOD_TYPES)).fill_null(False)
     if not pc.all(known).as_py():
         bad = rows.filter(pc.invert(known)).slice(0, 1).to_pylist()[0]
@@ -255,16 +265,20 @@ def _collapse_chains(rows: pa.Table, starts: pa.Array) -> pa.Table:
     images: list[str] = []
     full_images: list[bool] = []
     for begin, end in zip(bounds[:-1], bounds[1:], strict=True):
-        kept = range(begin, end)
-        identities = set(zip(transactions[begin:end], sequences[begin:end], strict=True))
-        if len(identities) < end - begin:  # repeated mods that were not adjacent
+        kept: Sequence[int] = range(begin, end)
+        # Adjacent repeats are gone already; with three or more changes a repeat could remain.
+        if end - begin > 2 and len(
+            set(zip(transactions[begin:end], sequences[begin:end], strict=True))
+        ) < end - begin:
             seen: set[tuple[str, str]] = set()
             kept = [i for i in kept if (transactions[i], sequences[i]) not in seen
                     and not seen.add((transactions[i], sequences[i]))]
+        if isinstance(kept, range):
+            chain_types, chain_values = mod_types[begin:end], new_values[begin:end]
+        else:
+            chain_types, chain_values = [mod_types[i] for i in kept], [new_values[i] for i in kept]
         try:
-            change_type, image, full_image = collapse_chain(
-                [mod_types[i] for i in kept], [new_values[i] for i in kept]
-            )
+            change_type, image, full_image = collapse_chain(chain_types, chain_values)
         except CollapseError as error:
             raise CollapseError(
                 f"table {rows.column('table_name')[begin].as_py()!r}, key "
@@ -296,7 +310,7 @@ _IDENTITY_COLUMNS = ("table_name", "keys_json", "server_transaction_id", "record
 def _collapse_complete_groups(rows: pa.Table) -> Iterator[pa.RecordBatch]:
     if rows.num_rows == 0:
         return
-    _check_mod_types(rows)
+    _check_changes(rows)
     first_of_mod = _differs_from_previous(rows, _IDENTITY_COLUMNS)
     if not pc.all(first_of_mod).as_py():
         rows = rows.filter(first_of_mod)  # adjacent repeats of one mod (retried reads)
@@ -384,8 +398,18 @@ class _HadoopFiles:
 
 
 def _arrow_filesystem(uri: str) -> tuple[Any, str]:
+    """pyarrow filesystem and path of ``uri``; ``gs://`` honours ``STORAGE_EMULATOR_HOST`` as the
+    Cloud Storage client libraries do (anonymous access to an emulator)."""
     from pyarrow import fs as pafs
 
+    parsed = urlparse(uri)
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST", "").strip()
+    if parsed.scheme == "gs" and emulator:
+        endpoint = urlparse(emulator if "://" in emulator else f"http://{emulator}")
+        filesystem = pafs.GcsFileSystem(
+            anonymous=True, endpoint_override=endpoint.netloc, scheme=endpoint.scheme or "http"
+        )
+        return filesystem, f"{parsed.netloc}{parsed.path}".rstrip("/")
     return pafs.FileSystem.from_uri(uri)
 
 
@@ -446,22 +470,38 @@ def _table_stats(staged: Any, start_micros: int, end_micros: int) -> list[Any]:
     """Per table: staged rows, rows inside the window, and rows lacking required values."""
     from pyspark.sql import functions as F
 
-    required = ("server_transaction_id", "record_sequence", *REQUIRED_COLUMNS)
     in_window = _in_window(start_micros, end_micros).cast("long")
     return (
         staged.groupBy("table_name")
         .agg(
             F.count(F.lit(1)).alias("staged_rows"),
             F.coalesce(F.sum(in_window), F.lit(0)).alias("window_rows"),
-            F.max_by(
-                F.when(in_window == 1, F.col("column_types_json")),
-                F.when(in_window == 1, F.col("change_sequence_number")),
-            ).alias("column_types_json"),
-            *[F.sum(F.col(column).isNull().cast("long")).alias(f"null_{column}") for column in required],
+            F.max(F.when(in_window == 1, F.col("change_sequence_number"))).alias("newest_change"),
+            *[
+                F.sum(F.col(column).isNull().cast("long")).alias(f"null_{column}")
+                for column in REQUIRED_COLUMNS
+            ],
         )
         .orderBy("table_name")
         .collect()
     )
+
+
+def _table_column_types(spark: Any, staged: Any, table_rows: list[Any]) -> dict[str, str]:
+    """Each table's column types as last seen in the window: those of its newest change."""
+    from pyspark.sql import functions as F
+
+    newest = [(row["table_name"], row["newest_change"]) for row in table_rows if row["newest_change"]]
+    if not newest:
+        return {}
+    changes = spark.createDataFrame(newest, "table_name STRING, change_sequence_number STRING")
+    rows = (
+        staged.join(F.broadcast(changes), ["table_name", "change_sequence_number"])
+        .groupBy("table_name")
+        .agg(F.first("column_types_json").alias("column_types_json"))
+        .collect()
+    )
+    return {row["table_name"]: row["column_types_json"] for row in rows}
 
 
 def _check_tables(table_rows: list[Any]) -> None:
@@ -486,18 +526,14 @@ def _check_transactions(staged: Any, start_micros: int, end_micros: int, window:
     """
     from pyspark.sql import functions as F
 
-    records = (
+    transactions = (
         staged.filter(_in_window(start_micros, end_micros))
-        .groupBy("server_transaction_id", "record_sequence")
+        .groupBy("server_transaction_id")
         .agg(
+            F.size(F.collect_set("record_sequence")).alias("records"),
             F.min("number_of_records_in_transaction").alias("expected_min"),
             F.max("number_of_records_in_transaction").alias("expected_max"),
         )
-    )
-    transactions = records.groupBy("server_transaction_id").agg(
-        F.count(F.lit(1)).alias("records"),
-        F.min("expected_min").alias("expected_min"),
-        F.max("expected_max").alias("expected_max"),
     )
     incomplete = (F.col("records") != F.col("expected_max")) | (
         F.col("expected_min") != F.col("expected_max")
@@ -620,7 +656,11 @@ def _merge(spark: Any, args: MergeArguments, staging: str, changeset: str, files
     _log(f"window {window}: {transactions} complete transaction(s) with {records} record(s)")
 
     files.delete(f"{changeset}/{MANIFEST_NAME}")
-    column_types = {row["table_name"]: row["column_types_json"] for row in table_rows if row["window_rows"]}
+    column_types = _table_column_types(spark, staged, table_rows)
+    unknown = sorted(row["table_name"] for row in table_rows
+                     if row["window_rows"] and not column_types.get(row["table_name"]))
+    if unknown:
+        raise MergeJobError(f"staged rows of table(s) {', '.join(unknown)} lack column_types_json")
     _collapse(spark, staged, args.start_micros, args.end_micros, column_types).write.mode(
         "overwrite"
     ).partitionBy(TABLE_PARTITION_COLUMN).parquet(changeset)

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow_provider_cdc._compat import AirflowException, BaseOperator
+from airflow_provider_cdc.domain.identifiers import validate_identifier
 from airflow_provider_cdc.domain.timestamps import coerce_timestamp, format_timestamp
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
@@ -28,7 +29,8 @@ class CdcCommitWindowOperator(BaseOperator):
     table's watermark lags the current time (or ``staleness_reference``) by more than that.
 
     :param read_summaries: the readers' summaries (XCom), summed into the window's counts.
-    :param upsert_summary: the upsert job's summary (XCom): its ``tables`` get watermarks.
+    :param changeset_root: where the merge job wrote the window's change set; the tables its
+        manifest names get watermarks (as do all tables already applied by the pipeline).
     """
 
     template_fields: Sequence[str] = (
@@ -36,7 +38,7 @@ class CdcCommitWindowOperator(BaseOperator):
         "window_start",
         "window_end",
         "read_summaries",
-        "upsert_summary",
+        "changeset_root",
         "staleness_reference",
     )
 
@@ -47,7 +49,7 @@ class CdcCommitWindowOperator(BaseOperator):
         window_start: Any = "{{ data_interval_start }}",
         window_end: Any = "{{ data_interval_end }}",
         read_summaries: Any = None,
-        upsert_summary: Any = None,
+        changeset_root: str | None = None,
         metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
         max_staleness: timedelta | None = None,
         staleness_reference: Any = None,
@@ -58,7 +60,7 @@ class CdcCommitWindowOperator(BaseOperator):
         self.window_start = window_start
         self.window_end = window_end
         self.read_summaries = read_summaries
-        self.upsert_summary = upsert_summary
+        self.changeset_root = changeset_root
         self.metastore_conn_id = metastore_conn_id
         self.max_staleness = max_staleness
         self.staleness_reference = staleness_reference
@@ -88,8 +90,7 @@ class CdcCommitWindowOperator(BaseOperator):
             raise AirflowException(
                 f"window {window} of {pipeline} changed state while it was being committed"
             )
-        upsert = self.upsert_summary if isinstance(self.upsert_summary, Mapping) else {}
-        tables = set(store.table_watermarks(pipeline)) | set(upsert.get("tables") or {})
+        tables = set(store.table_watermarks(pipeline)) | set(self._changed_tables(window))
         for table in sorted(tables):
             store.advance_table_watermark(pipeline, table, window.end)
         watermarks = store.table_watermarks(pipeline)
@@ -118,6 +119,19 @@ class CdcCommitWindowOperator(BaseOperator):
             "transactions": transactions,
             "watermarks": {t: format_timestamp(w) for t, w in sorted(watermarks.items())},
         }
+
+    def _changed_tables(self, window: Window) -> list[str]:
+        if not self.changeset_root:
+            return []
+        import json
+
+        from pyarrow import fs
+
+        filesystem, root = fs.FileSystem.from_uri(self.changeset_root)
+        with filesystem.open_input_stream(f"{root.rstrip('/')}/{window.window_id}/_manifest.json") as stream:
+            manifest = json.loads(stream.read())
+        tables = manifest.get("tables") or {}
+        return [validate_identifier(name, "table") for name in tables]
 
 
 def _summaries(value: Any) -> list[Mapping[str, Any]]:

@@ -2,31 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 import tempfile
 import zipfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-try:
-    from airflow.providers.common.compat.sdk import AirflowException, BaseHook
-except ImportError:  # older common-compat providers (Airflow 2.11)
-    from airflow.exceptions import AirflowException  # type: ignore[no-redef]
-    from airflow.hooks.base import BaseHook  # type: ignore[no-redef]
-
 from airflow_provider_cdc.domain.timestamps import coerce_timestamp, format_timestamp, to_micros
+from airflow_provider_cdc.operators._spark import spark_defaults
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 #: The ``spark-submit`` application this operator runs.
 MERGE_JOB_PATH = str(PACKAGE_DIR / "jobs" / "merge_job.py")
-LOCAL_MASTER = "local[*]"
 #: Replaced in ``staging_uri`` and ``changeset_uri`` by the window id ``{start_micros}-{end_micros}``.
 WINDOW_ID_PLACEHOLDER = "{window_id}"
 DOMAIN_ZIP_NAME = "airflow_provider_cdc_domain.zip"
@@ -45,31 +36,6 @@ def build_domain_zip(directory: str | os.PathLike[str]) -> str:
         for module in sorted((PACKAGE_DIR / "domain").glob("*.py")):
             archive.write(module, f"airflow_provider_cdc/domain/{module.name}")
     return str(target)
-
-
-def _connection_master(conn_id: str) -> str | None:
-    """The Spark master a connection names, or ``None`` when the connection does not exist."""
-    try:
-        connection = BaseHook.get_connection(conn_id)
-    except AirflowException:
-        return None
-    host = connection.host or ""
-    return host if connection.conn_type == "spark" and host else f"{connection.conn_type}://{host}"
-
-
-@contextmanager
-def _local_spark_connection(conn_id: str) -> Iterator[None]:
-    """Define ``conn_id`` as a local Spark master (``AIRFLOW_CONN_*``) while the hook resolves it."""
-    variable = f"AIRFLOW_CONN_{conn_id.upper()}"
-    previous = os.environ.get(variable)
-    os.environ[variable] = json.dumps({"conn_type": "spark", "host": LOCAL_MASTER})
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(variable, None)
-        else:
-            os.environ[variable] = previous
 
 
 class SparkMergeWindowOperator(SparkSubmitOperator):
@@ -149,31 +115,32 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
                 raise ValueError(f"{field} must be a non-empty location, got {value!r}")
             locations.append(value.strip().replace(WINDOW_ID_PLACEHOLDER, window_id))
         return [
-            "--staging", locations[0],
-            "--changeset", locations[1],
-            "--window-start", format_timestamp(start),
-            "--window-end", format_timestamp(end),
+            "--staging",
+            locations[0],
+            "--changeset",
+            locations[1],
+            "--window-start",
+            format_timestamp(start),
+            "--window-end",
+            format_timestamp(end),
         ]
 
     def execute(self, context: Any) -> None:
         self.application = MERGE_JOB_PATH
         self.application_args = self.merge_arguments()
-        master = _connection_master(self.merge_conn_id)
-        user_py_files, user_env = self.py_files, self.env_vars
+        user_py_files = self.py_files
         with tempfile.TemporaryDirectory(prefix="cdc-merge-") as workdir:
             self.py_files = ",".join(filter(None, [user_py_files, build_domain_zip(workdir)]))
-            if master is None or master.startswith("local"):
-                env = dict(user_env or {})
-                if "PYSPARK_PYTHON" not in env and "PYSPARK_PYTHON" not in os.environ:
-                    env["PYSPARK_PYTHON"] = sys.executable
-                self.env_vars = env
-            self.log.info(
-                "Merging window [%s, %s) from %s into %s on Spark master %s",
-                self.application_args[5], self.application_args[7], self.staging_uri, self.changeset_uri,
-                master or f"{LOCAL_MASTER} (no connection {self.merge_conn_id!r})",
-            )
             try:
-                with _local_spark_connection(self.merge_conn_id) if master is None else nullcontext():
+                with spark_defaults(self, self.merge_conn_id) as master:
+                    self.log.info(
+                        "Merging window [%s, %s) from %s into %s on Spark master %s",
+                        self.application_args[5],
+                        self.application_args[7],
+                        self.application_args[1],
+                        self.application_args[3],
+                        master,
+                    )
                     super().execute(context)
             finally:
-                self.py_files, self.env_vars = user_py_files, user_env
+                self.py_files = user_py_files

@@ -87,13 +87,16 @@ class SpannerChangeStreamOpenWindowOperator(_ChangeStreamWindowOperator):
     Returns ``list(range(readers))`` so that mapped readers can ``expand`` over it.
     """
 
-    def __init__(self, *, readers: int = 1, **kwargs: Any) -> None:
+    template_fields: Sequence[str] = (*_ChangeStreamWindowOperator.template_fields, "readers")
+
+    def __init__(self, *, readers: int | str = 1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if readers < 1:
-            raise ValueError("readers must be at least 1")
         self.readers = readers
 
     def execute(self, context: Any) -> list[int]:
+        self.readers = int(self.readers)
+        if self.readers < 1:
+            raise ValueError(f"readers must be at least 1, got {self.readers}")
         window = self.window()
         tokens = self.hook().open_window(
             self.pipeline(context), window, self.staging_root, reader_owner(context)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from airflow_provider_cdc.domain.timestamps import parse_timestamp, to_micros
+from airflow_provider_cdc.operators._spark import spark_defaults
 
 if TYPE_CHECKING:  # pragma: no cover
     try:
@@ -170,8 +171,11 @@ class SparkUpsertWindowOperator(SparkSubmitOperator):
 
     def execute(self, context: Context) -> None:  # type: ignore[override]
         self.application_args = self.build_application_args(context)
-        self.log.info("Applying change set with arguments %s", self.application_args)
-        return super().execute(context)
+        with spark_defaults(self, self._conn_id) as master:
+            self.log.info(
+                "Applying change set with arguments %s on Spark master %s", self.application_args, master
+            )
+            return super().execute(context)
 
     def lake_storage_options(self) -> dict[str, str]:
         """Storage options from ``gcp_conn_id`` (empty without a connection)."""
