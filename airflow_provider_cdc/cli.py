@@ -1,0 +1,243 @@
+"""Operator's command line: what the metastore and the lake hold, for diagnosing a pipeline.
+
+python -m airflow_provider_cdc status --pipeline spanner_change_stream_to_lake
+python -m airflow_provider_cdc tables --lake-root /path/to/lake
+python -m airflow_provider_cdc timings --dag-id spanner_change_stream_to_lake
+python -m airflow_provider_cdc compare --lake-root /path/to/lake --truth demo-truth.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow_provider_cdc.domain.timestamps import format_timestamp
+
+
+def _short(token: str, width: int = 14) -> str:
+    return token if len(token) <= width else token[: width - 1] + "…"
+
+
+def _ts(value: datetime | None) -> str:
+    return format_timestamp(value)[:-4] + "Z" if value else "-"
+
+
+def _seconds(a: datetime | None, b: datetime | None) -> str:
+    return f"{(b - a).total_seconds():.1f}s" if a and b else "-"
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(lines)
+
+
+def _metastore(url: str | None) -> Any:
+    if url:
+        from airflow_provider_cdc.metastore import Metastore
+
+        store = Metastore(url)
+        store.create_schema()
+        return store
+    from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+
+    return CdcMetastoreHook().metastore
+
+
+def status(args: argparse.Namespace) -> int:
+    """Windows, partitions (state, watermark, lease, lag) and apply watermarks of a pipeline."""
+    store = _metastore(args.metastore_url)
+    now = datetime.now(timezone.utc)
+    windows = store.list_windows(args.pipeline)
+    print(f"Windows of pipeline {args.pipeline}: {len(windows)}")
+    headers = [
+        "window start",
+        "window end",
+        "state",
+        "attempt",
+        "rows",
+        "transactions",
+        "opened → applied",
+        "error",
+    ]
+    rows = [
+        [_ts(w.start), _ts(w.end), w.state.value, w.attempt, _count(w.record_count),
+         _count(w.transaction_count), _seconds(w.opened_at, w.applied_at), (w.error or "")[:60]]
+        for w in windows
+    ]  # fmt: skip
+    print(_table(headers, rows))
+    streams = sorted({w.stream for w in windows} | set(args.stream or []))
+    for stream in streams:
+        if not store.is_known_stream(stream):
+            print(f"\nStream {stream}: no partitions recorded")
+            continue
+        partitions = store.list_partitions(stream)
+        alive = [p for p in partitions if p.end_timestamp is None]
+        print(f"\nPartitions of {stream}: {len(partitions)} recorded, {len(alive)} open")
+        headers = [
+            "token",
+            "state",
+            "start",
+            "end",
+            "watermark",
+            "parents",
+            "lease owner",
+            "lease expires",
+            "records",
+        ]
+        rows = [
+            [_short(p.token), p.state.value, _ts(p.start_timestamp), _ts(p.end_timestamp), _ts(p.watermark),
+             ",".join(_short(t, 8) for t in p.parent_tokens) or "-", p.lease_owner or "-",
+             _ts(p.lease_expires_at), p.record_count]
+            for p in partitions[-args.limit :]
+        ]  # fmt: skip
+        print(_table(headers, rows))
+        last = windows[-1].end if windows else None
+        if last is not None:
+            lagging = store.lagging_partitions(stream, last)
+            for p in lagging:
+                print(f"  holding back {_ts(last)}: {p.token} drained to {_ts(p.watermark)}")
+    marks = store.table_watermarks(args.pipeline)
+    print(f"\nApply watermarks of {args.pipeline} (upsert_stream_apply_watermark):")
+    print(
+        _table(
+            ["table", "watermark", "lag behind now"],
+            [[t, _ts(m), f"{(now - m).total_seconds():.0f}s"] for t, m in sorted(marks.items())],
+        )
+    )
+    return 0
+
+
+def tables(args: argparse.Namespace) -> int:
+    """Each Delta table under the lake root: row count and a few rows."""
+    from pyarrow import fs
+
+    from airflow_provider_cdc.lake.delta import DeltaLakeTarget
+
+    lake = DeltaLakeTarget(args.lake_root)
+    filesystem, root = fs.FileSystem.from_uri(
+        args.lake_root if "://" in args.lake_root else f"file://{args.lake_root}"
+    )
+    names = sorted(
+        info.base_name
+        for info in filesystem.get_file_info(fs.FileSelector(root, allow_not_found=True))
+        if info.type == fs.FileType.Directory and lake.exists(info.base_name)
+    )
+    if not names:
+        print(f"No Delta tables under {args.lake_root}")
+        return 1
+    for name in names:
+        table = lake.read_table(name)
+        version = lake.open(name).version()
+        print(f"\n{name}: {table.num_rows} rows, {table.num_columns} columns, Delta version {version}")
+        keys = [f.name for f in table.schema if (f.metadata or {}).get(b"spanner.primary_key") == b"true"]
+        if keys:
+            table = table.sort_by([(k, "ascending") for k in keys])
+        for row in table.slice(0, args.rows).to_pylist():
+            print("  " + json.dumps(row, default=str, ensure_ascii=False)[:220])
+    return 0
+
+
+def timings(args: argparse.Namespace) -> int:
+    """Per DAG run (window): each task's duration, from Airflow's own records."""
+    from airflow.models import DagRun, TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        runs = (
+            session.query(DagRun)
+            .filter(DagRun.dag_id == args.dag_id)
+            .order_by(DagRun.data_interval_start)
+            .all()
+        )
+        task_ids: list[str] = []
+        rows = []
+        for run in runs:
+            tis = session.query(TaskInstance).filter(
+                TaskInstance.dag_id == args.dag_id, TaskInstance.run_id == run.run_id
+            )
+            durations: dict[str, float] = {}
+            for ti in tis:
+                durations[ti.task_id] = durations.get(ti.task_id, 0.0) + float(ti.duration or 0.0)
+                if ti.task_id not in task_ids:
+                    task_ids.append(ti.task_id)
+            total = (
+                (run.end_date - run.start_date).total_seconds() if run.end_date and run.start_date else None
+            )
+            rows.append((run, durations, total))
+    order = [
+        t
+        for t in ("wait_parents", "open_window", "read", "drained", "merge", "upsert", "commit")
+        if t in task_ids
+    ]
+    order += [t for t in task_ids if t not in order]
+    print(
+        _table(
+            ["window start", "state", *order, "sum of tasks"],
+            [
+                [_ts(run.data_interval_start), run.state, *[f"{d.get(t, 0.0):.1f}s" for t in order],
+                 f"{total:.1f}s" if total is not None else "-"]
+                for run, d, total in rows
+            ],
+        )
+    )  # fmt: skip
+    return 0
+
+
+def compare(args: argparse.Namespace) -> int:
+    """Do the Delta tables equal the ground truth written by the demo emulator?"""
+    from airflow_provider_cdc.lake.delta import DeltaLakeTarget
+    from airflow_provider_cdc.testing.lake_check import compare_lake_to_truth
+
+    with open(args.truth) as handle:
+        truth = json.load(handle)["state"]
+    results = compare_lake_to_truth(DeltaLakeTarget(args.lake_root), truth)
+    for r in results:
+        verdict = "equal" if r.equal else "DIFFERENT"
+        print(f"{r.table}: lake {r.lake_rows} rows, committed history {r.truth_rows} rows: {verdict}")
+        for row in r.only_in_lake[:1]:
+            print(f"  only in the lake: {row[:200]}")
+        for row in r.only_in_truth[:1]:
+            print(f"  only in the history: {row[:200]}")
+    return 0 if all(r.equal for r in results) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m airflow_provider_cdc", description=__doc__.split("\n")[0]
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("status", help=status.__doc__)
+    p.add_argument("--pipeline", required=True, help="pipeline id (the DAG id by default)")
+    p.add_argument(
+        "--stream", action="append", help="also show this stream (projects/…/databases/<db>/<stream>)"
+    )
+    p.add_argument("--metastore-url", help="SQLAlchemy URL (default: the cdc_metastore_default connection)")
+    p.add_argument("--limit", type=int, default=40, help="partitions shown per stream (newest)")
+    p.set_defaults(run=status)
+    p = commands.add_parser("tables", help=tables.__doc__)
+    p.add_argument("--lake-root", required=True)
+    p.add_argument("--rows", type=int, default=3)
+    p.set_defaults(run=tables)
+    p = commands.add_parser("timings", help=timings.__doc__)
+    p.add_argument("--dag-id", required=True)
+    p.set_defaults(run=timings)
+    p = commands.add_parser("compare", help=compare.__doc__)
+    p.add_argument("--lake-root", required=True)
+    p.add_argument("--truth", required=True)
+    p.set_defaults(run=compare)
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
