@@ -202,7 +202,14 @@ class WindowReader:
                     break
                 self._sleep(self.poll_seconds)
                 continue
-            result = self._read_partition(window, token)
+            # The partition's own lease shows who reads it (status, stalled-partition checks); a
+            # finished partition re-read for a past window cannot be leased and needs no lease.
+            leased = self.metastore.claim_partition(self.stream_key, token, self.owner, self.lease_seconds)
+            try:
+                result = self._read_partition(window, token)
+            finally:
+                if leased is not None:
+                    self.metastore.release(self.stream_key, token, self.owner)
             summary.rows += result.rows
             summary.data_records += result.data_records
             summary.transactions += result.transactions
