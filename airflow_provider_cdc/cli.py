@@ -170,10 +170,7 @@ def timings(args: argparse.Namespace) -> int:
                 durations[ti.task_id] = durations.get(ti.task_id, 0.0) + float(ti.duration or 0.0)
                 if ti.task_id not in task_ids:
                     task_ids.append(ti.task_id)
-            total = (
-                (run.end_date - run.start_date).total_seconds() if run.end_date and run.start_date else None
-            )
-            rows.append((run, durations, total))
+            rows.append((run, durations, sum(durations.values())))
     order = [
         t
         for t in ("wait_parents", "open_window", "read", "drained", "merge", "upsert", "commit")
@@ -199,7 +196,8 @@ def compare(args: argparse.Namespace) -> int:
     from airflow_provider_cdc.testing.lake_check import compare_lake_to_truth
 
     with open(args.truth) as handle:
-        truth = json.load(handle)["state"]
+        recorded = json.load(handle)
+    truth = recorded["state"] if args.windows is None else recorded["state_after_window"][args.windows - 1]
     results = compare_lake_to_truth(DeltaLakeTarget(args.lake_root), truth)
     for r in results:
         verdict = "equal" if r.equal else "DIFFERENT"
@@ -234,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     p = commands.add_parser("compare", help=compare.__doc__)
     p.add_argument("--lake-root", required=True)
     p.add_argument("--truth", required=True)
+    p.add_argument(
+        "--windows", type=int, help="compare with the history of the first N windows (default: all)"
+    )
     p.set_defaults(run=compare)
     args = parser.parse_args(argv)
     return args.run(args)

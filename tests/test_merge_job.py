@@ -472,7 +472,7 @@ def test_operator_run_writes_the_reference_collapse(operator_run: dict) -> None:
 
 
 @pytest.mark.spark
-def test_operator_run_writes_the_manifest_last_with_counts(operator_run: dict) -> None:
+def test_operator_run_writes_a_manifest_with_the_counts(operator_run: dict) -> None:
     rows = in_window(operator_run["rows"])
     files = staging_files(operator_run["rows"])
     staged = [row for parts in files.values() for part in parts for row in part]

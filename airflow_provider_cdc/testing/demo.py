@@ -39,10 +39,11 @@ class DemoSettings:
         return self.start + self.window * index, self.start + self.window * (index + 1)
 
 
-def encoded_state(workload: Workload) -> dict[str, list[dict[str, Any]]]:
-    """Final rows per table in Spanner's JSON encoding (sorted by key), for a JSON truth file."""
+def encoded_state(workload: Workload, at: datetime | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Rows per table (final, or as of ``at``) in Spanner's JSON encoding, sorted by key."""
+    current = workload.state if at is None else workload.state_at(at)
     state = {}
-    for name, rows in workload.state.items():
+    for name, rows in current.items():
         table = TABLES_BY_NAME[name]
         state[name] = [table.encode_values(rows[key]) for key in sorted(rows)]
     return state
@@ -109,6 +110,11 @@ def load_demo(emulator: Any, settings: DemoSettings, truth_path: str | os.PathLi
             "transactions": len(workload.transactions),
             "changes": workload.change_count,
             "state": encoded_state(workload),
+            # the tables as they must be once windows 0..i are applied
+            "state_after_window": [
+                encoded_state(workload, settings.window_bounds(i)[1] - timedelta(microseconds=1))
+                for i in range(settings.windows)
+            ],
         }
         Path(truth_path).write_text(json.dumps(payload, sort_keys=True))
     return workload

@@ -35,6 +35,8 @@ def _canonical(value: Any, type_json: Mapping[str, Any]) -> Any:
         return [_canonical(v, type_json["array_element_type"]) for v in value]
     if type_json.get("code") == "NUMERIC":
         return format(Decimal(value).normalize(), "f")
+    if type_json.get("code") == "JSON":  # JSON compares by value, not by its text's escaping
+        return json.loads(value)
     return value
 
 

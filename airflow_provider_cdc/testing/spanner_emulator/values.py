@@ -112,7 +112,7 @@ def _decode_scalar(value: struct_pb2.Value, kind: str, code: str, where: str, co
         if code == "BYTES":
             return base64.b64encode(base64.b64decode(text, validate=True)).decode("ascii")
         if code == "JSON":
-            return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+            return json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     except (ValueError, InvalidOperation, binascii.Error) as exc:
         if isinstance(exc, ValueError_):
             raise
