@@ -6,13 +6,56 @@ __version__ = "0.1.0"
 
 
 def get_provider_info() -> dict:
-    """Describe this provider to Airflow's ProvidersManager."""
+    """Describe this provider to Airflow's ProvidersManager (``airflow providers list``)."""
     return {
         "package-name": "airflow-provider-cdc",
         "name": "Change Data Capture",
         "description": "Read Google Cloud Spanner change streams in bounded windows and apply them "
         "exactly once, in commit order per key, to Delta Lake tables.",
         "versions": [__version__],
-        "connection-types": [],
-        "hook-class-names": [],
+        "integrations": [
+            {
+                "integration-name": "Google Cloud Spanner change streams",
+                "external-doc-url": "https://cloud.google.com/spanner/docs/change-streams",
+                "tags": ["gcp"],
+            }
+        ],
+        "hooks": [
+            {
+                "integration-name": "Google Cloud Spanner change streams",
+                "python-modules": [
+                    "airflow_provider_cdc.hooks.spanner_change_stream",
+                    "airflow_provider_cdc.hooks.metastore",
+                ],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": "Google Cloud Spanner change streams",
+                "python-modules": [
+                    "airflow_provider_cdc.operators.spanner_change_stream",
+                    "airflow_provider_cdc.operators.merge",
+                    "airflow_provider_cdc.operators.upsert",
+                    "airflow_provider_cdc.operators.commit",
+                ],
+            }
+        ],
+        "sensors": [
+            {
+                "integration-name": "Google Cloud Spanner change streams",
+                "python-modules": ["airflow_provider_cdc.sensors.partitions_drained"],
+            }
+        ],
+        "triggers": [
+            {
+                "integration-name": "Google Cloud Spanner change streams",
+                "python-modules": ["airflow_provider_cdc.triggers.partitions_drained"],
+            }
+        ],
+        "connection-types": [
+            {
+                "hook-class-name": "airflow_provider_cdc.hooks.metastore.CdcMetastoreHook",
+                "connection-type": "cdc_metastore",
+            }
+        ],
     }
