@@ -477,6 +477,11 @@ def _table_stats(staged: Any, start_micros: int, end_micros: int) -> list[Any]:
             F.count(F.lit(1)).alias("staged_rows"),
             F.coalesce(F.sum(in_window), F.lit(0)).alias("window_rows"),
             F.max(F.when(in_window == 1, F.col("change_sequence_number"))).alias("newest_change"),
+            # The column types of the newest change (max_by skips rows whose ordering is NULL).
+            F.max_by(
+                F.when(in_window == 1, F.col("column_types_json")),
+                F.when(in_window == 1, F.col("change_sequence_number")),
+            ).alias("newest_column_types"),
             *[
                 F.sum(F.col(column).isNull().cast("long")).alias(f"null_{column}")
                 for column in REQUIRED_COLUMNS
@@ -487,21 +492,16 @@ def _table_stats(staged: Any, start_micros: int, end_micros: int) -> list[Any]:
     )
 
 
-def _table_column_types(spark: Any, staged: Any, table_rows: list[Any]) -> dict[str, str]:
-    """Each table's column types as last seen in the window: those of its newest change."""
-    from pyspark.sql import functions as F
+def _table_column_types(table_rows: list[Any]) -> dict[str, str]:
+    """Each table's column types as last seen in the window: those of its newest change.
 
-    newest = [(row["table_name"], row["newest_change"]) for row in table_rows if row["newest_change"]]
-    if not newest:
-        return {}
-    changes = spark.createDataFrame(newest, "table_name STRING, change_sequence_number STRING")
-    rows = (
-        staged.join(F.broadcast(changes), ["table_name", "change_sequence_number"])
-        .groupBy("table_name")
-        .agg(F.first("column_types_json").alias("column_types_json"))
-        .collect()
-    )
-    return {row["table_name"]: row["column_types_json"] for row in rows}
+    The statistics pass computes them, so no further Spark job (or Python worker) is needed.
+    """
+    return {
+        row["table_name"]: row["newest_column_types"]
+        for row in table_rows
+        if row["newest_change"] and row["newest_column_types"]
+    }
 
 
 def _check_tables(table_rows: list[Any]) -> None:
@@ -564,7 +564,7 @@ def _check_transactions(staged: Any, start_micros: int, end_micros: int, window:
 
 
 def _collapse(
-    spark: Any, staged: Any, start_micros: int, end_micros: int, column_types: dict[str, str]
+    staged: Any, start_micros: int, end_micros: int, column_types: dict[str, str]
 ) -> Any:
     """The change set as a DataFrame: one row per key, with the ``table`` partition column."""
     from pyspark.sql import functions as F
@@ -598,10 +598,14 @@ def _collapse(
         )
         .otherwise(F.col("_image_columns"))
     )
-    table_types = spark.createDataFrame(
-        sorted(column_types.items()), f"{TABLE_PARTITION_COLUMN} STRING, _column_types_json STRING"
+    # A literal map, not a joined DataFrame: building one from Python rows would start Python
+    # workers for a handful of values. Every table with changes has its types (checked before).
+    table_types = (
+        F.create_map(*[F.lit(text) for item in sorted(column_types.items()) for text in item])
+        if column_types
+        else F.create_map().cast("map<string,string>")
     )
-    return collapsed.join(F.broadcast(table_types), TABLE_PARTITION_COLUMN).select(
+    return collapsed.select(
         TABLE_PARTITION_COLUMN,
         "_keys_json",
         "_values_json",
@@ -610,7 +614,7 @@ def _collapse(
         "_CHANGE_TYPE",
         "_CHANGE_SEQUENCE_NUMBER",
         "_commit_timestamp",
-        "_column_types_json",
+        F.element_at(table_types, F.col(TABLE_PARTITION_COLUMN)).alias("_column_types_json"),
     )
 
 
@@ -656,12 +660,12 @@ def _merge(spark: Any, args: MergeArguments, staging: str, changeset: str, files
     _log(f"window {window}: {transactions} complete transaction(s) with {records} record(s)")
 
     files.delete(f"{changeset}/{MANIFEST_NAME}")
-    column_types = _table_column_types(spark, staged, table_rows)
+    column_types = _table_column_types(table_rows)
     unknown = sorted(row["table_name"] for row in table_rows
                      if row["window_rows"] and not column_types.get(row["table_name"]))
     if unknown:
         raise MergeJobError(f"staged rows of table(s) {', '.join(unknown)} lack column_types_json")
-    _collapse(spark, staged, args.start_micros, args.end_micros, column_types).write.mode(
+    _collapse(staged, args.start_micros, args.end_micros, column_types).write.mode(
         "overwrite"
     ).partitionBy(TABLE_PARTITION_COLUMN).parquet(changeset)
 
