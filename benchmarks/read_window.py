@@ -37,11 +37,15 @@ def _serve(size: int, rows_per_commit: int, conn: Any) -> None:
     from airflow_provider_cdc.testing.spanner_emulator import ManualClock, SpannerEmulator
     from airflow_provider_cdc.testing.workload import BulkWorkload, schema_ddl
 
-    emulator = SpannerEmulator(ManualClock(datetime(2026, 1, 1, tzinfo=timezone.utc)), seed=3, initial_partitions=4)
+    emulator = SpannerEmulator(
+        ManualClock(datetime(2026, 1, 1, tzinfo=timezone.utc)), seed=3, initial_partitions=4
+    )
     emulator.start()
     os.environ["SPANNER_EMULATOR_HOST"] = emulator.host
     client = Client(project=PROJECT, disable_builtin_metrics=True)
-    instance = client.instance(INSTANCE, configuration_name=f"projects/{PROJECT}/instanceConfigs/emulator", node_count=1)
+    instance = client.instance(
+        INSTANCE, configuration_name=f"projects/{PROJECT}/instanceConfigs/emulator", node_count=1
+    )
     instance.create().result(30)
     database = instance.database(DATABASE, ddl_statements=schema_ddl())
     database.create().result(30)
@@ -73,7 +77,12 @@ def _raw(host: str, start: str, end: str, conn: Any) -> None:
         f"SELECT ChangeRecord FROM READ_{STREAM}(start_timestamp => @s, end_timestamp => @e, "  # noqa: S608
         "partition_token => @t, heartbeat_milliseconds => @h)"
     )
-    types = {"s": param_types.TIMESTAMP, "e": param_types.TIMESTAMP, "t": param_types.STRING, "h": param_types.INT64}
+    types = {
+        "s": param_types.TIMESTAMP,
+        "e": param_types.TIMESTAMP,
+        "t": param_types.STRING,
+        "h": param_types.INT64,
+    }
     window_start, query_end = coerce_timestamp(start), coerce_timestamp(end) - ONE_MICROSECOND
     started = time.perf_counter()
     queue: list[tuple[str | None, datetime]] = [(None, window_start)]
@@ -82,7 +91,9 @@ def _raw(host: str, start: str, end: str, conn: Any) -> None:
     while queue:
         token, at = queue.pop(0)
         with database.snapshot() as snapshot:
-            rows = snapshot.execute_sql(sql, params={"s": at, "e": query_end, "t": token, "h": 10_000}, param_types=types)
+            rows = snapshot.execute_sql(
+                sql, params={"s": at, "e": query_end, "t": token, "h": 10_000}, param_types=types
+            )
             for row in rows:
                 record = row[0][0]
                 if record[0]:
@@ -94,7 +105,13 @@ def _raw(host: str, start: str, end: str, conn: Any) -> None:
                             seen.add(child[0])
                             queue.append((child[0], child_start))
     seconds = time.perf_counter() - started
-    conn.send({"rows": mods, "seconds": seconds, "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024})
+    conn.send(
+        {
+            "rows": mods,
+            "seconds": seconds,
+            "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        }
+    )
 
 
 def _ours(host: str, start: str, end: str, workdir: str, conn: Any) -> None:
@@ -110,10 +127,12 @@ def _ours(host: str, start: str, end: str, workdir: str, conn: Any) -> None:
     from airflow_provider_cdc.domain.window import Window
     from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
 
-    hook = SpannerChangeStreamHook(project_id=PROJECT, instance_id=INSTANCE, database_id=DATABASE, stream=STREAM)
+    hook = SpannerChangeStreamHook(
+        project_id=PROJECT, instance_id=INSTANCE, database_id=DATABASE, stream=STREAM
+    )
     window = Window(coerce_timestamp(start), coerce_timestamp(end))
     staging = f"{workdir}/staging"
-    hook.metastore, hook.database  # connect before timing, as the raw reader does
+    _ = (hook.metastore, hook.database)  # connect before timing, as the raw reader does
     started = time.perf_counter()
     hook.open_window("bench", window, staging, "bench-reader")
     summary = hook.read_window(window, staging, "bench-reader")
@@ -139,7 +158,9 @@ def _in_child(target: Any, *args: Any) -> dict:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", default="100000,1000000", help="changes per window, comma-separated")
     parser.add_argument("--rows-per-commit", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=2, help="measurements per size (best is kept)")
@@ -166,7 +187,10 @@ def main() -> int:
             print(f"MISMATCH: raw iterated {raw['rows']} change rows, the reader staged {ours['rows']}")
             return 1
         results.append((size, raw, ours))
-    print(f"{'changes':>10} {'raw rows/s':>12} {'ours rows/s':>12} {'ratio':>6} {'raw RSS MB':>11} {'ours RSS MB':>12}")
+    print(
+        f"{'changes':>10} {'raw rows/s':>12} {'ours rows/s':>12} {'ratio':>6} "
+        f"{'raw RSS MB':>11} {'ours RSS MB':>12}"
+    )
     for size, raw, ours in results:
         raw_rate, our_rate = raw["rows"] / raw["seconds"], ours["rows"] / ours["seconds"]
         print(
