@@ -162,7 +162,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sizes", default="100000,1000000", help="changes per window, comma-separated")
-    parser.add_argument("--rows-per-commit", type=int, default=20)
+    parser.add_argument("--rows-per-commit", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=2, help="measurements per size (best is kept)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
