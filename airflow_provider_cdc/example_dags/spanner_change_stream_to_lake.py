@@ -7,7 +7,9 @@ nothing configured: the change-stream emulator's demo database (``SPANNER_EMULAT
 metastore under ``$AIRFLOW_HOME``, Spark ``local[*]`` and Delta tables under ``$AIRFLOW_HOME/cdc-demo``.
 On Cloud Composer set the params to your instance, database and change stream and the roots to
 ``gs://`` URIs; ``google_cloud_default`` carries the credentials and ``cdc_metastore_default`` the
-metastore (PostgreSQL).
+metastore (PostgreSQL). Two settings shape the DAG itself and are read when it is parsed: the window
+length in minutes (``CDC_WINDOW_MINUTES``, default 10) and the readers per window (``CDC_READERS``,
+default 2).
 """
 
 from __future__ import annotations
@@ -34,10 +36,24 @@ from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
 from airflow_provider_cdc.sensors.partitions_drained import SpannerChangeStreamPartitionsDrainedSensor
 
 DAG_ID = "spanner_change_stream_to_lake"
+
+
+def _positive_int_env(name: str, default: int) -> int:
+    """A positive integer from the environment variable ``name`` (``default`` when unset)."""
+    text = os.environ.get(name, "").strip() or str(default)
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"environment variable {name} must be a positive integer, got {text!r}")
+    return int(text)
+
+
 DEMO_HOME = os.environ.get("CDC_DEMO_HOME") or str(
     Path(os.environ.get("AIRFLOW_HOME", "~/airflow")).expanduser() / "cdc-demo"
 )
-WINDOW = timedelta(minutes=int(os.environ.get("CDC_WINDOW_MINUTES", "10")))
+WINDOW = timedelta(minutes=_positive_int_env("CDC_WINDOW_MINUTES", 10))
+# Parallel readers per window. The mapped readers expand over this fixed list rather than over
+# open_window's output: Airflow 2's `airflow dags backfill` never expands a task mapped over the
+# output of a task that is not a root of the DAG (the backfill stops as deadlocked).
+READERS = _positive_int_env("CDC_READERS", 2)
 
 with DAG(
     dag_id=DAG_ID,
@@ -55,7 +71,6 @@ with DAG(
         "pipeline_id": Param(
             DAG_ID, type="string", description="names the pipeline in the metastore and Delta"
         ),
-        "readers": Param(2, type="integer", minimum=1, description="parallel readers per window"),
         "staging_root": Param(
             f"{DEMO_HOME}/staging", type="string", description="staged changes (local or gs://)"
         ),
@@ -83,11 +98,9 @@ with DAG(
         timeout=3600,
         **spanner,
     )
-    open_window = SpannerChangeStreamOpenWindowOperator(
-        task_id="open_window", readers="{{ params.readers }}", **window
-    )
+    open_window = SpannerChangeStreamOpenWindowOperator(task_id="open_window", readers=READERS, **window)
     read = SpannerChangeStreamReadWindowOperator.partial(task_id="read", **window).expand(
-        reader_index=open_window.output
+        reader_index=list(range(READERS))
     )
     drained = SpannerChangeStreamPartitionsDrainedSensor(
         task_id="drained",
