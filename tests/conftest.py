@@ -171,3 +171,136 @@ def postgres_url(_postgres_server_url: str) -> Iterator[str]:
 def metastore_url(request: pytest.FixtureRequest) -> str:
     """A fresh metastore database URL, once per supported backend."""
     return request.getfixturevalue(f"{request.param}_url")
+
+
+# =============================================================================================
+# Example DAG on Airflow 3: the demo database on an emulator in this process, an Airflow home
+# with a migrated SQLite metadata database and the DAG serialized, and the environment every
+# Airflow command of the end-to-end tests runs with (tests/test_example_dag.py).
+# =============================================================================================
+import json  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from datetime import timedelta  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+EXAMPLE_DAGS_FOLDER = Path(__file__).resolve().parents[1] / "airflow_provider_cdc" / "example_dags"
+EXAMPLE_DAG_WINDOWS = 12
+EXAMPLE_DAG_CHANGES_PER_WINDOW = 200
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on at the moment."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@dataclass
+class ExampleDagHome:
+    """Where the example DAG runs: its Airflow home, data roots and the history it reads."""
+
+    root: Path
+    airflow_home: Path
+    env: dict[str, str]
+    settings: Any  # DemoSettings
+    workload: Any  # Workload: the committed history, the ground truth
+    metastore_url: str
+    api_port: int
+
+    @property
+    def demo_home(self) -> Path:
+        return self.root / "demo"
+
+    @property
+    def lake_root(self) -> Path:
+        return self.demo_home / "lake"
+
+    @property
+    def changeset_root(self) -> Path:
+        return self.demo_home / "changesets"
+
+    @property
+    def staging_root(self) -> Path:
+        return self.demo_home / "staging"
+
+    @property
+    def airflow_db(self) -> Path:
+        return self.airflow_home / "airflow.db"
+
+    def airflow(self, *args: str, log: Path, timeout: float = 300.0) -> str:
+        """Run an ``airflow`` command; its output goes to ``log`` and is returned; a failure fails."""
+        command = [str(Path(sys.executable).parent / "airflow"), *args]
+        with log.open("w") as out:
+            completed = subprocess.run(
+                command, env=self.env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=False
+            )
+        text = log.read_text(errors="replace")
+        if completed.returncode != 0:
+            raise AssertionError(f"{' '.join(args)} exited with {completed.returncode}:\n{text[-4000:]}")
+        return text
+
+
+def example_dag_environment(
+    root: Path, emulator_host: str, api_port: int, metastore_url: str
+) -> dict[str, str]:
+    """Environment of the Airflow commands and tasks: nothing inherited from this process's Airflow."""
+    inherited = ("AIRFLOW", "CDC_", "SPANNER_EMULATOR", "PYSPARK", "SPARK_")
+    env = {key: value for key, value in os.environ.items() if not key.startswith(inherited)}
+    env.update(
+        AIRFLOW_HOME=str(root / "airflow"),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__CORE__DAGS_FOLDER=str(EXAMPLE_DAGS_FOLDER),
+        AIRFLOW__CORE__EXECUTOR="LocalExecutor",
+        AIRFLOW__CORE__PARALLELISM="4",
+        # The scheduler runs backfills and cleared runs only; it creates no runs of its own.
+        AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE="False",
+        AIRFLOW__API__PORT=str(api_port),
+        AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{api_port}/execution/",
+        AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT=str(free_port()),
+        AIRFLOW_CONN_CDC_METASTORE_DEFAULT=json.dumps(
+            {"conn_type": "cdc_metastore", "extra": {"sqlalchemy_url": metastore_url}}
+        ),
+        SPANNER_EMULATOR_HOST=emulator_host,
+        CDC_DEMO_HOME=str(root / "demo"),
+        CDC_WINDOW_MINUTES="10",
+        CDC_READERS="2",
+        PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+    )
+    return env
+
+
+@pytest.fixture(scope="session")
+def example_dag_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExampleDagHome]:
+    """The demo database (12 windows, 200 changes each) on an emulator, and an Airflow 3 home for the DAG.
+
+    The emulator serves from this process for the whole session; Airflow commands and tasks run as
+    subprocesses with :attr:`ExampleDagHome.env`.
+    """
+    from airflow_provider_cdc.testing.demo import DemoSettings, load_demo
+    from airflow_provider_cdc.testing.spanner_emulator import ManualClock, SpannerEmulator
+
+    root = tmp_path_factory.mktemp("example-dag")
+    settings = DemoSettings(windows=EXAMPLE_DAG_WINDOWS, changes_per_window=EXAMPLE_DAG_CHANGES_PER_WINDOW)
+    emulator = SpannerEmulator(ManualClock(settings.start - timedelta(minutes=1)))
+    host = emulator.start()
+    try:
+        workload = load_demo(emulator, settings, root / "truth.json")
+        api_port, metastore_url = free_port(), f"sqlite:///{root / 'cdc_metastore.db'}"
+        home = ExampleDagHome(
+            root=root,
+            airflow_home=root / "airflow",
+            env=example_dag_environment(root, host, api_port, metastore_url),
+            settings=settings,
+            workload=workload,
+            metastore_url=metastore_url,
+            api_port=api_port,
+        )
+        home.airflow_home.mkdir()
+        home.airflow("db", "migrate", log=root / "db-migrate.log")
+        home.airflow("dags", "reserialize", log=root / "dags-reserialize.log")
+        yield home
+    finally:
+        emulator.stop()
