@@ -87,9 +87,14 @@ class CdcCommitWindowOperator(BaseOperator):
             record_count=rows if summaries else None,
             transaction_count=transactions if summaries else None,
         ):
-            raise AirflowException(
-                f"window {window} of {pipeline} changed state while it was being committed"
-            )
+            # Lost the compare-and-set: another run of this window may have committed it meanwhile.
+            current = store.get_window(pipeline, window.start, window.end)
+            if current.state is not WindowState.APPLIED:
+                raise AirflowException(
+                    f"window {window} of {pipeline} changed state to {current.state.value} (attempt "
+                    f"{current.attempt}) while it was being committed"
+                )
+            self.log.info("Window %s of %s was applied by another run meanwhile", window, pipeline)
         tables = set(store.table_watermarks(pipeline)) | set(self._changed_tables(window))
         for table in sorted(tables):
             store.advance_table_watermark(pipeline, table, window.end)
