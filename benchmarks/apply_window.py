@@ -15,8 +15,11 @@ recommends), ``local`` changes keys of the newest 2 % of the key space (time-ord
 
 Each measurement runs in a fresh process (its peak RSS is reported): one apply on a throw-away
 copy of the base table warms the process up (its time is shown as "upsert 1st s": imports and
-first-use costs a spark-submit pays once per window), then the timed apply runs on a fresh copy.
-The median of ``--repeat`` runs is printed. Base tables are cached under ``--workdir``.
+first-use costs a spark-submit pays once per window), then ``--applies`` timed applies run, each
+on a fresh copy, and the fastest counts (other work on the machine only ever slows an apply down).
+Plain and upsert processes alternate; the median over ``--repeat`` processes is printed, as wall
+time and as CPU time (all threads of the process; less sensitive to other work on a busy
+machine). Base tables are cached under ``--workdir``.
 
     python benchmarks/apply_window.py --sizes 100000,1000000,10000000 --workdir .cache/bench
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -154,7 +158,24 @@ def copy_table(base: Path, destination: Path) -> None:
 # --------------------------------------------------------------------------- one measurement
 
 
-def _apply_once(method: str, lake: str, changeset: str) -> float:
+class _Clock:
+    """Wall time and CPU time (all threads of this process) of a timed region."""
+
+    def __enter__(self) -> _Clock:
+        self._wall, self._cpu = time.perf_counter(), _cpu_seconds()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall, self.cpu = time.perf_counter() - self._wall, _cpu_seconds() - self._cpu
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _apply_once(method: str, lake: str, changeset: str) -> tuple[float, float]:
+    """Wall and CPU seconds of one apply of the change set to the table at ``lake``."""
     from deltalake import DeltaTable
 
     from airflow_provider_cdc.lake.change_set import ChangeSetReader
@@ -165,22 +186,21 @@ def _apply_once(method: str, lake: str, changeset: str) -> float:
         typed = pa.Table.from_batches([to_merge_source(b, table) for b in part.dataset.to_batches()])
         names = table.table_schema().names
         source = typed.select([*names, "_change_type"])
-        began = time.perf_counter()
-        dt = DeltaTable(f"{lake}/{TABLE}")
-        (
-            dt.merge(source, "target.OrderId = source.OrderId", "source", "target", streamed_exec=False)
-            .when_matched_delete("source._change_type = 'DELETE'")
-            .when_matched_update({n: f"source.{n}" for n in names if n != "OrderId"})
-            .when_not_matched_insert({n: f"source.{n}" for n in names}, "source._change_type = 'UPSERT'")
-            .execute()
-        )
-        return time.perf_counter() - began
-    began = time.perf_counter()
-    target = DeltaLakeTarget(lake)
-    result = target.apply_change_set(TABLE, part.dataset, part.column_types(), PIPELINE, CHANGE_WINDOW)
-    elapsed = time.perf_counter() - began
+        with _Clock() as clock:
+            dt = DeltaTable(f"{lake}/{TABLE}")
+            (
+                dt.merge(source, "target.OrderId = source.OrderId", "source", "target", streamed_exec=False)
+                .when_matched_delete("source._change_type = 'DELETE'")
+                .when_matched_update({n: f"source.{n}" for n in names if n != "OrderId"})
+                .when_not_matched_insert({n: f"source.{n}" for n in names}, "source._change_type = 'UPSERT'")
+                .execute()
+            )
+        return clock.wall, clock.cpu
+    with _Clock() as clock:
+        target = DeltaLakeTarget(lake)
+        result = target.apply_change_set(TABLE, part.dataset, part.column_types(), PIPELINE, CHANGE_WINDOW)
     assert result.status == "applied", result
-    return elapsed
+    return clock.wall, clock.cpu
 
 
 def _peak_rss_mb() -> float:
@@ -192,25 +212,34 @@ def _peak_rss_mb() -> float:
     return float("nan")
 
 
-def measure(method: str, base: str, changeset: str, scratch: str) -> dict:
-    """Apply once on a throw-away copy (process warm-up), then time an apply on a fresh copy."""
+def measure(method: str, base: str, changeset: str, scratch: str, applies: int) -> dict:
+    """Apply once on a throw-away copy (process warm-up), then time ``applies`` applies on fresh copies."""
     from deltalake import DeltaTable
 
     copy_table(Path(base), Path(scratch))
-    cold = _apply_once(method, scratch, changeset)
-    copy_table(Path(base), Path(scratch))
-    warm = _apply_once(method, scratch, changeset)
+    cold, _ = _apply_once(method, scratch, changeset)
+    warm = []
+    for _ in range(applies):
+        copy_table(Path(base), Path(scratch))
+        warm.append(_apply_once(method, scratch, changeset))
     rows = DeltaTable(f"{scratch}/{TABLE}").count()
     shutil.rmtree(scratch, ignore_errors=True)
-    return {"seconds": warm, "cold_seconds": cold, "rows": rows, "peak_rss_mb": _peak_rss_mb()}
+    return {
+        "seconds": min(wall for wall, _ in warm),
+        "cpu_seconds": min(cpu for _, cpu in warm),
+        "all_seconds": [wall for wall, _ in warm],
+        "cold_seconds": cold,
+        "rows": rows,
+        "peak_rss_mb": _peak_rss_mb(),
+    }
 
 
-def run_measurement(method: str, base: Path, changeset: Path, scratch: Path) -> dict:
+def run_measurement(method: str, base: Path, changeset: Path, scratch: Path, applies: int) -> dict:
     """One measurement in a fresh process; it reports its time, row count and peak RSS."""
     completed = subprocess.run(
         [
             *(sys.executable, __file__, "--measure", method, "--lake", str(base)),
-            *("--changeset", str(changeset), "--scratch", str(scratch)),
+            *("--changeset", str(changeset), "--scratch", str(scratch), "--applies", str(applies)),
         ],
         stdout=subprocess.PIPE,
         text=True,
@@ -223,7 +252,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="100000,1000000,10000000")
     parser.add_argument("--changes", type=int, default=10_000)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3, help="processes per method and size")
+    parser.add_argument("--applies", type=int, default=3, help="timed applies per process (fastest counts)")
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--workdir", default=".cache/bench")
     parser.add_argument(
@@ -238,21 +268,22 @@ def main() -> None:
     parser.add_argument("--scratch", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
-        print(json.dumps(measure(args.measure, args.lake, args.changeset, args.scratch)))
+        print(json.dumps(measure(args.measure, args.lake, args.changeset, args.scratch, args.applies)))
         return
 
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     sizes = [int(s) for s in args.sizes.split(",")]
     print(
-        f"apply_window: {args.changes:,} changes per window, median of {args.repeat} run(s), "
+        f"apply_window: {args.changes:,} changes per window, median of {args.repeat} process(es) "
+        f"(each the fastest of {args.applies} apply/applies), "
         f"delta.targetFileSize {args.target_file_size_mib} MiB"
     )
     for workload in args.workloads.split(","):
         print(f"\nworkload {workload}")
         print(
-            f"{'rows':>12} {'plain s':>9} {'upsert s':>9} {'ratio':>6} {'upsert 1st s':>13} "
-            f"{'plain MB':>9} {'upsert MB':>10}"
+            f"{'rows':>12} {'plain s':>9} {'upsert s':>9} {'ratio':>6} {'plain cpu':>10} {'upsert cpu':>11} "
+            f"{'ratio':>6} {'upsert 1st s':>13} {'plain MB':>9} {'upsert MB':>10}"
         )
         upsert_times: dict[int, float] = {}
         for size in sizes:
@@ -261,15 +292,19 @@ def main() -> None:
             runs: dict[str, list[dict]] = {"plain": [], "upsert": []}
             for _ in range(args.repeat):
                 for method in ("plain", "upsert"):
-                    runs[method].append(run_measurement(method, base, changeset, workdir / f"run-{method}"))
+                    scratch = workdir / f"run-{method}"
+                    runs[method].append(run_measurement(method, base, changeset, scratch, args.applies))
             rows = {m: {r["rows"] for r in runs[m]} for m in runs}
             if rows["plain"] != rows["upsert"]:
                 raise RuntimeError(f"plain and upsert disagree on the row count: {rows}")
             plain = statistics.median(r["seconds"] for r in runs["plain"])
             upsert = statistics.median(r["seconds"] for r in runs["upsert"])
+            plain_cpu = statistics.median(r["cpu_seconds"] for r in runs["plain"])
+            upsert_cpu = statistics.median(r["cpu_seconds"] for r in runs["upsert"])
             upsert_times[size] = upsert
             print(
                 f"{size:>12,} {plain:>9.3f} {upsert:>9.3f} {upsert / plain:>6.2f} "
+                f"{plain_cpu:>10.3f} {upsert_cpu:>11.3f} {upsert_cpu / plain_cpu:>6.2f} "
                 f"{statistics.median(r['cold_seconds'] for r in runs['upsert']):>13.3f} "
                 f"{max(r['peak_rss_mb'] for r in runs['plain']):>9.0f} "
                 f"{max(r['peak_rss_mb'] for r in runs['upsert']):>10.0f}",

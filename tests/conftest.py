@@ -92,10 +92,12 @@ def new_spanner_database(spanner_instance: Any) -> Callable[[Sequence[str]], Any
 
 @pytest.fixture(scope="session")
 def emulator_instance() -> Callable[[Any], Any]:
-    """Factory: the instance ``test-instance`` on a given (extra) emulator."""
+    """Factory: the instance ``test-instance`` on a given (extra) emulator, or on one at a ``host:port``."""
 
     def create(emulator: Any) -> Any:
-        return create_emulator_instance(emulator_client(emulator.host))
+        return create_emulator_instance(
+            emulator_client(emulator if isinstance(emulator, str) else emulator.host)
+        )
 
     return create
 

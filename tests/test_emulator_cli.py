@@ -9,9 +9,9 @@ import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
-from google.cloud.spanner_v1 import Client
 
 from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND
 from airflow_provider_cdc.testing.lineage_walk import walk_lineage
@@ -75,20 +75,12 @@ def run_cli() -> Iterator:
             process.wait(10)
 
 
-def _write_and_read(host: str, monkeypatch: pytest.MonkeyPatch, wall_clock: bool) -> tuple[datetime, list]:
+def _write_and_read(instance: Any, wall_clock: bool) -> tuple[datetime, list]:
     """Create a database through the client, commit three rows and walk the stream up to the commit.
 
     The walk starts at the wall-clock time right after the database (and its stream) exist, or,
     on a manual clock that the client cannot read, at the commit timestamp itself.
     """
-    monkeypatch.setenv("SPANNER_EMULATOR_HOST", host)
-    client = Client(project="cli-project", disable_builtin_metrics=True)
-    instance = client.instance(
-        "cli-instance",
-        configuration_name="projects/cli-project/instanceConfigs/emulator-config",
-        node_count=1,
-    )
-    instance.create().result(30)
     database = instance.database(
         "clidb",
         ddl_statements=[
@@ -106,11 +98,11 @@ def _write_and_read(host: str, monkeypatch: pytest.MonkeyPatch, wall_clock: bool
     return committed, reads
 
 
-def test_cli_with_a_manual_clock_serves_the_client(run_cli, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_with_a_manual_clock_serves_the_client(run_cli, emulator_instance: Any) -> None:
     host = run_cli(
         "--clock", "manual", "--start", "2026-01-01T00:00:00Z", "--seed", "3", "--initial-partitions", "3"
     )
-    committed, reads = _write_and_read(host, monkeypatch, wall_clock=False)
+    committed, reads = _write_and_read(emulator_instance(host), wall_clock=False)
     assert MANUAL_START <= committed < MANUAL_START + timedelta(seconds=1), (
         "time stands still on a manual clock"
     )
@@ -129,9 +121,7 @@ def test_cli_with_a_manual_clock_serves_the_client(run_cli, monkeypatch: pytest.
     ]
 
 
-def test_cli_with_the_wall_clock_and_a_port_file(
-    run_cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_cli_with_the_wall_clock_and_a_port_file(run_cli, emulator_instance: Any, tmp_path: Path) -> None:
     port_file = tmp_path / "emulator.addr"
     host = run_cli("--port-file", str(port_file))
     deadline = time.monotonic() + 10
@@ -139,24 +129,14 @@ def test_cli_with_the_wall_clock_and_a_port_file(
         time.sleep(0.05)
     assert port_file.read_text().strip() == host
     before = datetime.now(timezone.utc)
-    committed, reads = _write_and_read(host, monkeypatch, wall_clock=True)
+    committed, reads = _write_and_read(emulator_instance(host), wall_clock=True)
     assert before - timedelta(seconds=5) <= committed <= datetime.now(timezone.utc)
     assert sum(len(record.mods) for read in reads for record in read.data_records) == 3
 
 
-def test_workload_without_emulator_control_on_the_wall_clock(
-    run_cli, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_workload_without_emulator_control_on_the_wall_clock(run_cli, emulator_instance: Any) -> None:
     """A workload without clock control (as against real Spanner) still records exact ground truth."""
-    host = run_cli("--initial-partitions", "2")
-    monkeypatch.setenv("SPANNER_EMULATOR_HOST", host)
-    client = Client(project="cli-project", disable_builtin_metrics=True)
-    instance = client.instance(
-        "cli-instance",
-        configuration_name="projects/cli-project/instanceConfigs/emulator-config",
-        node_count=1,
-    )
-    instance.create().result(30)
+    instance = emulator_instance(run_cli("--initial-partitions", "2"))
     database = instance.database("workload", ddl_statements=schema_ddl())
     database.create().result(30)
     start = datetime.now(timezone.utc)

@@ -55,22 +55,29 @@ class SeenMod:
     mod: ExpectedMod
 
 
+def decoded_mods(record: DataChangeRecord) -> list[ExpectedMod]:
+    """The record's mods decoded to Python values with the workload schema."""
+    table = TABLES_BY_NAME[record.table_name]
+    return [
+        ExpectedMod(
+            record.table_name,
+            record.mod_type.value,
+            table.decode_values(mod.keys),
+            table.decode_values(mod.new_values),
+            table.decode_values(mod.old_values),
+        )
+        for mod in record.mods
+    ]
+
+
 def seen_mods(reads: Iterable[PartitionRead]) -> list[SeenMod]:
     """Every mod the reads returned, in walk order, decoded with the workload schema."""
-    result = []
-    for read in reads:
-        for record in read.data_records:
-            table = TABLES_BY_NAME[record.table_name]
-            for mod in record.mods:
-                decoded = ExpectedMod(
-                    record.table_name,
-                    record.mod_type.value,
-                    table.decode_values(mod.keys),
-                    table.decode_values(mod.new_values),
-                    table.decode_values(mod.old_values),
-                )
-                result.append(SeenMod(read.token or "", record, decoded))
-    return result
+    return [
+        SeenMod(read.token or "", record, decoded)
+        for read in reads
+        for record in read.data_records
+        for decoded in decoded_mods(record)
+    ]
 
 
 def assert_transactions_match(
@@ -137,15 +144,7 @@ def assert_transactions_match(
 
         actual: dict[tuple[str, tuple[Any, ...]], ExpectedMod] = {}
         for _, record in records:
-            table = TABLES_BY_NAME[record.table_name]
-            for mod in record.mods:
-                decoded = ExpectedMod(
-                    record.table_name,
-                    record.mod_type.value,
-                    table.decode_values(mod.keys),
-                    table.decode_values(mod.new_values),
-                    table.decode_values(mod.old_values),
-                )
+            for decoded in decoded_mods(record):
                 slot = (decoded.table, decoded.key)
                 assert slot not in actual, f"transaction {txn_id} reports {slot} twice"
                 actual[slot] = decoded

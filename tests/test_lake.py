@@ -40,6 +40,7 @@ EMPLOYEES = [
 ]
 BASE = datetime(2024, 5, 1, tzinfo=timezone.utc)
 SOURCE_COLUMNS = ["ID", "Name", "Salary"]
+_OWN_COLUMNS = ["_change_sequence_number", "_commit_timestamp"]
 
 
 def seq(n: int, tx: int = 0) -> str:
@@ -241,6 +242,8 @@ def test_new_columns_evolve_the_schema_in_the_window_commit(target: DeltaLakeTar
     assert result.added_columns == ("Tags",)
     dt = DeltaTable(target.table_uri("Employees"))
     assert dt.version() == 1
+    # Only the new column is added: the merge source's helper columns never reach the table.
+    assert pa.schema(dt.schema().to_arrow()).names == [*SOURCE_COLUMNS, *_OWN_COLUMNS, "Tags"]
     assert dt.transaction_version(APP_ID_PREFIX + "orders") == window_version(20)
     assert rows(target, columns=["ID", "Name", "Tags"]) == [
         {"ID": 100, "Name": "Charlie", "Tags": None},
@@ -335,6 +338,91 @@ def test_bad_change_sets_fail_naming_table_and_problem(target: DeltaLakeTarget, 
         target.apply_change_set("Employees", table, EMPLOYEES, "orders", window_version(10))
     assert "'Employees'" in str(info.value) and message in str(info.value)
     assert not target.exists("Employees")
+
+
+CODES = [
+    {"name": "Code", "type": {"code": "STRING"}, "is_primary_key": True, "ordinal_position": 1},
+    {"name": "Name", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 2},
+]
+
+
+def _with_keys_json(table: pa.Table, texts: list[str]) -> pa.Table:
+    return table.set_column(0, "_keys_json", pa.array(texts, pa.string()))
+
+
+def test_a_key_spelled_differently_in_json_is_the_same_key(target: DeltaLakeTarget) -> None:
+    verbatim, escaped = ["plain", "ünïcødé", ""], ['quote"d', "back\\slash", "tab\tand\nnewline"]
+    windows = [
+        (verbatim + escaped, lambda c: json.dumps({"Code": c})),  # spaces, \u escapes
+        (verbatim, lambda c: json.dumps({"Code": c}, ensure_ascii=False, separators=(",", ":"))),
+        (escaped, lambda c: json.dumps({"Code": c}, ensure_ascii=False, separators=(",", ":"))),
+    ]
+    for n, (codes, spell) in enumerate(windows, start=1):
+        changes = [Change({"Code": c}, "UPSERT", seq(n), at(n), {"Name": f"v{n}"}) for c in codes]
+        table = _with_keys_json(change_set_table(CODES, changes), [spell(c) for c in codes])
+        result = target.apply_change_set("Codes", table, CODES, "orders", window_version(10 * n))
+        assert result.rows_inserted + result.rows_updated == len(codes)
+        assert result.rows_inserted == (len(codes) if n == 1 else 0)
+    stored = {r["Code"]: r["Name"] for r in target.read_table("Codes", ["Code", "Name"]).to_pylist()}
+    assert stored == {**{c: "v2" for c in verbatim}, **{c: "v3" for c in escaped}}
+
+    ids = [7, -3, 12]
+    apply(target, 30, [upsert(i, 3, Name="a", Salary=i) for i in ids])
+    numbers = _with_keys_json(
+        change_set_table(EMPLOYEES, [upsert(i, 4, present=["Name"], Name="b") for i in ids]),
+        ['{"ID":7}', '{"ID": "-3"}', '{"ID":"012"}'],  # a JSON number, a space, a leading zero
+    )
+    result = target.apply_change_set("Employees", numbers, EMPLOYEES, "orders", window_version(40))
+    assert (result.rows_updated, result.rows_inserted) == (3, 0)
+    assert sorted(rows(target), key=lambda r: r["ID"]) == [
+        {"ID": i, "Name": "b", "Salary": i} for i in sorted(ids)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        (['{"ID":"0x10"}'], "expected an integer: '0x10'"),
+        (['{"ID":"99999999999999999999"}'], "99999999999999999999"),
+        (['{"ID":"1"}', '{"ID":"01"}'], "several rows for key"),
+    ],
+)
+def test_keys_that_are_not_int64_or_repeat_a_key_are_refused(
+    target: DeltaLakeTarget, keys: list[str], message: str
+) -> None:
+    changes = [upsert(i, 1, Name="a") for i in range(len(keys))]
+    table = _with_keys_json(change_set_table(EMPLOYEES, changes), keys)
+    with pytest.raises(ChangeSetError, match="'Employees'") as info:
+        target.apply_change_set("Employees", table, EMPLOYEES, "orders", window_version(10))
+    assert message in str(info.value)
+    assert not target.exists("Employees")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "000000000000000a/0000000000000000/0000000000000000/0000000000000000",  # lower-case hex
+        "0000000000000001-0000000000000000/0000000000000000/0000000000000000",  # separator
+        "0000000000000001/000000000000000/00000000000000000/0000000000000000",  # misplaced '/'
+    ],
+)
+def test_a_sequence_number_not_in_sortable_form_is_refused_among_valid_ones(
+    target: DeltaLakeTarget, bad: str
+) -> None:
+    changes = [upsert(i, 1, Name="a") for i in range(5000)]
+    sequences = [seq(1)] * 4999 + [bad]
+    table = change_set_table(EMPLOYEES, changes)
+    table = table.set_column(5, "_CHANGE_SEQUENCE_NUMBER", pa.array(sequences, pa.string()))
+    with pytest.raises(ChangeSetError, match=f"'{bad}' is not in sortable form"):
+        target.apply_change_set("Employees", table, EMPLOYEES, "orders", window_version(10))
+
+
+def test_sequence_numbers_of_different_lengths_apply_in_order(target: DeltaLakeTarget) -> None:
+    one_section = Change({"ID": 1}, "UPSERT", f"{5:016X}", at(5), {"Name": "short"})
+    apply(target, 10, [one_section, upsert(2, 5, Name="long")])
+    # "…05" < "…05/…01": the longer number with the same first section is the later change.
+    apply(target, 20, [Change({"ID": 1}, "UPSERT", seq(5, tx=1), at(5), {"Name": "later"})])
+    assert [r["Name"] for r in rows(target)] == ["later", "long"]
 
 
 def _service_account_key() -> str:

@@ -9,9 +9,10 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -55,6 +56,35 @@ def store(metastore_url: str) -> Iterator[Metastore]:
     metastore.create_schema()
     yield metastore
     metastore.dispose()
+
+
+def run_threads(
+    target: Callable[[Any], None],
+    args: Iterable[Any],
+    *,
+    timeout: float,
+    barrier: threading.Barrier | None = None,
+) -> None:
+    """Run ``target(arg)`` in a thread per arg and wait; fail with every exception the threads raised.
+
+    A failing thread aborts ``barrier`` (the one ``target`` waits on) so that the others stop waiting.
+    """
+    errors: list[BaseException] = []
+
+    def run(arg: Any) -> None:
+        try:
+            target(arg)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+            if barrier is not None:
+                barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(arg,)) for arg in args]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=timeout)
+    assert not errors, errors
 
 
 def run_workers(code: str, args: list[list[str]], timeout: float = 60) -> list[str]:
@@ -377,27 +407,15 @@ def test_merged_child_created_once_when_parents_race(store: Metastore, metastore
     tokens = [(f"l{i}", f"r{i}", f"m{i}") for i in range(rounds)]
     store.add_partitions(STREAM, [PartitionSpec(t, T0) for left, right, _ in tokens for t in (left, right)])
     stores = [Metastore(metastore_url) for _ in range(2)]
-    errors: list[BaseException] = []
     barrier = threading.Barrier(2)
 
     def finish(side: int) -> None:
-        try:
-            for i, (left, right, child) in enumerate(tokens):
-                barrier.wait(timeout=30)
-                parent = (left, right)[side]
-                stores[side].finish_partition(
-                    STREAM, parent, at(10 + i), [ChildPartition(child, (left, right))]
-                )
-        except BaseException as exc:  # surfaced below
-            errors.append(exc)
-            barrier.abort()
+        for i, (left, right, child) in enumerate(tokens):
+            barrier.wait(timeout=30)
+            parent = (left, right)[side]
+            stores[side].finish_partition(STREAM, parent, at(10 + i), [ChildPartition(child, (left, right))])
 
-    threads = [threading.Thread(target=finish, args=(side,)) for side in (0, 1)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not errors, errors
+    run_threads(finish, (0, 1), timeout=60, barrier=barrier)
     for i, (left, right, child) in enumerate(tokens):
         rows = [p for p in store.list_partitions(STREAM) if p.token == child]
         assert len(rows) == 1
@@ -409,24 +427,14 @@ def test_merged_child_created_once_when_parents_race(store: Metastore, metastore
 def test_concurrent_add_of_same_token_creates_it_once(store: Metastore, metastore_url: str) -> None:
     stores = [Metastore(metastore_url) for _ in range(4)]
     created: list[list[str]] = [[] for _ in stores]
-    errors: list[BaseException] = []
     barrier = threading.Barrier(len(stores))
 
     def add(n: int) -> None:
-        try:
-            for i in range(10):
-                barrier.wait(timeout=30)
-                created[n] += stores[n].add_partitions(STREAM, [PartitionSpec(f"t{i}", at(i), ("root",))])
-        except BaseException as exc:
-            errors.append(exc)
-            barrier.abort()
+        for i in range(10):
+            barrier.wait(timeout=30)
+            created[n] += stores[n].add_partitions(STREAM, [PartitionSpec(f"t{i}", at(i), ("root",))])
 
-    threads = [threading.Thread(target=add, args=(n,)) for n in range(len(stores))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not errors, errors
+    run_threads(add, range(len(stores)), timeout=60, barrier=barrier)
     assert sorted(tok for c in created for tok in c) == sorted(f"t{i}" for i in range(10))
     assert len(store.list_partitions(STREAM)) == 10
     for s in stores:
@@ -512,13 +520,18 @@ CLAIM_WORKER = """
             time.sleep(0.002)
             continue
         began = time.monotonic()
-        time.sleep(random.uniform(0.005, 0.02))
+        time.sleep(random.uniform(0.04, 0.08))
         store.advance_watermark(stream, got.token, datetime.now(timezone.utc), owner=owner)
         ended = time.monotonic()
         assert store.release(stream, got.token, owner)
         claims.append([owner, got.token, began, ended])
     print(json.dumps(claims))
 """
+
+
+#: How long a test reader holds a claim: long enough that, even on a loaded machine, readers hold
+#: partitions at the same time (which the exclusivity checks need to mean anything).
+HOLD_SECONDS = 0.05
 
 
 def assert_no_overlapping_holds(claims: list[list]) -> None:
@@ -541,7 +554,6 @@ def assert_no_overlapping_holds(claims: list[list]) -> None:
 def test_threads_never_hold_a_partition_at_once(store: Metastore, metastore_url: str) -> None:
     store.add_partitions(STREAM, [PartitionSpec(f"p{i}", T0) for i in range(6)])
     claims: list[list] = []
-    errors: list[BaseException] = []
     lock = threading.Lock()
     start = threading.Barrier(4)
 
@@ -555,23 +567,16 @@ def test_threads_never_hold_a_partition_at_once(store: Metastore, metastore_url:
                     time.sleep(0.002)
                     continue
                 began = time.monotonic()
-                time.sleep(0.01)
+                time.sleep(HOLD_SECONDS)
                 metastore.advance_watermark(STREAM, got.token, at(time.monotonic()), owner=owner)
                 ended = time.monotonic()
                 assert metastore.release(STREAM, got.token, owner)
                 with lock:
                     claims.append([owner, got.token, began, ended])
-        except BaseException as exc:
-            errors.append(exc)
         finally:
             metastore.dispose()
 
-    threads = [threading.Thread(target=reader, args=(f"thread-{n}",)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not errors, errors
+    run_threads(reader, [f"thread-{n}" for n in range(4)], timeout=120, barrier=start)
     assert len(claims) >= 30
     assert_no_overlapping_holds(claims)
     assert sum(p.attempts for p in store.list_partitions(STREAM)) == len(claims)
@@ -1093,7 +1098,7 @@ WINDOW_CLAIM_WORKER = """
             time.sleep(0.002)
             continue
         began = time.monotonic()
-        time.sleep(random.uniform(0.005, 0.015))
+        time.sleep(random.uniform(0.04, 0.08))
         ended = time.monotonic()
         assert store.complete_window_partition(stream, start, end, token, owner, rows=1, transactions=0.5)
         claims.append([owner, token, began, ended])
@@ -1129,7 +1134,6 @@ def assert_window_read_once_in_lineage_order(
 def test_threads_never_read_a_window_partition_at_once(store: Metastore, metastore_url: str) -> None:
     merges = build_merging_window(store)
     claims: list[list] = []
-    errors: list[BaseException] = []
     lock = threading.Lock()
     barrier = threading.Barrier(4)
 
@@ -1146,24 +1150,17 @@ def test_threads_never_read_a_window_partition_at_once(store: Metastore, metasto
                     time.sleep(0.002)
                     continue
                 began = time.monotonic()
-                time.sleep(0.01)
+                time.sleep(HOLD_SECONDS)
                 ended = time.monotonic()
                 assert metastore.complete_window_partition(
                     STREAM, W_START, W_END, token, owner, rows=1, transactions=0.5
                 )
                 with lock:
                     claims.append([owner, token, began, ended])
-        except BaseException as exc:
-            errors.append(exc)
         finally:
             metastore.dispose()
 
-    threads = [threading.Thread(target=reader, args=(f"thread-{n}",)) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not errors, errors
+    run_threads(reader, [f"thread-{n}" for n in range(4)], timeout=120, barrier=barrier)
     assert_window_read_once_in_lineage_order(store, claims, merges)
 
 

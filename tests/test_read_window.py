@@ -11,6 +11,7 @@ from collections import Counter
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pyarrow.dataset as ds
@@ -341,6 +342,36 @@ def test_sensor_pokes_and_defers_until_partitions_are_drained(
     event = asyncio.run(read_then_wait())
     assert event.payload["status"] == "drained"
     deferring.execute_complete({}, event.payload)
+
+
+def test_operators_open_and_read_a_window_through_their_fields(
+    history: tuple, airflow_env: str, tmp_path: Path
+) -> None:
+    from airflow_provider_cdc.operators.spanner_change_stream import (
+        SpannerChangeStreamOpenWindowOperator,
+        SpannerChangeStreamReadWindowOperator,
+    )
+
+    database, workload, begin = history
+    window = _windows(begin)[3]
+    fields = dict(
+        project_id="test-project",
+        instance_id="test-instance",
+        database_id=database.database_id,
+        stream=ALL_CHANGES_STREAM,
+        staging_root=str(tmp_path),
+        window_start=window.start.isoformat(),
+        window_end=window.end.isoformat(),
+        heartbeat_ms=2_000,
+    )
+    context = {"ti": SimpleNamespace(dag_id="cdc", run_id="run-1", task_id="read", map_index=0)}
+    opener = SpannerChangeStreamOpenWindowOperator(task_id="open", readers=2, **fields)
+    assert opener.hook().heartbeat_ms == 2_000
+    assert opener.execute(context) == [0, 1]
+    reader = SpannerChangeStreamReadWindowOperator(task_id="read", reader_index=1, **fields)
+    summary = reader.execute(context)
+    assert summary["reader_index"] == 1
+    assert _staged(tmp_path, window) == _expected(workload, window)
 
 
 @pytest.mark.parametrize(

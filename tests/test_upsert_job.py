@@ -258,6 +258,7 @@ def test_operator_runs_the_job_through_a_real_spark_submit(tmp_path: Path, monke
         gcp_conn_id="gcp_lake",
         env_vars={"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable},
         conf={"spark.ui.enabled": "false"},
+        local_python=False,  # spark-submit even on a local master
     )
     op.execute(_context())
     output = capfd.readouterr().out

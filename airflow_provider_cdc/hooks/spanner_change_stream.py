@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
 
@@ -17,10 +17,23 @@ from airflow_provider_cdc.domain.timestamps import ensure_utc, format_timestamp
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.metastore import Metastore, MetastoreError
-from airflow_provider_cdc.spanner.change_stream_query import ChangeStreamQuery
-from airflow_provider_cdc.spanner.window_reader import ChangeStreamReadError, ReadSummary, WindowReader
+
+if TYPE_CHECKING:  # imported where used: a DAG file that only names this hook stays quick to parse
+    from airflow_provider_cdc.spanner.change_stream_query import ChangeStreamQuery
+    from airflow_provider_cdc.spanner.window_reader import ReadSummary, WindowReader
 
 EMULATOR_ENV = "SPANNER_EMULATOR_HOST"
+HOOK_FIELDS = (
+    "instance_id",
+    "database_id",
+    "stream",
+    "project_id",
+    "gcp_conn_id",
+    "impersonation_chain",
+    "metastore_conn_id",
+    "heartbeat_ms",
+)
+"""Attributes an operator, sensor or trigger passes on to :meth:`SpannerChangeStreamHook.from_fields`."""
 _SPANNER_ID_HINT = "lowercase letters, digits, hyphens and underscores"
 
 
@@ -100,6 +113,14 @@ class SpannerChangeStreamHook(GoogleBaseHook):
         self.heartbeat_ms = heartbeat_ms
         self.retention = retention
 
+    @classmethod
+    def from_fields(cls, task: object) -> SpannerChangeStreamHook:
+        """The hook for ``task`` (an operator, sensor or trigger) built from its :data:`HOOK_FIELDS`.
+
+        Fields ``task`` does not have take the hook's defaults.
+        """
+        return cls(**{name: getattr(task, name) for name in HOOK_FIELDS if hasattr(task, name)})
+
     # ----- connections ----------------------------------------------------------------------------
     @property
     def emulator_host(self) -> str | None:
@@ -159,10 +180,14 @@ class SpannerChangeStreamHook(GoogleBaseHook):
         return CdcMetastoreHook(self.metastore_conn_id).metastore
 
     def change_stream_query(self) -> ChangeStreamQuery:
+        from airflow_provider_cdc.spanner.change_stream_query import ChangeStreamQuery
+
         return ChangeStreamQuery(self.database, self.stream, self.heartbeat_ms)
 
     # ----- windows --------------------------------------------------------------------------------
     def window_reader(self, staging_root: str, owner: str, **kwargs: Any) -> WindowReader:
+        from airflow_provider_cdc.spanner.window_reader import WindowReader
+
         kwargs.setdefault("log", self.log)
         return WindowReader(
             self.change_stream_query(), self.metastore, self.stream_key, staging_root, owner=owner, **kwargs
@@ -193,6 +218,8 @@ class SpannerChangeStreamHook(GoogleBaseHook):
 
         Returns the tokens the window must read (more may appear as partitions split or merge).
         """
+        from airflow_provider_cdc.spanner.window_reader import ChangeStreamReadError
+
         self.check_retention(window)
         try:
             record = self.metastore.open_window(
@@ -209,6 +236,8 @@ class SpannerChangeStreamHook(GoogleBaseHook):
 
     def read_window(self, window: Window, staging_root: str, owner: str, **kwargs: Any) -> ReadSummary:
         """Read partitions of the window (sharing the work with other readers) into staging."""
+        from airflow_provider_cdc.spanner.window_reader import ChangeStreamReadError
+
         try:
             return self.window_reader(staging_root, owner, **kwargs).read(window)
         except ChangeStreamReadError as exc:

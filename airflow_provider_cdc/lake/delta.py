@@ -38,7 +38,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -75,6 +75,8 @@ DEFAULT_MAX_MATERIALIZED_ROWS = 2_000_000
 _PIPELINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
 _DELTA_STATS_COLUMNS = 32
 _COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # source columns and ours
+# Merge-source flags "this row's image carries column X"; source columns start with a letter.
+_CARRIES_PREFIX = "_carries_"
 
 
 _COMMIT_ATTEMPTS = 5
@@ -289,14 +291,14 @@ class DeltaLakeTarget:
         table = TableColumns.from_column_types(table_name, column_types)
         app_id = app_id_for(pipeline_id)
         window_version = _check_window_version(window_version)
-        rereadable = _row_count_hint(change_set) is not None
+        rows_hint = _row_count_hint(change_set)
         for attempt in range(1, _COMMIT_ATTEMPTS + 1):
             try:
-                return self._apply(table, change_set, app_id, window_version)
+                return self._apply(table, change_set, rows_hint, app_id, window_version)
             except _ConcurrentCommit as exc:
                 # Another writer committed between our snapshot and our commit. Start over from
                 # the new snapshot: the guard then sees whether it applied this very window.
-                if not rereadable or attempt == _COMMIT_ATTEMPTS:
+                if rows_hint is None or attempt == _COMMIT_ATTEMPTS:
                     raise LakeError(
                         f"table {table_name!r}: window {window_version}: another writer committed to the "
                         f"table during the apply ({exc.__cause__}); run the window again"
@@ -304,10 +306,11 @@ class DeltaLakeTarget:
                 log.info("table %s: concurrent commit (%s); applying again", table_name, exc.__cause__)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _apply(self, table: TableColumns, change_set: Any, app_id: str, window_version: int) -> ApplyResult:
+    def _apply(
+        self, table: TableColumns, change_set: Any, rows_hint: int | None, app_id: str, window_version: int
+    ) -> ApplyResult:
         name = table.table
         dt = self._load(name)
-        rows_hint = _row_count_hint(change_set)
         if rows_hint == 0:  # nothing to apply, in any order
             return ApplyResult(name, "empty", window_version, dt.version() if dt else None)
         added: tuple[str, ...] = ()
@@ -325,7 +328,7 @@ class DeltaLakeTarget:
             source = pa.Table.from_batches(list(batches), schema=schema)
             if source.num_rows == 0:
                 return ApplyResult(name, "empty", window_version, dt.version() if dt else None)
-            _check_unique_keys(source, name)
+            _check_unique_keys(source, table)
         else:
             source = pa.RecordBatchReader.from_batches(schema, batches)
 
@@ -518,22 +521,37 @@ class DeltaLakeTarget:
             operator = "IS NOT DISTINCT FROM" if null_safe else "="
             conditions.append(f"(target.{quoted} {operator} source.{quoted})")
         predicate = " AND ".join(conditions)
-        all_full = materialized and pc.all(source[SOURCE_FULL_IMAGE]).as_py()
         newer = f"(target.{SOURCE_SEQUENCE} IS NULL OR source.{SOURCE_SEQUENCE} > target.{SOURCE_SEQUENCE})"
-        updates = {}
-        for column in table.values:
-            quoted = _quote(column.name)
-            if all_full or column.name in added:
-                # New columns have no stored value to keep; absent columns decode as NULL.
-                updates[column.name] = f"source.{quoted}"
-            else:
-                updates[column.name] = (
+        names = table.table_schema().names
+        values = [c.name for c in table.values if c.name not in added]
+        updates = {name: f"source.{_quote(name)}" for name in added}  # no stored value to keep
+        if materialized:
+            # Which images carry each column, decided per column where every or no image does;
+            # delta-rs then gets only the columns its clauses read.
+            carried = _carried_columns(source, values)
+            flags = {}
+            for name, carries in carried.items():
+                quoted = _quote(name)
+                if carries is True:
+                    updates[name] = f"source.{quoted}"
+                elif carries is not False:  # False: no image carries it, the stored value stays
+                    flag = _CARRIES_PREFIX + name
+                    flags[flag] = carries
+                    updates[name] = (
+                        f"CASE WHEN source.{_quote(flag)} THEN source.{quoted} ELSE target.{quoted} END"
+                    )
+            source = source.select([*names, SOURCE_CHANGE_TYPE])
+            for flag, carries in flags.items():
+                source = source.append_column(flag, carries)
+        else:
+            for name in values:
+                updates[name] = (
                     f"CASE WHEN source.{SOURCE_FULL_IMAGE} OR array_has(source.{SOURCE_PRESENT}, "
-                    f"'{column.name}') THEN source.{quoted} ELSE target.{quoted} END"
+                    f"'{name}') THEN source.{_quote(name)} ELSE target.{_quote(name)} END"
                 )
         updates[SOURCE_SEQUENCE] = f"source.{SOURCE_SEQUENCE}"
         updates[SOURCE_COMMIT_TIMESTAMP] = f"source.{SOURCE_COMMIT_TIMESTAMP}"
-        inserts = {name: f"source.{_quote(name)}" for name in table.table_schema().names}
+        inserts = {name: f"source.{_quote(name)}" for name in names}
         read_version = dt.version()
         metrics = (
             dt.merge(
@@ -579,15 +597,39 @@ class DeltaLakeTarget:
         )
 
 
-def _check_unique_keys(source: pa.Table, table: str) -> None:
-    keys = source[SOURCE_KEYS_JSON]
-    if pc.count_distinct(keys).as_py() == source.num_rows:
+def _carried_columns(source: pa.Table, columns: Sequence[str]) -> dict[str, bool | pa.Array]:
+    """Per column, whether the image of each UPSERT row carries it (a full image, or named present).
+
+    ``True`` if every UPSERT row's image does, ``False`` if none does, else a boolean per row.
+    """
+    upserts = pc.equal(source[SOURCE_CHANGE_TYPE], "UPSERT").to_numpy()
+    full = source[SOURCE_FULL_IMAGE].to_numpy()
+    present = source[SOURCE_PRESENT].combine_chunks()
+    named = pc.list_flatten(present)
+    rows = pc.list_parent_indices(present).to_numpy()
+    result: dict[str, bool | pa.Array] = {}
+    for column in columns:
+        carries = full.copy()
+        carries[rows[pc.fill_null(pc.equal(named, column), False).to_numpy(zero_copy_only=False)]] = True
+        relevant = carries[upserts]
+        result[column] = True if relevant.all() else False if not relevant.any() else pa.array(carries)
+    return result
+
+
+def _check_unique_keys(source: pa.Table, table: TableColumns) -> None:
+    """Refuse a change set with several rows for one key (compared typed for a single INT64/STRING key)."""
+    (first, *others) = table.keys
+    typed = not others and first.type.element is None and first.type.code in ("INT64", "STRING")
+    keys = source[first.name] if typed else source[SOURCE_KEYS_JSON]
+    if pc.count_distinct(keys, mode="all").as_py() == source.num_rows:
         return
-    counts = pa.table({"k": keys}).group_by("k").aggregate([("k", "count")])
-    duplicate = counts.filter(pc.greater(counts["k_count"], 1))["k"][0].as_py()
+    counts = pa.table({"k": keys}).group_by("k").aggregate([("k", "count", pc.CountOptions(mode="all"))])
+    duplicate = counts.filter(pc.greater(counts["k_count"], 1))["k"][0]
+    row = pc.index(pc.is_null(keys), True) if not duplicate.is_valid else pc.index(keys, duplicate)
     raise ChangeSetError(
-        f"table {table!r}: the change set holds several rows for key {duplicate}; a change set must hold "
-        "one row per key (collapsed per window)"
+        f"table {table.table!r}: the change set holds several rows for key "
+        f"{source[SOURCE_KEYS_JSON][row.as_py()].as_py()}; a change set must hold one row per key "
+        "(collapsed per window)"
     )
 
 

@@ -139,6 +139,16 @@ def _window_partition(row: Mapping[str, Any]) -> WindowPartitionRecord:
     )
 
 
+def _window_bounds(start: datetime | str, end: datetime | str, of: str) -> tuple[int, int]:
+    """Start and end in microseconds; ``ValueError`` (naming it ``of``) unless end > start."""
+    start_us, end_us = timestamp_micros(start, "window start"), timestamp_micros(end, "window end")
+    if end_us <= start_us:
+        raise ValueError(
+            f"window of {of}: end {from_micros(end_us)} is not after start {from_micros(start_us)}"
+        )
+    return start_us, end_us
+
+
 def _chunks(items: list[str], size: int = _IN_CHUNK) -> Iterator[list[str]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
@@ -218,6 +228,11 @@ class Metastore:
         stmt = dialect.insert(table).values(**values).on_conflict_do_nothing(index_elements=keys)
         return conn.execute(stmt).rowcount == 1
 
+    @staticmethod
+    def _update_one(conn: Connection, table: sa.Table, cond: ColumnElement, /, **values: Any) -> bool:
+        """Compare-and-set: write ``values`` to the row matching ``cond``; True if one row changed."""
+        return conn.execute(sa.update(table).where(cond).values(**values)).rowcount == 1
+
     # ------------------------------------------------------------------------------------------
     # Schema.
 
@@ -268,25 +283,17 @@ class Metastore:
         is where they really begin. A watermark still at the recorded start moves with it.
         """
         start_us = timestamp_micros(spec.start_timestamp, "start_timestamp")
-        return (
-            conn.execute(
-                sa.update(P)
-                .where(
-                    (P.c.stream == stream)
-                    & (P.c.token == spec.token)
-                    & (P.c.parent_tokens == encode_tokens(()))
-                    & (P.c.start_us > start_us)
-                )
-                .values(
-                    parent_tokens=encode_tokens(spec.parent_tokens),
-                    start_us=start_us,
-                    watermark_us=sa.case(
-                        (P.c.watermark_us == P.c.start_us, start_us), else_=P.c.watermark_us
-                    ),
-                    updated_us=utc_now_micros(),
-                )
-            ).rowcount
-            == 1
+        return self._update_one(
+            conn,
+            P,
+            (P.c.stream == stream)
+            & (P.c.token == spec.token)
+            & (P.c.parent_tokens == encode_tokens(()))
+            & (P.c.start_us > start_us),
+            parent_tokens=encode_tokens(spec.parent_tokens),
+            start_us=start_us,
+            watermark_us=sa.case((P.c.watermark_us == P.c.start_us, start_us), else_=P.c.watermark_us),
+            updated_us=utc_now_micros(),
         )
 
     def _insert_partition(self, conn: Connection, stream: str, spec: PartitionSpec) -> bool:
@@ -351,7 +358,6 @@ class Metastore:
                     f"child partition {spec.token!r} does not name it among its parents "
                     f"{list(spec.parent_tokens)}",
                 )
-        key = (P.c.stream == stream) & (P.c.token == token)
         with self._tx(write=True) as conn:
             row = self._partition_row(conn, stream, token)
             if end_us < row["start_us"]:
@@ -360,26 +366,19 @@ class Metastore:
                     token,
                     f"end_timestamp {from_micros(end_us)} is before its start {from_micros(row['start_us'])}",
                 )
-            cond = key & (P.c.state != PartitionState.FINISHED.value)
-            if owner is not None:
-                cond = cond & (P.c.lease_owner == owner)
             now = utc_now_micros()
-            finished = (
-                conn.execute(
-                    sa.update(P)
-                    .where(cond)
-                    .values(
-                        state=PartitionState.FINISHED.value,
-                        end_us=end_us,
-                        watermark_us=sa.case((P.c.watermark_us < end_us, end_us), else_=P.c.watermark_us),
-                        lease_owner=None,
-                        lease_expires_us=None,
-                        finished_us=now,
-                        updated_us=now,
-                        progress_us=now,
-                    )
-                ).rowcount
-                == 1
+            finished = self._update_one(
+                conn,
+                P,
+                self._partition_cond(stream, token, unfinished=True, holder=owner),
+                state=PartitionState.FINISHED.value,
+                end_us=end_us,
+                watermark_us=sa.case((P.c.watermark_us < end_us, end_us), else_=P.c.watermark_us),
+                lease_owner=None,
+                lease_expires_us=None,
+                finished_us=now,
+                updated_us=now,
+                progress_us=now,
             )
             if not finished:
                 current = self._partition_row(conn, stream, token)
@@ -417,28 +416,17 @@ class Metastore:
         owner = validate_owner(owner) if owner is not None else None
         ts_us = timestamp_micros(timestamp, f"watermark of partition token {token!r}")
         records = validate_count("records", records) or 0
-        cond = (
-            (P.c.stream == stream)
-            & (P.c.token == token)
-            & (P.c.watermark_us < ts_us)
-            & (P.c.state != PartitionState.FINISHED.value)
-        )
-        if owner is not None:
-            cond = cond & (P.c.lease_owner == owner)
+        cond = self._partition_cond(stream, token, unfinished=True, holder=owner) & (P.c.watermark_us < ts_us)
         with self._tx(write=True) as conn:
             now = utc_now_micros()
-            moved = (
-                conn.execute(
-                    sa.update(P)
-                    .where(cond)
-                    .values(
-                        watermark_us=ts_us,
-                        record_count=P.c.record_count + records,
-                        progress_us=now,
-                        updated_us=now,
-                    )
-                ).rowcount
-                == 1
+            moved = self._update_one(
+                conn,
+                P,
+                cond,
+                watermark_us=ts_us,
+                record_count=P.c.record_count + records,
+                progress_us=now,
+                updated_us=now,
             )
             if not moved:
                 row = self._partition_row(conn, stream, token)
@@ -450,6 +438,18 @@ class Metastore:
     # Partitions: leases.
 
     @staticmethod
+    def _partition_cond(
+        stream: str, token: str, *, unfinished: bool = False, holder: str | None = None
+    ) -> ColumnElement:
+        """The partition's row; ``unfinished``: unless finished; ``holder``: only while it holds the lease."""
+        cond = (P.c.stream == stream) & (P.c.token == token)
+        if unfinished:
+            cond = cond & (P.c.state != PartitionState.FINISHED.value)
+        if holder is not None:
+            cond = cond & (P.c.lease_owner == holder)
+        return cond
+
+    @staticmethod
     def _claimable(now: ColumnElement) -> ColumnElement:
         return P.c.lease_owner.is_(None) | (P.c.lease_expires_us < now)
 
@@ -457,28 +457,19 @@ class Metastore:
         self, conn: Connection, stream: str, token: str, cond: ColumnElement, owner: str, lease_us: int
     ) -> bool:
         now = utc_now_micros()
-        return (
-            conn.execute(
-                sa.update(P)
-                .where(
-                    (P.c.stream == stream)
-                    & (P.c.token == token)
-                    & (P.c.state != PartitionState.FINISHED.value)
-                    & cond
-                )
-                .values(
-                    lease_owner=owner,
-                    lease_expires_us=now + lease_us,
-                    attempts=P.c.attempts + 1,
-                    state=sa.case(
-                        (P.c.state == PartitionState.CREATED.value, PartitionState.RUNNING.value),
-                        else_=P.c.state,
-                    ),
-                    updated_us=now,
-                    progress_us=now,
-                )
-            ).rowcount
-            == 1
+        return self._update_one(
+            conn,
+            P,
+            self._partition_cond(stream, token, unfinished=True) & cond,
+            lease_owner=owner,
+            lease_expires_us=now + lease_us,
+            attempts=P.c.attempts + 1,
+            state=sa.case(
+                (P.c.state == PartitionState.CREATED.value, PartitionState.RUNNING.value),
+                else_=P.c.state,
+            ),
+            updated_us=now,
+            progress_us=now,
         )
 
     def claim_partition(
@@ -550,18 +541,12 @@ class Metastore:
         lease_us = lease_micros(lease_seconds)
         with self._tx(write=True) as conn:
             now = utc_now_micros()
-            renewed = (
-                conn.execute(
-                    sa.update(P)
-                    .where(
-                        (P.c.stream == stream)
-                        & (P.c.token == token)
-                        & (P.c.lease_owner == owner)
-                        & (P.c.state != PartitionState.FINISHED.value)
-                    )
-                    .values(lease_expires_us=now + lease_us, updated_us=now)
-                ).rowcount
-                == 1
+            renewed = self._update_one(
+                conn,
+                P,
+                self._partition_cond(stream, token, unfinished=True, holder=owner),
+                lease_expires_us=now + lease_us,
+                updated_us=now,
             )
             if not renewed:
                 self._partition_row(conn, stream, token)
@@ -571,13 +556,13 @@ class Metastore:
         """Give up ``owner``'s lease so another reader may claim the partition; False if not held."""
         stream, token, owner = validate_stream(stream), validate_token(token, stream), validate_owner(owner)
         with self._tx(write=True) as conn:
-            released = (
-                conn.execute(
-                    sa.update(P)
-                    .where((P.c.stream == stream) & (P.c.token == token) & (P.c.lease_owner == owner))
-                    .values(lease_owner=None, lease_expires_us=None, updated_us=utc_now_micros())
-                ).rowcount
-                == 1
+            released = self._update_one(
+                conn,
+                P,
+                self._partition_cond(stream, token, holder=owner),
+                lease_owner=None,
+                lease_expires_us=None,
+                updated_us=utc_now_micros(),
             )
             if not released:
                 self._partition_row(conn, stream, token)
@@ -587,7 +572,7 @@ class Metastore:
     # Partitions: queries.
 
     def _partition_row(self, conn: Connection, stream: str, token: str) -> Mapping[str, Any]:
-        row = conn.execute(sa.select(P).where((P.c.stream == stream) & (P.c.token == token))).first()
+        row = conn.execute(sa.select(P).where(self._partition_cond(stream, token))).first()
         if row is None:
             raise PartitionNotFoundError(stream, token)
         return row._mapping
@@ -750,13 +735,7 @@ class Metastore:
     @staticmethod
     def _window_key(pipeline: str, start: datetime | str, end: datetime | str) -> tuple[str, int, int]:
         pipeline = validate_pipeline(pipeline)
-        start_us, end_us = timestamp_micros(start, "window start"), timestamp_micros(end, "window end")
-        if end_us <= start_us:
-            raise ValueError(
-                f"window of pipeline {pipeline!r}: end {from_micros(end_us)} is not after "
-                f"start {from_micros(start_us)}"
-            )
-        return pipeline, start_us, end_us
+        return pipeline, *_window_bounds(start, end, f"pipeline {pipeline!r}")
 
     @staticmethod
     def _window_cond(pipeline: str, start_us: int, end_us: int) -> ColumnElement:
@@ -858,7 +837,7 @@ class Metastore:
         if attempt is not None:
             cond = cond & (W.c.attempt == validate_count("attempt", attempt))
         with self._tx(write=True) as conn:
-            moved = conn.execute(sa.update(W).where(cond).values(**values)).rowcount == 1
+            moved = self._update_one(conn, W, cond, **values)
             if not moved:
                 self._window_row(conn, pipeline, start_us, end_us)
             return moved
@@ -883,26 +862,22 @@ class Metastore:
             cond = cond & (W.c.state == expected.value)
         now = utc_now_micros()
         with self._tx(write=True) as conn:
-            reopened = (
-                conn.execute(
-                    sa.update(W)
-                    .where(cond)
-                    .values(
-                        state=WindowState.READING.value,
-                        attempt=W.c.attempt + 1,
-                        opened_us=now,
-                        updated_us=now,
-                        drained_us=None,
-                        merged_us=None,
-                        applied_us=None,
-                        change_set_uri=None,
-                        record_count=None,
-                        transaction_count=None,
-                        key_count=None,
-                        error=None,
-                    )
-                ).rowcount
-                == 1
+            reopened = self._update_one(
+                conn,
+                W,
+                cond,
+                state=WindowState.READING.value,
+                attempt=W.c.attempt + 1,
+                opened_us=now,
+                updated_us=now,
+                drained_us=None,
+                merged_us=None,
+                applied_us=None,
+                change_set_uri=None,
+                record_count=None,
+                transaction_count=None,
+                key_count=None,
+                error=None,
             )
             record = _window(self._window_row(conn, pipeline, start_us, end_us))
             if not reopened:
@@ -950,17 +925,34 @@ class Metastore:
         stream: str, start: datetime | str, end: datetime | str
     ) -> tuple[str, int, int]:
         stream = validate_stream(stream)
-        start_us, end_us = timestamp_micros(start, "window start"), timestamp_micros(end, "window end")
-        if end_us <= start_us:
-            raise ValueError(
-                f"window of change stream {stream!r}: end {from_micros(end_us)} is not after "
-                f"start {from_micros(start_us)}"
-            )
-        return stream, start_us, end_us
+        return stream, *_window_bounds(start, end, f"change stream {stream!r}")
 
     @staticmethod
-    def _window_partitions_cond(stream: str, start_us: int, end_us: int) -> ColumnElement:
-        return (WP.c.stream == stream) & (WP.c.window_start_us == start_us) & (WP.c.window_end_us == end_us)
+    def _window_partitions_cond(
+        stream: str,
+        start_us: int,
+        end_us: int,
+        token: str | None = None,
+        *,
+        holder: str | None = None,
+        table: sa.FromClause = WP,
+    ) -> ColumnElement:
+        """The window's partitions (only ``token``'s if given) in ``table`` (window partitions or an alias).
+
+        ``holder``: only while it holds the partition ``running``.
+        """
+        cond = (
+            (table.c.stream == stream)
+            & (table.c.window_start_us == start_us)
+            & (table.c.window_end_us == end_us)
+        )
+        if token is not None:
+            cond = cond & (table.c.token == token)
+        if holder is not None:
+            cond = (
+                cond & (table.c.state == WindowPartitionState.RUNNING.value) & (table.c.lease_owner == holder)
+            )
+        return cond
 
     @staticmethod
     def _window_partition_claimable(owner: str, now_us: int) -> ColumnElement:
@@ -1071,28 +1063,23 @@ class Metastore:
                 waits = window_parents_to_wait_for(parents[token], parent_ends, start_us)
                 if any(parent not in done for parent in waits):
                     continue
-                cond = in_window & (WP.c.token == token) & claimable
+                cond = self._window_partitions_cond(stream, start_us, end_us, token) & claimable
                 for parent in waits:
                     # Re-checked in the update itself: a concurrent reset may have removed the parent's item.
                     cond = cond & sa.exists().where(
-                        (done_item.c.stream == stream)
-                        & (done_item.c.window_start_us == start_us)
-                        & (done_item.c.window_end_us == end_us)
-                        & (done_item.c.token == parent)
+                        self._window_partitions_cond(stream, start_us, end_us, parent, table=done_item)
                         & (done_item.c.state == WindowPartitionState.DONE.value)
                     )
-                claimed = conn.execute(
-                    sa.update(WP)
-                    .where(cond)
-                    .values(
-                        state=WindowPartitionState.RUNNING.value,
-                        lease_owner=owner,
-                        lease_expires_us=now + lease_us,
-                        attempts=WP.c.attempts + 1,
-                        updated_us=now,
-                    )
-                ).rowcount
-                if claimed == 1:
+                if self._update_one(
+                    conn,
+                    WP,
+                    cond,
+                    state=WindowPartitionState.RUNNING.value,
+                    lease_owner=owner,
+                    lease_expires_us=now + lease_us,
+                    attempts=WP.c.attempts + 1,
+                    updated_us=now,
+                ):
                     return token
             return None
 
@@ -1115,18 +1102,12 @@ class Metastore:
         lease_us = lease_micros(lease_seconds)
         with self._tx(write=True) as conn:
             now = self._now(conn)
-            return (
-                conn.execute(
-                    sa.update(WP)
-                    .where(
-                        self._window_partitions_cond(stream, start_us, end_us)
-                        & (WP.c.token == token)
-                        & (WP.c.state == WindowPartitionState.RUNNING.value)
-                        & (WP.c.lease_owner == owner)
-                    )
-                    .values(lease_expires_us=now + lease_us, updated_us=now)
-                ).rowcount
-                == 1
+            return self._update_one(
+                conn,
+                WP,
+                self._window_partitions_cond(stream, start_us, end_us, token, holder=owner),
+                lease_expires_us=now + lease_us,
+                updated_us=now,
             )
 
     def complete_window_partition(
@@ -1154,26 +1135,17 @@ class Metastore:
         transactions = validate_transactions(transactions)
         with self._tx(write=True) as conn:
             now = self._now(conn)
-            return (
-                conn.execute(
-                    sa.update(WP)
-                    .where(
-                        self._window_partitions_cond(stream, start_us, end_us)
-                        & (WP.c.token == token)
-                        & (WP.c.state == WindowPartitionState.RUNNING.value)
-                        & (WP.c.lease_owner == owner)
-                    )
-                    .values(
-                        state=WindowPartitionState.DONE.value,
-                        rows=rows,
-                        transactions=transactions,
-                        lease_owner=None,
-                        lease_expires_us=None,
-                        done_us=now,
-                        updated_us=now,
-                    )
-                ).rowcount
-                == 1
+            return self._update_one(
+                conn,
+                WP,
+                self._window_partitions_cond(stream, start_us, end_us, token, holder=owner),
+                state=WindowPartitionState.DONE.value,
+                rows=rows,
+                transactions=transactions,
+                lease_owner=None,
+                lease_expires_us=None,
+                done_us=now,
+                updated_us=now,
             )
 
     def window_partitions(
@@ -1246,15 +1218,12 @@ class Metastore:
             key = {"pipeline": pipeline, "table_name": table}
             if self._insert_if_absent(conn, TW, {**key, "watermark_us": ts_us, "updated_us": now}):
                 return True
-            return (
-                conn.execute(
-                    sa.update(TW)
-                    .where(
-                        (TW.c.pipeline == pipeline) & (TW.c.table_name == table) & (TW.c.watermark_us < ts_us)
-                    )
-                    .values(watermark_us=ts_us, updated_us=now)
-                ).rowcount
-                == 1
+            return self._update_one(
+                conn,
+                TW,
+                (TW.c.pipeline == pipeline) & (TW.c.table_name == table) & (TW.c.watermark_us < ts_us),
+                watermark_us=ts_us,
+                updated_us=now,
             )
 
     def table_watermarks(self, pipeline: str) -> dict[str, datetime]:

@@ -140,10 +140,15 @@ class CdcCommitWindowOperator(BaseOperator):
 
 
 def _summaries(value: Any) -> list[Mapping[str, Any]]:
+    """The readers' summaries as a list; ignores anything that is not a mapping."""
     if value is None:
         return []
     if isinstance(value, Mapping):
         return [value]
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        # A slice of Airflow's lazy XCom sequence is one fetch; iterating fetches item by item
+        # until a lookup past the end fails (and logs that failure).
+        value = value[:]
     if isinstance(value, Iterable) and not isinstance(value, (str, bytes)):
         return [v for v in value if isinstance(v, Mapping)]
     return []

@@ -48,7 +48,10 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
 
     The domain package is shipped with ``--py-files`` (a zip built on the fly), so the job also
     runs on clusters without this provider installed (they need ``pyspark`` and ``pyarrow``).
-    Without a ``conn_id`` connection, Spark runs locally (``local[*]``) with this Python.
+    Without a ``conn_id`` connection, Spark runs locally (``local[*]``) with this Python. A local
+    master gets settings for a short job (``LOCAL_SPARK_CONF`` in ``operators/_spark.py``: no web
+    UI, a driver JVM that does not spend the job's CPU on the optimising compiler) unless ``conf``
+    sets them.
 
     :param staging_uri: the window's staging folder, ``{staging_root}/{stream}/{window_id}``
         (templated; local path, ``file://`` or ``gs://``). A literal ``{window_id}`` in it is

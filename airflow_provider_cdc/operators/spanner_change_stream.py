@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_cdc._compat import BaseOperator
 from airflow_provider_cdc.domain.timestamps import coerce_timestamp
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
+
+if TYPE_CHECKING:  # imported where used, so that parsing a DAG stays quick
+    from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
 
 
 def reader_owner(context: Any) -> str:
@@ -63,16 +65,9 @@ class _ChangeStreamWindowOperator(BaseOperator):
         self.heartbeat_ms = heartbeat_ms
 
     def hook(self) -> SpannerChangeStreamHook:
-        return SpannerChangeStreamHook(
-            instance_id=self.instance_id,
-            database_id=self.database_id,
-            stream=self.stream,
-            project_id=self.project_id,
-            gcp_conn_id=self.gcp_conn_id,
-            impersonation_chain=self.impersonation_chain,
-            metastore_conn_id=self.metastore_conn_id,
-            heartbeat_ms=self.heartbeat_ms,
-        )
+        from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
+
+        return SpannerChangeStreamHook.from_fields(self)
 
     def window(self) -> Window:
         return Window(coerce_timestamp(self.window_start), coerce_timestamp(self.window_end))

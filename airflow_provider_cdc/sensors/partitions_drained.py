@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_cdc._compat import AirflowException, BaseSensorOperator
 from airflow_provider_cdc.domain.timestamps import coerce_timestamp
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-from airflow_provider_cdc.hooks.spanner_change_stream import LaggingPartition, SpannerChangeStreamHook
+
+if TYPE_CHECKING:  # imported where used, so that parsing a DAG stays quick
+    from airflow_provider_cdc.hooks.spanner_change_stream import LaggingPartition, SpannerChangeStreamHook
 
 
 def describe_lagging(lagging: list[LaggingPartition], limit: int = 10) -> str:
@@ -69,14 +71,9 @@ class SpannerChangeStreamPartitionsDrainedSensor(BaseSensorOperator):
         self.deferrable = deferrable
 
     def _hook(self) -> SpannerChangeStreamHook:
-        return SpannerChangeStreamHook(
-            instance_id=self.instance_id,
-            database_id=self.database_id,
-            stream=self.stream,
-            project_id=self.project_id,
-            gcp_conn_id=self.gcp_conn_id,
-            metastore_conn_id=self.metastore_conn_id,
-        )
+        from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
+
+        return SpannerChangeStreamHook.from_fields(self)
 
     def _window(self) -> Window | None:
         if self.window_start is None and self.window_end is None:

@@ -60,14 +60,7 @@ class PartitionsDrainedTrigger(BaseTrigger):
         from airflow_provider_cdc.domain.window import Window
         from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
 
-        hook = SpannerChangeStreamHook(
-            instance_id=self.instance_id,
-            database_id=self.database_id,
-            stream=self.stream,
-            project_id=self.project_id,
-            gcp_conn_id=self.gcp_conn_id,
-            metastore_conn_id=self.metastore_conn_id,
-        )
+        hook = SpannerChangeStreamHook.from_fields(self)
         window = None
         if self.window_start and self.window_end:
             window = Window(coerce_timestamp(self.window_start), coerce_timestamp(self.window_end))

@@ -1,0 +1,143 @@
+"""CdcCommitWindowOperator: a window is applied once, apply watermarks advance, staleness fails a run."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.metastore import Metastore, WindowState
+from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator, stale_tables
+
+try:
+    from airflow.providers.common.compat.sdk import AirflowException
+except ImportError:  # older common-compat providers (Airflow 2.11)
+    from airflow.exceptions import AirflowException  # type: ignore[no-redef]
+
+PIPELINE = "shop"
+STREAM = "OrdersStream"
+START = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+END = START + timedelta(minutes=10)
+CONN_ID = "cdc_metastore_under_test"
+
+
+@pytest.fixture
+def store(metastore_url: str, monkeypatch) -> Metastore:
+    monkeypatch.setenv(
+        f"AIRFLOW_CONN_{CONN_ID.upper()}",
+        json.dumps({"conn_type": "cdc_metastore", "extra": {"sqlalchemy_url": metastore_url}}),
+    )
+    metastore = Metastore(metastore_url)
+    metastore.create_schema()
+    return metastore
+
+
+def _changeset(root: Path, tables: list[str], start: datetime = START, end: datetime = END) -> str:
+    folder = root / Window(start, end).window_id
+    folder.mkdir(parents=True)
+    manifest = {"tables": {name: {"rows": 1, "source_changes": 1} for name in tables}}
+    (folder / "_manifest.json").write_text(json.dumps(manifest))
+    return str(root)
+
+
+def _commit(
+    changeset_root: str, start: datetime = START, end: datetime = END, **kwargs
+) -> CdcCommitWindowOperator:
+    return CdcCommitWindowOperator(
+        task_id="commit", pipeline_id=PIPELINE, window_start=start, window_end=end,
+        changeset_root=changeset_root, metastore_conn_id=CONN_ID, **kwargs,
+    )
+
+
+def test_commit_applies_the_window_and_advances_the_watermarks(store: Metastore, tmp_path: Path) -> None:
+    store.open_window(PIPELINE, STREAM, START, END)
+    store.transition_window(PIPELINE, START, END, WindowState.READING, WindowState.DRAINED)
+    root = _changeset(tmp_path, ["Orders", "Customers"])
+    summaries = [{"rows": 30, "transactions": 2.5}, {"rows": 12, "transactions": 1.5}, "not a summary"]
+    result = _commit(root, read_summaries=summaries).execute({})
+    record = store.get_window(PIPELINE, START, END)
+    assert record.state is WindowState.APPLIED and record.applied_at is not None
+    assert (record.record_count, record.transaction_count) == (42, 4)
+    assert store.table_watermarks(PIPELINE) == {"Customers": END, "Orders": END}
+    assert result["rows"] == 42 and set(result["watermarks"]) == {"Customers", "Orders"}
+
+    # The next window changes only Orders: every table the pipeline applies moves to its end.
+    later = END + timedelta(minutes=10)
+    store.open_window(PIPELINE, STREAM, END, later)
+    _commit(_changeset(tmp_path, ["Orders"], END, later), END, later).execute({})
+    assert store.table_watermarks(PIPELINE) == {"Customers": later, "Orders": later}
+
+
+def test_a_second_commit_of_an_applied_window_changes_nothing(store: Metastore, tmp_path: Path) -> None:
+    store.open_window(PIPELINE, STREAM, START, END)
+    root = _changeset(tmp_path, ["Orders"])
+    _commit(root, read_summaries=[{"rows": 5}]).execute({})
+    applied = store.get_window(PIPELINE, START, END)
+    _commit(root, read_summaries=[{"rows": 999}]).execute({})
+    again = store.get_window(PIPELINE, START, END)
+    assert again.state is WindowState.APPLIED
+    assert (again.record_count, again.applied_at) == (5, applied.applied_at)
+    assert store.table_watermarks(PIPELINE) == {"Orders": END}
+
+
+def _commit_racing(store: Metastore, monkeypatch, meanwhile) -> None:
+    """Run ``meanwhile`` (another run's metastore work) right after the commit reads the window."""
+    original = Metastore.get_window
+    calls = []
+
+    def get_window(self: Metastore, *args, **kwargs):
+        record = original(self, *args, **kwargs)
+        if not calls:
+            calls.append(record)
+            meanwhile()
+        return record
+
+    monkeypatch.setattr(Metastore, "get_window", get_window)
+
+
+def test_losing_the_commit_to_a_run_that_applied_the_window_is_not_a_failure(
+    store: Metastore, tmp_path: Path, monkeypatch
+) -> None:
+    store.open_window(PIPELINE, STREAM, START, END)
+    other_run = Metastore(store.engine.url.render_as_string(hide_password=False))
+    _commit_racing(store, monkeypatch, lambda: other_run.transition_window(
+        PIPELINE, START, END, WindowState.READING, WindowState.APPLIED, record_count=7))
+    _commit(_changeset(tmp_path, ["Orders"]), read_summaries=[{"rows": 7}]).execute({})
+    record = store.get_window(PIPELINE, START, END)
+    assert record.state is WindowState.APPLIED and record.record_count == 7
+    assert store.table_watermarks(PIPELINE) == {"Orders": END}
+
+
+def test_a_window_reopened_while_committing_fails_the_commit(
+    store: Metastore, tmp_path: Path, monkeypatch
+) -> None:
+    store.open_window(PIPELINE, STREAM, START, END)
+    other_run = Metastore(store.engine.url.render_as_string(hide_password=False))
+    _commit_racing(store, monkeypatch, lambda: other_run.reopen_window(PIPELINE, START, END))
+    with pytest.raises(AirflowException, match=r"changed state to reading \(attempt 2\)"):
+        _commit(_changeset(tmp_path, ["Orders"])).execute({})
+    assert store.get_window(PIPELINE, START, END).state is WindowState.READING
+    assert store.table_watermarks(PIPELINE) == {}
+
+
+def test_max_staleness_fails_the_run_naming_the_lagging_table(store: Metastore, tmp_path: Path) -> None:
+    store.open_window(PIPELINE, STREAM, START, END)
+    root = _changeset(tmp_path, ["Orders"])
+    fresh = _commit(root, max_staleness=timedelta(hours=1), staleness_reference=END + timedelta(minutes=59))
+    assert fresh.execute({})["watermarks"] == {"Orders": "2026-03-01T12:10:00.000000Z"}
+    late = _commit(root, max_staleness=timedelta(hours=1), staleness_reference=END + timedelta(hours=2))
+    with pytest.raises(AirflowException, match=r"max_staleness=1:00:00: Orders lags 2:00:00"):
+        late.execute({})
+    # The window stays applied: staleness is reported, nothing is undone.
+    assert store.get_window(PIPELINE, START, END).state is WindowState.APPLIED
+
+
+def test_stale_tables_lists_only_tables_lagging_more_than_allowed() -> None:
+    now = END + timedelta(minutes=30)
+    marks = {"A": END, "B": now - timedelta(minutes=5), "C": now - timedelta(minutes=30)}
+    lag = timedelta(minutes=30)
+    assert stale_tables(marks, now, timedelta(minutes=10)) == {"A": lag, "C": lag}
+    assert stale_tables(marks, now, timedelta(minutes=30)) == {}

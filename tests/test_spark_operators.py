@@ -1,0 +1,194 @@
+"""Local defaults of the Spark operators: settings for short local jobs, and the upsert job run with
+the worker's Python instead of ``spark-submit`` on a local master."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from deltalake import DeltaTable
+from test_upsert_job import END, _context, write_window
+
+from airflow_provider_cdc.domain.timestamps import to_micros
+from airflow_provider_cdc.lake.delta import APP_ID_PREFIX, DeltaLakeTarget
+from airflow_provider_cdc.operators._spark import (
+    LOCAL_SPARK_CONF,
+    LocalPythonJob,
+    local_conf,
+    spark_defaults,
+)
+
+try:
+    from airflow.providers.common.compat.sdk import AirflowException
+except ImportError:  # older common-compat providers (Airflow 2.11)
+    from airflow.exceptions import AirflowException  # type: ignore[no-redef]
+
+
+class ListLog:
+    """A logger-like sink that keeps the formatted messages."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, message: str, *args: object) -> None:
+        self.lines.append(message % args)
+
+
+def _spark_connection(monkeypatch, conn_id: str, host: str) -> str:
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "spark", "host": host}))
+    return conn_id
+
+
+def test_local_conf_adds_short_job_settings_the_user_did_not_set() -> None:
+    assert local_conf(None) == LOCAL_SPARK_CONF
+    assert LOCAL_SPARK_CONF["spark.ui.enabled"] == "false"
+    mine = {"spark.ui.enabled": "true", "spark.executor.memory": "2g"}
+    merged = local_conf(mine)
+    assert merged["spark.ui.enabled"] == "true" and merged["spark.executor.memory"] == "2g"
+    assert merged["spark.driver.extraJavaOptions"] == LOCAL_SPARK_CONF["spark.driver.extraJavaOptions"]
+    assert mine == {"spark.ui.enabled": "true", "spark.executor.memory": "2g"}  # not modified
+
+
+@pytest.mark.parametrize(
+    ("host", "local"), [("local[2]", True), (None, True), ("yarn", False), ("spark://cluster:7077", False)]
+)
+def test_spark_defaults_apply_to_local_masters_only_and_restore_the_operator(
+    monkeypatch, host: str | None, local: bool
+) -> None:
+    conn_id = "spark_under_test"
+    if host is None:
+        monkeypatch.delenv(f"AIRFLOW_CONN_{conn_id.upper()}", raising=False)
+    else:
+        _spark_connection(monkeypatch, conn_id, host)
+    op = SparkSubmitOperator(task_id="job", application="job.py", conn_id=conn_id,
+                             conf={"spark.sql.shuffle.partitions": "4"}, env_vars={"A": "1"})
+    with spark_defaults(op, conn_id) as master:
+        hook = op._get_hook()
+        command = hook._build_spark_submit_command(op.application)
+        settings = dict(
+            command[i + 1].split("=", 1) for i, word in enumerate(command) if word == "--conf"
+        )
+        assert settings["spark.sql.shuffle.partitions"] == "4"
+        if local:
+            assert master.startswith("local")
+            assert settings["spark.ui.enabled"] == "false"
+            assert "-XX:TieredStopAtLevel=1" in settings["spark.driver.extraJavaOptions"]
+            assert op.env_vars["PYSPARK_PYTHON"] == sys.executable and op.env_vars["A"] == "1"
+        else:
+            assert master == host
+            assert "spark.ui.enabled" not in settings and "spark.driver.extraJavaOptions" not in settings
+    assert op.conf == {"spark.sql.shuffle.partitions": "4"} and op.env_vars == {"A": "1"}
+
+
+def _job(tmp_path: Path, body: str) -> Path:
+    script = tmp_path / "job.py"
+    script.write_text(body)
+    return script
+
+
+def test_local_python_job_runs_with_py_files_and_logs_each_line(tmp_path: Path) -> None:
+    shipped = tmp_path / "deps.zip"
+    with zipfile.ZipFile(shipped, "w") as archive:
+        archive.writestr("shipped_module.py", "GREETING = 'hello from the zip'\n")
+    script = _job(tmp_path, "import os, sys, shipped_module\n"
+                            "print(shipped_module.GREETING)\n"
+                            "print('args', sys.argv[1:])\n"
+                            "print('env', os.environ['WINDOW'])\n"
+                            "print('python', sys.executable)\n")
+    job = LocalPythonJob(str(script), ["--window", 7], env={"WINDOW": "w1"}, py_files=f" {shipped} ")
+    log = ListLog()
+    job.run(log)
+    assert "hello from the zip" in log.lines
+    assert "args ['--window', '7']" in log.lines
+    assert "env w1" in log.lines
+    assert f"python {sys.executable}" in log.lines
+
+
+def test_local_python_job_uses_the_pyspark_python_it_is_given(tmp_path: Path) -> None:
+    script = _job(tmp_path, "print('ran')\n")
+    job = LocalPythonJob(str(script), [], env={"PYSPARK_PYTHON": "/opt/other/python3"})
+    assert job.command[0] == "/opt/other/python3"
+    driver = LocalPythonJob(str(script), [], env={"PYSPARK_PYTHON": "/a", "PYSPARK_DRIVER_PYTHON": "/b"})
+    assert driver.command[0] == "/b"
+
+
+def test_local_python_job_failure_raises_with_the_last_output(tmp_path: Path) -> None:
+    script = _job(tmp_path, "import sys\nfor i in range(100):\n    print('line', i)\n"
+                            "print('error: the change set has no manifest', file=sys.stderr)\nsys.exit(3)\n")
+    with pytest.raises(AirflowException, match="exited with status 3") as info:
+        LocalPythonJob(str(script), []).run(ListLog())
+    message = str(info.value)
+    assert "error: the change set has no manifest" in message and "line 99" in message
+    assert "line 0\n" not in message  # only the last lines
+
+
+def test_local_python_job_kill_stops_a_running_job(tmp_path: Path) -> None:
+    script = _job(tmp_path, "import time\nprint('started', flush=True)\ntime.sleep(120)\n")
+    job = LocalPythonJob(str(script), [])
+    log = ListLog()
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            job.run(log)
+        except AirflowException as error:
+            errors.append(error)
+
+    runner = threading.Thread(target=run)
+    began = time.monotonic()
+    runner.start()
+    while "started" not in log.lines and time.monotonic() - began < 30:
+        time.sleep(0.05)
+    job.kill()
+    runner.join(timeout=30)
+    assert not runner.is_alive() and time.monotonic() - began < 60
+    assert errors and "exited with status" in str(errors[0])
+
+
+def test_upsert_operator_runs_locally_only_on_local_masters(monkeypatch) -> None:
+    from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
+
+    def operator(conn_id: str, **kwargs: object) -> SparkUpsertWindowOperator:
+        return SparkUpsertWindowOperator(task_id="upsert", changeset_root="/c", lake_root="/l",
+                                         pipeline_id="shop", conn_id=conn_id, **kwargs)
+
+    assert operator(_spark_connection(monkeypatch, "spark_here", "local[*]")).runs_locally()
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_NOWHERE", raising=False)
+    assert operator("spark_nowhere").runs_locally()  # no connection: local defaults
+    assert not operator("spark_here", local_python=False).runs_locally()
+    assert not operator(_spark_connection(monkeypatch, "spark_yarn", "yarn")).runs_locally()
+
+
+def test_upsert_operator_applies_a_window_without_spark_submit(tmp_path: Path, monkeypatch, capfd) -> None:
+    from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
+
+    write_window(tmp_path / "changesets")
+    lake = tmp_path / "lake"
+    op = SparkUpsertWindowOperator(
+        task_id="upsert", conn_id=_spark_connection(monkeypatch, "spark_here", "local[*]"),
+        changeset_root=str(tmp_path / "changesets"), lake_root=str(lake), pipeline_id="shop",
+    )
+
+    def no_spark_submit(*args: object, **kwargs: object) -> None:
+        raise AssertionError("spark-submit must not run on a local master with local_python")
+
+    monkeypatch.setattr(SparkSubmitOperator, "execute", no_spark_submit)
+    op.execute(_context())
+    output = capfd.readouterr().out
+    assert "no spark-submit" in output
+    # The job's summary line reaches the task log: one JSON object with sorted keys.
+    summaries = re.findall(r'\{"changeset".*?"tables_applied": (\[[^\]]*\])', output)
+    assert summaries and json.loads(summaries[-1]) == ["Customers", "Orders"]
+    rows = DeltaLakeTarget(str(lake)).read_table("Orders").to_pylist()
+    assert sorted(row["OrderId"] for row in rows) == [f"o{i}" for i in range(5)]
+    version = DeltaTable(str(lake / "Orders")).version()
+    op.execute(_context())  # the applied window again: no new Delta commit
+    assert DeltaTable(str(lake / "Orders")).version() == version
+    assert DeltaTable(str(lake / "Orders")).transaction_version(APP_ID_PREFIX + "shop") == to_micros(END)
