@@ -31,27 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from airflow_provider_cdc.domain.sequence_number import spanner_change_sequence_number  # noqa: E402
 from airflow_provider_cdc.domain.timestamps import to_micros  # noqa: E402
+from airflow_provider_cdc.staging import STAGED_CHANGE_SCHEMA  # noqa: E402
 
-STAGED_SCHEMA = pa.schema(
-    [
-        ("partition_token", pa.string()),
-        ("commit_timestamp", pa.timestamp("us", tz="UTC")),
-        ("server_transaction_id", pa.string()),
-        ("record_sequence", pa.string()),
-        ("mod_index", pa.int32()),
-        ("table_name", pa.string()),
-        ("mod_type", pa.string()),
-        ("keys_json", pa.string()),
-        ("new_values_json", pa.string()),
-        ("old_values_json", pa.string()),
-        ("column_types_json", pa.string()),
-        ("value_capture_type", pa.string()),
-        ("number_of_records_in_transaction", pa.int64()),
-        ("number_of_partitions_in_transaction", pa.int64()),
-        ("is_last_record_in_transaction_in_partition", pa.bool_()),
-        ("change_sequence_number", pa.string()),
-    ]
-)
 TABLES = ("Orders", "Customers", "Payments")
 COLUMN_TYPES = json.dumps(
     [
@@ -94,7 +75,7 @@ def generate_staging(directory: Path, changes: int, seed: int = 7) -> None:
     span = to_micros(WINDOW_END) - base
     transactions = (changes + MODS_PER_TRANSACTION - 1) // MODS_PER_TRANSACTION
     step = max(1, span // (transactions + 1))
-    rows: dict[str, list] = {name: [] for name in STAGED_SCHEMA.names}
+    rows: dict[str, list] = {name: [] for name in STAGED_CHANGE_SCHEMA.names}
     for index in range(changes):
         txn, position = divmod(index, MODS_PER_TRANSACTION)
         size = min(MODS_PER_TRANSACTION, changes - txn * MODS_PER_TRANSACTION)
@@ -130,7 +111,7 @@ def generate_staging(directory: Path, changes: int, seed: int = 7) -> None:
     arrays = {name: values for name, values in rows.items()}
     arrays["commit_timestamp"] = pa.array(np.array(rows["commit_timestamp"], dtype="datetime64[us]"),
                                           pa.timestamp("us", tz="UTC"))
-    table = pa.table({name: arrays[name] for name in STAGED_SCHEMA.names}, schema=STAGED_SCHEMA)
+    table = pa.table({name: arrays[name] for name in STAGED_CHANGE_SCHEMA.names}, schema=STAGED_CHANGE_SCHEMA)
     duplicates = table.take(rng.choice(changes, size=changes // 100, replace=False))
     table = pa.concat_tables([table, duplicates])
     tokens = table.column("partition_token").to_pylist()

@@ -27,31 +27,12 @@ from airflow_provider_cdc.domain.collapse import CHANGE_SET_COLUMNS, CollapseErr
 from airflow_provider_cdc.domain.sequence_number import spanner_change_sequence_number
 from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, format_timestamp, to_micros
 from airflow_provider_cdc.jobs import merge_job
+from airflow_provider_cdc.staging import STAGED_CHANGE_SCHEMA
 
 START = datetime(2024, 6, 1, 12, 0, tzinfo=timezone.utc)
 END = START + timedelta(minutes=10)
 WINDOW_ID = f"{to_micros(START)}-{to_micros(END)}"
 
-STAGED_SCHEMA = pa.schema(
-    [
-        ("partition_token", pa.string()),
-        ("commit_timestamp", pa.timestamp("us", tz="UTC")),
-        ("server_transaction_id", pa.string()),
-        ("record_sequence", pa.string()),
-        ("mod_index", pa.int32()),
-        ("table_name", pa.string()),
-        ("mod_type", pa.string()),
-        ("keys_json", pa.string()),
-        ("new_values_json", pa.string()),
-        ("old_values_json", pa.string()),
-        ("column_types_json", pa.string()),
-        ("value_capture_type", pa.string()),
-        ("number_of_records_in_transaction", pa.int64()),
-        ("number_of_partitions_in_transaction", pa.int64()),
-        ("is_last_record_in_transaction_in_partition", pa.bool_()),
-        ("change_sequence_number", pa.string()),
-    ]
-)
 CHANGE_SET_SCHEMA = pa.schema(
     [
         ("_keys_json", pa.string()),
@@ -126,7 +107,7 @@ def write_staging(folder: Path, files: dict[str, list[list[dict]]]) -> None:
         for number, rows in enumerate(parts):
             target = folder / f"partition={partition}" / f"part-{number:05d}.parquet"
             target.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(pa.Table.from_pylist(rows, schema=STAGED_SCHEMA), target)
+            pq.write_table(pa.Table.from_pylist(rows, schema=STAGED_CHANGE_SCHEMA), target)
 
 
 def in_window(rows: list[dict]) -> list[dict]:
@@ -187,7 +168,7 @@ def spark_order(rows: list[dict]) -> list[dict]:
 
 
 def run_batches(rows: list[dict], rng: random.Random) -> list[dict]:
-    table = pa.Table.from_pylist(spark_order(rows), schema=STAGED_SCHEMA).select(
+    table = pa.Table.from_pylist(spark_order(rows), schema=STAGED_CHANGE_SCHEMA).select(
         list(merge_job.COLLAPSE_INPUT_COLUMNS)
     )
     batches, offset = [], 0

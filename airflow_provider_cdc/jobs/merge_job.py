@@ -14,6 +14,11 @@ repeated mods; order each key's changes by ``change_sequence_number`` and collap
 ``airflow_provider_cdc.domain.collapse`` does; write one Parquet change set per table under
 ``table={name}/`` and ``_manifest.json`` last. A re-run replaces the previous output.
 
+Spark jobs: per-table counts (a hash aggregation), transaction completeness (one shuffle by
+transaction), each table's newest column types (one ungrouped aggregation), then the collapse:
+one shuffle by key hash into partitions of a bounded number of changes, sorted within them and
+streamed as Arrow batches through Python, whose write also counts the rows per table.
+
 The job imports only ``airflow_provider_cdc.domain``; executors need it too, so ship it with
 ``--py-files`` (``SparkMergeWindowOperator`` builds that zip on the fly). URIs are read and
 written through Spark's Hadoop filesystems. When Spark has no filesystem for a scheme (``gs://``
@@ -58,6 +63,8 @@ MANIFEST_NAME = "_manifest.json"
 TABLE_PARTITION_COLUMN = "table"
 INCOMPLETE_TRANSACTIONS_SHOWN = 5
 CONCURRENT_TABLE_WRITERS = 16
+#: Changes per collapse task: bounds each task's sort (about 50 MB of rows) whatever the window size.
+CHANGES_PER_COLLAPSE_TASK = 200_000
 
 #: Staged change rows as ARCHITECTURE.md defines them (Spark DDL).
 STAGED_SCHEMA_DDL = (
@@ -466,42 +473,56 @@ def _in_window(start_micros: int, end_micros: int) -> Any:
     return (micros >= F.lit(start_micros)) & (micros < F.lit(end_micros))
 
 
-def _table_stats(staged: Any, start_micros: int, end_micros: int) -> list[Any]:
-    """Per table: staged rows, rows inside the window, and rows lacking required values."""
+def _table_index(tables: Sequence[str], column: str = "table_name") -> Any:
+    """The position of ``column``'s table in ``tables`` (NULL for others): one map lookup per
+    row, so per-table aggregates compare integers."""
     from pyspark.sql import functions as F
 
-    in_window = _in_window(start_micros, end_micros).cast("long")
+    pairs = [F.lit(value) for number, name in enumerate(tables) for value in (name, number)]
+    return F.element_at(F.create_map(*pairs), F.col(column))
+
+
+def _table_stats(staged: Any, start_micros: int, end_micros: int) -> list[Any]:
+    """Per table: staged rows, rows inside the window, and rows lacking required values (counts
+    only, so Spark aggregates them in a hash table without sorting the rows)."""
+    from pyspark.sql import functions as F
+
+    in_window = _in_window(start_micros, end_micros)
     return (
         staged.groupBy("table_name")
         .agg(
             F.count(F.lit(1)).alias("staged_rows"),
-            F.coalesce(F.sum(in_window), F.lit(0)).alias("window_rows"),
-            F.max(F.when(in_window == 1, F.col("change_sequence_number"))).alias("newest_change"),
-            # The column types of the newest change (max_by skips rows whose ordering is NULL).
-            F.max_by(
-                F.when(in_window == 1, F.col("column_types_json")),
-                F.when(in_window == 1, F.col("change_sequence_number")),
-            ).alias("newest_column_types"),
-            *[
-                F.sum(F.col(column).isNull().cast("long")).alias(f"null_{column}")
-                for column in REQUIRED_COLUMNS
-            ],
+            F.count_if(in_window).alias("window_rows"),
+            *[F.count_if(F.col(column).isNull()).alias(f"null_{column}") for column in REQUIRED_COLUMNS],
         )
         .orderBy("table_name")
         .collect()
     )
 
 
-def _table_column_types(table_rows: list[Any]) -> dict[str, str]:
+def _table_column_types(
+    staged: Any, tables: Sequence[str], start_micros: int, end_micros: int
+) -> dict[str, str | None]:
     """Each table's column types as last seen in the window: those of its newest change.
 
-    The statistics pass computes them, so no further Spark job (or Python worker) is needed.
+    One ungrouped aggregation with a ``max_by`` per table: a grouped ``max_by`` of strings
+    would sort every staged row by table first.
     """
-    return {
-        row["table_name"]: row["newest_column_types"]
-        for row in table_rows
-        if row["newest_change"] and row["newest_column_types"]
-    }
+    from pyspark.sql import functions as F
+
+    if not tables:
+        return {}
+    in_window = _in_window(start_micros, end_micros)
+    index = _table_index(tables)
+    sequence = F.col("change_sequence_number")
+    newest = staged.agg(
+        *[
+            F.max_by("column_types_json", F.when(in_window & (index == number), sequence))
+            .alias(f"types_{number}")
+            for number in range(len(tables))
+        ]
+    ).first()
+    return {name: newest[f"types_{number}"] for number, name in enumerate(tables)}
 
 
 def _check_tables(table_rows: list[Any]) -> None:
@@ -522,18 +543,23 @@ def _check_transactions(staged: Any, start_micros: int, end_micros: int, window:
     """Fail naming incomplete transactions; return (transactions, records) inside the window.
 
     A transaction is complete when the distinct records staged for it (over all partitions and
-    tables) number its ``number_of_records_in_transaction``.
+    tables) number its ``number_of_records_in_transaction``. One shuffle by transaction, then
+    records and transactions are counted with hash aggregations (no sets of records).
     """
     from pyspark.sql import functions as F
 
-    transactions = (
+    expected = "number_of_records_in_transaction"
+    records = (
         staged.filter(_in_window(start_micros, end_micros))
-        .groupBy("server_transaction_id")
-        .agg(
-            F.size(F.collect_set("record_sequence")).alias("records"),
-            F.min("number_of_records_in_transaction").alias("expected_min"),
-            F.max("number_of_records_in_transaction").alias("expected_max"),
-        )
+        .select("server_transaction_id", "record_sequence", expected)
+        .repartition("server_transaction_id")
+        .groupBy("server_transaction_id", "record_sequence")
+        .agg(F.min(expected).alias("expected_min"), F.max(expected).alias("expected_max"))
+    )
+    transactions = records.groupBy("server_transaction_id").agg(
+        F.count(F.lit(1)).alias("records"),
+        F.min("expected_min").alias("expected_min"),
+        F.max("expected_max").alias("expected_max"),
     )
     incomplete = (F.col("records") != F.col("expected_max")) | (
         F.col("expected_min") != F.col("expected_max")
@@ -541,7 +567,7 @@ def _check_transactions(staged: Any, start_micros: int, end_micros: int, window:
     summary = transactions.agg(
         F.count(F.lit(1)).alias("transactions"),
         F.coalesce(F.sum("records"), F.lit(0)).alias("records"),
-        F.coalesce(F.sum(incomplete.cast("long")), F.lit(0)).alias("incomplete"),
+        F.count_if(incomplete).alias("incomplete"),
     ).first()
     if summary["incomplete"]:
         shown = (
@@ -563,8 +589,14 @@ def _check_transactions(staged: Any, start_micros: int, end_micros: int, window:
     return int(summary["transactions"]), int(summary["records"])
 
 
+def _collapse_partitions(changes: int, parallelism: int) -> int:
+    """Shuffle partitions for the collapse: one per ``CHANGES_PER_COLLAPSE_TASK`` changes, and at
+    least one per core (not Spark's fixed default, which is far too many for a small window)."""
+    return max(1, parallelism, -(-changes // CHANGES_PER_COLLAPSE_TASK))
+
+
 def _collapse(
-    staged: Any, start_micros: int, end_micros: int, column_types: dict[str, str]
+    staged: Any, start_micros: int, end_micros: int, column_types: dict[str, str | None], partitions: int
 ) -> Any:
     """The change set as a DataFrame: one row per key, with the ``table`` partition column."""
     from pyspark.sql import functions as F
@@ -574,7 +606,7 @@ def _collapse(
     key_hash = F.xxhash64("table_name", "keys_json").alias("_key_hash")
     changes = staged.filter(_in_window(start_micros, end_micros)).select(key_hash, *COLLAPSE_INPUT_COLUMNS)
     ordered = (
-        changes.repartition("_key_hash")
+        changes.repartition(partitions, "_key_hash")
         .sortWithinPartitions(
             "_key_hash", "table_name", "keys_json", "change_sequence_number", "server_transaction_id",
             "record_sequence", "mod_index",
@@ -616,6 +648,27 @@ def _collapse(
         "_commit_timestamp",
         F.element_at(table_types, F.col(TABLE_PARTITION_COLUMN)).alias("_column_types_json"),
     )
+
+
+def _counted_by_table(collapsed: Any, tables: Sequence[str]) -> tuple[Any, Any]:
+    """``collapsed`` observed so that writing it also counts its rows per table (no read-back)."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    if not tables:
+        return collapsed, None
+    observation = Observation("change set rows")
+    index = _table_index(tables, TABLE_PARTITION_COLUMN)
+    counts = [F.count_if(index == F.lit(number)).alias(f"rows_{number}") for number in range(len(tables))]
+    return collapsed.observe(observation, *counts), observation
+
+
+def _written_rows(observation: Any, tables: Sequence[str]) -> dict[str, int]:
+    """Rows written per table, from the observation of the change-set write."""
+    if observation is None:
+        return {}
+    counts = observation.get
+    return {name: int(counts[f"rows_{number}"]) for number, name in enumerate(tables)}
 
 
 def _manifest(args: MergeArguments, tables: dict[str, dict[str, int]], transactions: int, records: int,
@@ -660,21 +713,18 @@ def _merge(spark: Any, args: MergeArguments, staging: str, changeset: str, files
     _log(f"window {window}: {transactions} complete transaction(s) with {records} record(s)")
 
     files.delete(f"{changeset}/{MANIFEST_NAME}")
-    column_types = _table_column_types(table_rows)
-    unknown = sorted(row["table_name"] for row in table_rows
-                     if row["window_rows"] and not column_types.get(row["table_name"]))
+    changed = [row["table_name"] for row in table_rows if row["window_rows"]]
+    column_types = _table_column_types(staged, changed, args.start_micros, args.end_micros)
+    unknown = sorted(name for name in changed if not column_types.get(name))
     if unknown:
         raise MergeJobError(f"staged rows of table(s) {', '.join(unknown)} lack column_types_json")
-    _collapse(staged, args.start_micros, args.end_micros, column_types).write.mode(
-        "overwrite"
-    ).partitionBy(TABLE_PARTITION_COLUMN).parquet(changeset)
-
-    written: dict[str, int] = {}
-    if any(row["window_rows"] for row in table_rows):
-        written = {
-            row[TABLE_PARTITION_COLUMN]: row["count"]
-            for row in spark.read.parquet(changeset).groupBy(TABLE_PARTITION_COLUMN).count().collect()
-        }
+    collapsed, observation = _counted_by_table(
+        _collapse(staged, args.start_micros, args.end_micros, column_types,
+                  _collapse_partitions(read_rows - dropped, spark.sparkContext.defaultParallelism)),
+        changed,
+    )
+    collapsed.write.mode("overwrite").partitionBy(TABLE_PARTITION_COLUMN).parquet(changeset)
+    written = _written_rows(observation, changed)
     tables = {
         row["table_name"]: {
             "rows": int(written.get(row["table_name"], 0)),
