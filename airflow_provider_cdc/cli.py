@@ -182,7 +182,7 @@ def timings(args: argparse.Namespace) -> int:
             ["window start", "state", *order, "sum of tasks"],
             [
                 [_ts(run.data_interval_start), run.state, *[f"{d.get(t, 0.0):.1f}s" for t in order],
-                 f"{total:.1f}s" if total is not None else "-"]
+                 f"{total:.1f}s"]
                 for run, d, total in rows
             ],
         )

@@ -141,3 +141,14 @@ def test_stale_tables_lists_only_tables_lagging_more_than_allowed() -> None:
     lag = timedelta(minutes=30)
     assert stale_tables(marks, now, timedelta(minutes=10)) == {"A": lag, "C": lag}
     assert stale_tables(marks, now, timedelta(minutes=30)) == {}
+
+
+def test_a_window_without_a_change_set_manifest_is_not_committed(store: Metastore, tmp_path: Path) -> None:
+    from airflow_provider_cdc.lake.change_set import ChangeSetError
+
+    store.open_window(PIPELINE, STREAM, START, END)
+    (tmp_path / Window(START, END).window_id).mkdir()  # the merge did not finish
+    with pytest.raises(ChangeSetError, match="has no _manifest.json: it is incomplete"):
+        _commit(str(tmp_path)).execute({})
+    assert store.get_window(PIPELINE, START, END).state is WindowState.READING
+    assert store.table_watermarks(PIPELINE) == {}

@@ -245,15 +245,22 @@ def _all_sortable(sequence: pa.Array) -> bool:
     return True
 
 
+def verbatim_key(table: TableColumns) -> ColumnType | None:
+    """The table's key when it is one INT64 or STRING column (whose compact JSON text carries the
+    value verbatim, and whose typed values compare as the key does), else ``None``."""
+    (first, *others) = table.keys
+    if others or first.type.element is not None or first.type.code not in _VERBATIM_KEY_CODES:
+        return None
+    return first
+
+
 def _decode_single_key(keys_json: pa.Array, key: ColumnType) -> pa.Array | None:
-    """The values of a single INT64 or STRING key whose texts all have the compact form ``{"K":"v"}``.
+    """The values of a :func:`verbatim_key` whose texts all have the compact form ``{"K":"v"}``.
 
     Strips the constant prefix and suffix instead of parsing JSON; ``None`` when any text has
     another form (whitespace, escapes, a JSON number, NULL, another column) or ``v`` is not a
     decimal INT64, so that the JSON decoder handles (or refuses) the batch as before.
     """
-    if key.type.element is not None or key.type.code not in _VERBATIM_KEY_CODES:
-        return None
     prefix, suffix = "{" + json.dumps(key.name) + ':"', '"}'
     if not (
         pc.min(pc.binary_length(keys_json)).as_py() >= len(prefix) + len(suffix)
@@ -274,11 +281,11 @@ def _decode_single_key(keys_json: pa.Array, key: ColumnType) -> pa.Array | None:
 
 
 def _decode_keys(keys_json: pa.Array, table: TableColumns) -> pa.Table:
-    (first, *others) = table.keys
-    if not others:
-        verbatim = _decode_single_key(keys_json, first)
+    key = verbatim_key(table)
+    if key is not None:
+        verbatim = _decode_single_key(keys_json, key)
         if verbatim is not None:
-            return pa.table({first.name: verbatim})
+            return pa.table({key.name: verbatim})
     try:
         keys = decode_json_objects(keys_json, table.keys, what=KEYS_JSON)
     except SpannerValueError as exc:

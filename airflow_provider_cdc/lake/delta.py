@@ -62,6 +62,7 @@ from airflow_provider_cdc.lake.change_set import (
     TableColumns,
     iter_batches,
     to_merge_source,
+    verbatim_key,
 )
 
 log = logging.getLogger(__name__)
@@ -618,9 +619,8 @@ def _carried_columns(source: pa.Table, columns: Sequence[str]) -> dict[str, bool
 
 def _check_unique_keys(source: pa.Table, table: TableColumns) -> None:
     """Refuse a change set with several rows for one key (compared typed for a single INT64/STRING key)."""
-    (first, *others) = table.keys
-    typed = not others and first.type.element is None and first.type.code in ("INT64", "STRING")
-    keys = source[first.name] if typed else source[SOURCE_KEYS_JSON]
+    key = verbatim_key(table)
+    keys = source[key.name] if key is not None else source[SOURCE_KEYS_JSON]
     if pc.count_distinct(keys, mode="all").as_py() == source.num_rows:
         return
     counts = pa.table({"k": keys}).group_by("k").aggregate([("k", "count", pc.CountOptions(mode="all"))])

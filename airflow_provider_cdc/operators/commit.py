@@ -7,7 +7,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow_provider_cdc._compat import AirflowException, BaseOperator
-from airflow_provider_cdc.domain.identifiers import validate_identifier
 from airflow_provider_cdc.domain.timestamps import coerce_timestamp, format_timestamp
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
@@ -68,6 +67,7 @@ class CdcCommitWindowOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         pipeline = self.pipeline_id or context["ti"].dag_id
         window = Window(coerce_timestamp(self.window_start), coerce_timestamp(self.window_end))
+        changed = self._changed_tables(window)  # before the window is marked applied
         store = CdcMetastoreHook(self.metastore_conn_id).metastore
         record = store.get_window(pipeline, window.start, window.end)
         summaries = _summaries(self.read_summaries)
@@ -95,7 +95,7 @@ class CdcCommitWindowOperator(BaseOperator):
                     f"{current.attempt}) while it was being committed"
                 )
             self.log.info("Window %s of %s was applied by another run meanwhile", window, pipeline)
-        tables = set(store.table_watermarks(pipeline)) | set(self._changed_tables(window))
+        tables = set(store.table_watermarks(pipeline)) | set(changed)
         for table in sorted(tables):
             store.advance_table_watermark(pipeline, table, window.end)
         watermarks = store.table_watermarks(pipeline)
@@ -126,17 +126,13 @@ class CdcCommitWindowOperator(BaseOperator):
         }
 
     def _changed_tables(self, window: Window) -> list[str]:
+        """The tables the window's change-set manifest lists (checked names)."""
         if not self.changeset_root:
             return []
-        import json
+        from airflow_provider_cdc.lake.change_set import ChangeSetReader, manifest_tables
 
-        from pyarrow import fs
-
-        filesystem, root = fs.FileSystem.from_uri(self.changeset_root)
-        with filesystem.open_input_stream(f"{root.rstrip('/')}/{window.window_id}/_manifest.json") as stream:
-            manifest = json.loads(stream.read())
-        tables = manifest.get("tables") or {}
-        return [validate_identifier(name, "table") for name in tables]
+        reader = ChangeSetReader(f"{self.changeset_root.rstrip('/')}/{window.window_id}")
+        return list(manifest_tables(reader.manifest(), reader.uri))
 
 
 def _summaries(value: Any) -> list[Mapping[str, Any]]:

@@ -40,15 +40,18 @@ def _canonical(value: Any, type_json: Mapping[str, Any]) -> Any:
     return value
 
 
-def _row_text(table: str, row: Mapping[str, Any]) -> str:
-    types = {c["name"]: c["type"] for c in TABLES_BY_NAME[table].column_types()}
+def _column_types(table: str) -> dict[str, Mapping[str, Any]]:
+    """Column name → Spanner type (JSON form) of a workload table."""
+    return {c["name"]: c["type"] for c in TABLES_BY_NAME[table].column_types()}
+
+
+def _row_text(types: Mapping[str, Mapping[str, Any]], row: Mapping[str, Any]) -> str:
     return json.dumps({k: _canonical(v, types[k]) for k, v in row.items()}, sort_keys=True)
 
 
 def lake_rows_encoded(lake: Any, table: str) -> list[dict[str, Any]]:
     """Rows of a Delta table in Spanner's JSON encoding (the hidden CDC columns left out)."""
-    spec = TABLES_BY_NAME[table]
-    types = {c["name"]: c["type"] for c in spec.column_types()}
+    types = _column_types(table)
     rows = []
     for row in lake.read_table(table).to_pylist():
         rows.append(
@@ -62,8 +65,9 @@ def compare_lake_to_truth(lake: Any, truth: Mapping[str, list[Mapping[str, Any]]
     results = []
     for table, expected in sorted(truth.items()):
         actual = lake_rows_encoded(lake, table) if lake.exists(table) else []
-        lake_texts = sorted(_row_text(table, r) for r in actual)
-        truth_texts = sorted(_row_text(table, r) for r in expected)
+        types = _column_types(table)
+        lake_texts = sorted(_row_text(types, r) for r in actual)
+        truth_texts = sorted(_row_text(types, r) for r in expected)
         lake_set, truth_set = set(lake_texts), set(truth_texts)
         results.append(
             TableComparison(
