@@ -547,6 +547,13 @@ def harness_run(tmp_path_factory) -> dict[str, Any]:
                staging=(root / "driver1" / "staging").as_uri(),
                changeset=(root / "driver" / "changeset").as_uri())
     (root / "driver" / "changeset" / "table=Old").mkdir(parents=True)
+    for name, (first, second) in {"tie_a": (ORDERS_V1, ORDERS_V2), "tie_b": (ORDERS_V2, ORDERS_V1)}.items():
+        # Two transactions commit at one timestamp with other column types; an earlier one too.
+        window(name, [
+            mod(t - timedelta(seconds=1), "tx0", "Orders", "INSERT", "o0", {"Amount": "0"}, types=ORDERS_V2),
+            mod(t, "txA", "Orders", "INSERT", "o1", {"Amount": "1"}, types=first),
+            mod(t, "txB", "Orders", "INSERT", "o2", {"Amount": "2"}, types=second),
+        ])
     window("bad_table", [mod(t, "t1", "Bad-Name", "INSERT", "k", {"A": "1"})])
     window("bad_mod", [mod(t, "t1", "Accounts", "MERGE", "k7", {"Name": "x"})])
     window("bad_json", [mod(t, "t1", "Accounts", "UPDATE", "k8", "[1, 2]")])
@@ -633,6 +640,20 @@ def test_gs_uris_without_a_connector_go_through_the_driver(harness_run: dict) ->
     manifest = json.loads((changeset / "_manifest.json").read_text())
     assert manifest["staging"] == "gs://cdc-bucket/staging/stream/w"
     assert manifest["rows"] == sum(len(rows) for rows in reference(harness_run["driver_rows"]).values())
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("name", ["tie_a", "tie_b"])
+def test_column_types_are_those_of_the_newest_change_when_commit_timestamps_tie(
+    harness_run: dict, name: str
+) -> None:
+    result = harness_run["results"][name]
+    assert result["code"] == 0, result["stderr"]
+    staged = pq.read_table(harness_run["root"] / name / "staging", partitioning=None).to_pylist()
+    newest = max(staged, key=lambda row: row["change_sequence_number"])["column_types_json"]
+    changes = read_change_set(harness_run["root"] / name / "changeset")
+    assert {row["_column_types_json"] for row in changes["Orders"]} == {newest}
+    assert changes == {"Orders": reference(staged)["Orders"]}
 
 
 @pytest.mark.spark

@@ -18,6 +18,7 @@ from airflow_provider_cdc.domain.spanner_types import (
     SpannerType,
     SpannerTypeError,
     SpannerValueError,
+    _decode_json_objects_fast,
     _decode_json_objects_python,
     arrow_schema,
     arrow_type,
@@ -265,6 +266,27 @@ def test_vectorised_and_per_value_decoding_agree(rows: list[dict], int_as_number
                 assert decoded[name] == value.replace(microsecond=value.microsecond)
             else:
                 assert decoded[name] == value
+
+
+def test_vectorised_decoding_of_a_batch_read_in_several_blocks() -> None:
+    """A batch larger than a JSON-reader block, with micro- and nanosecond timestamps, one long
+    object and arrays of timestamps, decodes on the fast path exactly as value by value."""
+    texts = []
+    for row in range(6_000):
+        stamp = f"2024-02-{row % 28 + 1:02d}T10:11:12.{row:06d}" + ("789Z" if row % 3 == 0 else "Z")
+        texts.append(json.dumps({
+            "i": str(row - 3_000), "s": f"name {row}", "t": stamp, "at": [stamp, "2024-01-01T00:00:00Z"],
+            "f64": row / 7, "b": row % 2 == 0,
+        }))
+    texts[4_321] = json.dumps({"s": "x" * 200_000, "t": "2024-01-01T00:00:00.000000001Z"})
+    array = pa.array(texts)
+    assert sum(len(text) for text in texts) > 4 * (64 << 10)
+    schema = pa.schema([pa.field(c.name, arrow_type(c.type)) for c in COLUMNS])
+    fast = _decode_json_objects_fast(array, COLUMNS, schema)
+    assert fast.equals(_decode_json_objects_python(texts, COLUMNS, schema, "values"))
+    assert fast.column("t")[0].as_py() == datetime(2024, 2, 1, 10, 11, 12, 0, timezone.utc)
+    assert fast.column("t")[3].as_py() == datetime(2024, 2, 4, 10, 11, 12, 3, timezone.utc)
+    assert fast.column("s")[4_321].as_py() == "x" * 200_000
 
 
 def test_spanner_type_and_column_type_round_trip() -> None:

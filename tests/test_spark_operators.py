@@ -87,6 +87,20 @@ def test_spark_defaults_apply_to_local_masters_only_and_restore_the_operator(
     assert op.conf == {"spark.sql.shuffle.partitions": "4"} and op.env_vars == {"A": "1"}
 
 
+def test_spark_defaults_take_a_master_already_looked_up(monkeypatch) -> None:
+    from airflow_provider_cdc.operators import _spark
+
+    looked_up: list[str] = []
+    monkeypatch.setattr(_spark, "connection_master", lambda conn_id: looked_up.append(conn_id) or "yarn")
+    op = SparkSubmitOperator(task_id="job", application="job.py", conn_id="spark_cluster")
+    with spark_defaults(op, "spark_cluster", "yarn") as master:
+        assert master == "yarn" and not op.conf  # a cluster gets no local settings
+    assert looked_up == []
+    with spark_defaults(op, "spark_cluster") as master:
+        assert master == "yarn"
+    assert looked_up == ["spark_cluster"]
+
+
 def _job(tmp_path: Path, body: str) -> Path:
     script = tmp_path / "job.py"
     script.write_text(body)

@@ -62,6 +62,12 @@ _ARRAY_TEXT_TYPE = re.compile(r"^\s*ARRAY\s*<(.*)>\s*$", re.IGNORECASE | re.DOTA
 _FLOAT_WORDS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 # Digits beyond microseconds: Arrow's parser refuses them, Spanner may send nanoseconds.
 _SUBMICRO_DIGITS = r"(\.\d{6})\d+"
+#: Longest RFC 3339 text with at most microseconds and a ``Z``: shorter texts need no trimming.
+_MICROS_TIMESTAMP_LENGTH = len("0001-01-01T00:00:00.000000Z")
+#: The JSON reader's blocks: about ``_JSON_BLOCKS`` per batch, within these bounds.
+_JSON_BLOCKS = 4
+_MIN_JSON_BLOCK = 64 << 10
+_MAX_JSON_BLOCK = 1 << 20
 
 
 class SpannerTypeError(ValueError):
@@ -448,8 +454,10 @@ def _ndjson_buffer(texts: pa.Array) -> pa.Buffer:
 
 def _decode_json_objects_fast(texts: pa.Array, columns: Sequence[ColumnType], schema: pa.Schema) -> pa.Table:
     buffer = _ndjson_buffer(texts)
-    # A block must hold the longest object; more blocks let the reader use several threads.
-    block_size = max(1 << 20, int(pc.max(pc.binary_length(texts)).as_py() or 0) + 2)
+    # A block must hold the longest object; a few blocks per batch let the reader parse them on
+    # several threads (one block per MiB leaves a typical 10k-row image column on one core).
+    longest = int(pc.max(pc.binary_length(texts)).as_py() or 0) + 2
+    block_size = max(longest, _MIN_JSON_BLOCK, min(_MAX_JSON_BLOCK, -(-buffer.size // _JSON_BLOCKS)))
     wire_schema = pa.schema([pa.field(c.name, _wire_type(c.type)) for c in columns])
     try:
         wire = pa_json.read_json(
@@ -490,7 +498,9 @@ def _convert_wire(array: pa.Array, spanner_type: SpannerType) -> pa.Array:
             raise _FastPathUnavailable
         return array.cast(target)
     if code == "TIMESTAMP":
-        return pc.replace_substring_regex(array, _SUBMICRO_DIGITS, r"\1").cast(target)
+        if (pc.max(pc.binary_length(array)).as_py() or 0) > _MICROS_TIMESTAMP_LENGTH:
+            array = pc.replace_substring_regex(array, _SUBMICRO_DIGITS, r"\1")
+        return array.cast(target)
     if code == "BYTES":
         return pa.array(
             [None if v is None else base64.b64decode(v, validate=True) for v in array.to_pylist()],

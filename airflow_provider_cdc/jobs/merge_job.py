@@ -14,8 +14,8 @@ repeated mods; order each key's changes by ``change_sequence_number`` and collap
 ``airflow_provider_cdc.domain.collapse`` does; write one Parquet change set per table under
 ``table={name}/`` and ``_manifest.json`` last. A re-run replaces the previous output.
 
-Spark jobs: per-table counts (a hash aggregation), transaction completeness (one shuffle by
-transaction), each table's newest column types (one ungrouped aggregation), then the collapse:
+Spark jobs: per-table counts and newest column types (one hash aggregation), transaction
+completeness (one shuffle by transaction), then the collapse:
 one shuffle by key hash into partitions of a bounded number of changes, sorted within them and
 streamed as Arrow batches through Python, whose write also counts the rows per table.
 
@@ -39,7 +39,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlparse
@@ -482,28 +482,69 @@ def _table_index(tables: Sequence[str], column: str = "table_name") -> Any:
     return F.element_at(F.create_map(*pairs), F.col(column))
 
 
-def _table_stats(staged: Any, start_micros: int, end_micros: int) -> list[Any]:
-    """Per table: staged rows, rows inside the window, and rows lacking required values (counts
-    only, so Spark aggregates them in a hash table without sorting the rows)."""
+@dataclass
+class TableStats:
+    """What one pass over the staging tells of a table (see :func:`_table_stats`)."""
+
+    table_name: str
+    staged_rows: int = 0
+    window_rows: int = 0
+    missing: dict[str, int] = field(default_factory=dict)  # required column -> rows lacking it
+    column_types: str | None = None  # of the newest change in the window (by commit timestamp)
+    newest_micros: int | None = None
+    types_tied: bool = False  # other column types at that same commit timestamp
+
+    def add(self, group: Any) -> None:
+        """Fold in one (table, column types) group of the aggregation."""
+        self.staged_rows += int(group["staged_rows"])
+        self.window_rows += int(group["window_rows"])
+        for column in REQUIRED_COLUMNS:
+            if group[f"null_{column}"]:
+                self.missing[column] = self.missing.get(column, 0) + int(group[f"null_{column}"])
+        newest = group["newest_micros"]
+        if newest is None:
+            return
+        if self.newest_micros is None or newest > self.newest_micros:
+            self.newest_micros, self.column_types, self.types_tied = newest, group["column_types_json"], False
+        elif newest == self.newest_micros and group["column_types_json"] != self.column_types:
+            self.types_tied = True
+
+
+def _table_stats(staged: Any, start_micros: int, end_micros: int) -> list[TableStats]:
+    """Per table: staged rows, rows inside the window, rows lacking required values, and the
+    column types of its newest change in the window, all from one pass.
+
+    Grouped by (table, column types), with counts and the newest commit timestamp in the window
+    only, so Spark aggregates in a hash table without sorting the rows; the groups are few
+    (column types change only with the schema). The newest change is the one with the greatest
+    sequence number, whose first section is the commit timestamp: only when two column types
+    share the newest timestamp does :func:`_table_column_types` decide by the whole number.
+    """
     from pyspark.sql import functions as F
 
     in_window = _in_window(start_micros, end_micros)
-    return (
-        staged.groupBy("table_name")
+    groups = (
+        staged.groupBy("table_name", "column_types_json")
         .agg(
             F.count(F.lit(1)).alias("staged_rows"),
             F.count_if(in_window).alias("window_rows"),
             *[F.count_if(F.col(column).isNull()).alias(f"null_{column}") for column in REQUIRED_COLUMNS],
+            F.max(F.when(in_window, F.unix_micros("commit_timestamp"))).alias("newest_micros"),
         )
-        .orderBy("table_name")
         .collect()
     )
+    tables: dict[str, TableStats] = {}
+    for group in groups:
+        name = group["table_name"]
+        tables.setdefault(name, TableStats(name)).add(group)
+    return [tables[name] for name in sorted(tables, key=lambda name: (name is None, name or ""))]
 
 
 def _table_column_types(
     staged: Any, tables: Sequence[str], start_micros: int, end_micros: int
 ) -> dict[str, str | None]:
-    """Each table's column types as last seen in the window: those of its newest change.
+    """Each table's column types as last seen in the window: those of its newest change, by
+    sequence number.
 
     One ungrouped aggregation with a ``max_by`` per table: a grouped ``max_by`` of strings
     would sort every staged row by table first.
@@ -525,17 +566,16 @@ def _table_column_types(
     return {name: newest[f"types_{number}"] for number, name in enumerate(tables)}
 
 
-def _check_tables(table_rows: list[Any]) -> None:
-    for row in table_rows:
+def _check_tables(tables: list[TableStats]) -> None:
+    for table in tables:
         try:
-            validate_identifier(row["table_name"], "table")
+            validate_identifier(table.table_name, "table")
         except InvalidIdentifierError as error:
-            raise MergeJobError(f"staging holds {row['staged_rows']} row(s) of an {error}") from None
-        missing = [name[len("null_"):] for name, value in row.asDict().items()
-                   if name.startswith("null_") and value]
-        if missing:
+            raise MergeJobError(f"staging holds {table.staged_rows} row(s) of an {error}") from None
+        if table.missing:
             raise MergeJobError(
-                f"staged rows of table {row['table_name']!r} lack required values in: {', '.join(missing)}"
+                f"staged rows of table {table.table_name!r} lack required values in: "
+                f"{', '.join(column for column in REQUIRED_COLUMNS if column in table.missing)}"
             )
 
 
@@ -701,8 +741,8 @@ def _merge(spark: Any, args: MergeArguments, staging: str, changeset: str, files
 
     staged = _read_staging(spark, staging)
     table_rows = _table_stats(staged, args.start_micros, args.end_micros)
-    read_rows = sum(row["staged_rows"] for row in table_rows)
-    dropped = sum(row["staged_rows"] - row["window_rows"] for row in table_rows)
+    read_rows = sum(row.staged_rows for row in table_rows)
+    dropped = sum(row.staged_rows - row.window_rows for row in table_rows)
     elapsed = max(time.monotonic() - began, 1e-9)
     _log(
         f"window {window}: read {read_rows} staged row(s) of {len(table_rows)} table(s) in "
@@ -713,8 +753,10 @@ def _merge(spark: Any, args: MergeArguments, staging: str, changeset: str, files
     _log(f"window {window}: {transactions} complete transaction(s) with {records} record(s)")
 
     files.delete(f"{changeset}/{MANIFEST_NAME}")
-    changed = [row["table_name"] for row in table_rows if row["window_rows"]]
-    column_types = _table_column_types(staged, changed, args.start_micros, args.end_micros)
+    changed = [row.table_name for row in table_rows if row.window_rows]
+    column_types = {row.table_name: row.column_types for row in table_rows if row.window_rows}
+    tied = [row.table_name for row in table_rows if row.window_rows and row.types_tied]
+    column_types.update(_table_column_types(staged, tied, args.start_micros, args.end_micros))
     unknown = sorted(name for name in changed if not column_types.get(name))
     if unknown:
         raise MergeJobError(f"staged rows of table(s) {', '.join(unknown)} lack column_types_json")
@@ -726,12 +768,9 @@ def _merge(spark: Any, args: MergeArguments, staging: str, changeset: str, files
     collapsed.write.mode("overwrite").partitionBy(TABLE_PARTITION_COLUMN).parquet(changeset)
     written = _written_rows(observation, changed)
     tables = {
-        row["table_name"]: {
-            "rows": int(written.get(row["table_name"], 0)),
-            "source_changes": int(row["window_rows"]),
-        }
+        row.table_name: {"rows": int(written.get(row.table_name, 0)), "source_changes": row.window_rows}
         for row in table_rows
-        if row["window_rows"]
+        if row.window_rows
     }
     elapsed = max(time.monotonic() - began, 1e-9)
     merged = read_rows - dropped

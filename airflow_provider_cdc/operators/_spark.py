@@ -83,12 +83,17 @@ def is_local(master: str | None) -> bool:
     return master is None or master.startswith("local")
 
 
+_LOOK_UP = object()
+
+
 @contextmanager
-def spark_defaults(operator: Any, conn_id: str) -> Iterator[str]:
+def spark_defaults(operator: Any, conn_id: str, master: Any = _LOOK_UP) -> Iterator[str]:
     """While a SparkSubmitOperator runs: local ``[*]`` master, environment and settings
     (:data:`LOCAL_SPARK_CONF`) when ``conn_id`` is missing or local. Yields the master used; the
-    operator's own ``env_vars`` and ``conf`` are restored after."""
-    master = connection_master(conn_id)
+    operator's own ``env_vars`` and ``conf`` are restored after. ``master``: the connection's, when
+    the caller has looked it up already (:func:`connection_master`)."""
+    if master is _LOOK_UP:
+        master = connection_master(conn_id)
     user_env, user_conf = operator.env_vars, operator.conf
     if is_local(master):
         operator.env_vars = local_environment(user_env)

@@ -184,19 +184,23 @@ class SparkUpsertWindowOperator(SparkSubmitOperator):
 
     def runs_locally(self) -> bool:
         """Whether the job runs with this worker's Python (``local_python`` and a local master)."""
-        return self.local_python and is_local(connection_master(self._conn_id))
+        return self._runs_locally_on(connection_master(self._conn_id))
+
+    def _runs_locally_on(self, master: str | None) -> bool:
+        return self.local_python and is_local(master)
 
     def execute(self, context: Context) -> None:  # type: ignore[override]
         self.application_args = self.build_application_args(context)
-        if self.runs_locally():
+        master = connection_master(self._conn_id)
+        if self._runs_locally_on(master):
             env = {**local_environment(self.env_vars), **self._storage_environment()}
             self._local_job = LocalPythonJob(self.application, self.application_args, env, self.py_files)
             self.log.info("Applying change set with arguments %s locally", self.application_args)
             self._local_job.run(self.log)
             return None
-        with spark_defaults(self, self._conn_id) as master:
+        with spark_defaults(self, self._conn_id, master) as used:
             self.log.info(
-                "Applying change set with arguments %s on Spark master %s", self.application_args, master
+                "Applying change set with arguments %s on Spark master %s", self.application_args, used
             )
             return super().execute(context)
 
