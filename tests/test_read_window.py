@@ -344,6 +344,33 @@ def test_sensor_pokes_and_defers_until_partitions_are_drained(
     deferring.execute_complete({}, event.payload)
 
 
+def test_the_drain_check_names_a_reader_that_stopped_reporting(
+    history: tuple, airflow_env: str, tmp_path: Path
+) -> None:
+    import sqlalchemy as sa
+
+    from airflow_provider_cdc.sensors.partitions_drained import describe_lagging
+
+    database, workload, begin = history
+    window = _windows(begin)[0]
+    hook = _hook(database)
+    hook.open_window("pipeline", window, str(tmp_path), "reader-0")
+    store = hook.metastore
+    waiting = store.lagging_partitions(hook.stream_key, window.end)
+    assert waiting, "an opened, unread window holds the drain check back"
+    held = waiting[0].token
+    assert store.claim_partition(hook.stream_key, held, "reader-gone", 600) is not None
+    assert "reader-gone" not in describe_lagging(hook.lagging_partitions(window.end))  # it just started
+    with store.engine.begin() as conn:  # ten minutes without a record or heartbeat from its reader
+        conn.execute(sa.text("UPDATE cdc_partitions SET progress_us = progress_us - 600000000, "
+                             "updated_us = updated_us - 600000000"))
+    reasons = {p.token: p.reason for p in hook.lagging_partitions(window.end)}
+    stall = "its reader reader-gone has reported no progress for 3 heartbeat intervals of 10000 ms"
+    assert stall in reasons[held]
+    assert "another reader takes it over when the lease expires at" in reasons[held]
+    assert not any("reader-gone" in reason for token, reason in reasons.items() if token != held)
+
+
 def test_operators_open_and_read_a_window_through_their_fields(
     history: tuple, airflow_env: str, tmp_path: Path
 ) -> None:

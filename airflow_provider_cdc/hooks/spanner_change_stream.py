@@ -16,7 +16,7 @@ from airflow_provider_cdc.domain.identifiers import InvalidIdentifierError, vali
 from airflow_provider_cdc.domain.timestamps import ensure_utc, format_timestamp
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-from airflow_provider_cdc.metastore import Metastore, MetastoreError
+from airflow_provider_cdc.metastore import Metastore, MetastoreError, PartitionRecord
 
 if TYPE_CHECKING:  # imported where used: a DAG file that only names this hook stays quick to parse
     from airflow_provider_cdc.spanner.change_stream_query import ChangeStreamQuery
@@ -53,6 +53,23 @@ class LaggingPartition:
     watermark: datetime
     behind_seconds: float
     reason: str
+
+
+#: A held partition whose reader has reported nothing for this many heartbeat intervals is stalled.
+STALLED_AFTER_HEARTBEATS = 3
+
+
+def _stall_detail(partition: PartitionRecord | None) -> str:
+    """Why a stalled partition waits (empty for a partition that is not stalled)."""
+    if partition is None:
+        return ""
+    expiry = partition.lease_expires_at
+    return (
+        f"; its reader {partition.lease_owner} has reported no progress for {STALLED_AFTER_HEARTBEATS} "
+        f"heartbeat intervals of {partition.heartbeat_ms} ms and may have died"
+        + (f" (another reader takes it over when the lease expires at {format_timestamp(expiry)})"
+           if expiry is not None else "")
+    )
 
 
 class SpannerChangeStreamHook(GoogleBaseHook):
@@ -253,14 +270,19 @@ class SpannerChangeStreamHook(GoogleBaseHook):
             if window is not None:
                 return [LaggingPartition("<initial query>", timestamp, 0.0, "the window has not been opened")]
             return []
+        behind = store.lagging_partitions(self.stream_key, timestamp)
+        stalled = {}
+        if behind:
+            found = store.stalled_partitions(self.stream_key, missed_heartbeats=STALLED_AFTER_HEARTBEATS)
+            stalled = {p.token: p for p in found}
         lagging = [
             LaggingPartition(
                 p.token,
                 p.watermark,
                 (timestamp - p.watermark).total_seconds(),
-                f"drained to {format_timestamp(p.watermark)}",
+                f"drained to {format_timestamp(p.watermark)}" + _stall_detail(stalled.get(p.token)),
             )
-            for p in store.lagging_partitions(self.stream_key, timestamp)
+            for p in behind
         ]
         if window is not None:
             items = store.window_partitions(self.stream_key, window.start, window.end)
