@@ -740,22 +740,22 @@ def _merge(spark: Any, args: MergeArguments, staging: str, changeset: str, files
         return _manifest(args, {}, 0, 0, 0)
 
     staged = _read_staging(spark, staging)
-    table_rows = _table_stats(staged, args.start_micros, args.end_micros)
-    read_rows = sum(row.staged_rows for row in table_rows)
-    dropped = sum(row.staged_rows - row.window_rows for row in table_rows)
+    stats = _table_stats(staged, args.start_micros, args.end_micros)
+    read_rows = sum(table.staged_rows for table in stats)
+    dropped = sum(table.staged_rows - table.window_rows for table in stats)
     elapsed = max(time.monotonic() - began, 1e-9)
     _log(
-        f"window {window}: read {read_rows} staged row(s) of {len(table_rows)} table(s) in "
+        f"window {window}: read {read_rows} staged row(s) of {len(stats)} table(s) in "
         f"{elapsed:.1f}s ({read_rows / elapsed:,.0f} rows/s); {dropped} outside the window"
     )
-    _check_tables(table_rows)
+    _check_tables(stats)
     transactions, records = _check_transactions(staged, args.start_micros, args.end_micros, window)
     _log(f"window {window}: {transactions} complete transaction(s) with {records} record(s)")
 
     files.delete(f"{changeset}/{MANIFEST_NAME}")
-    changed = [row.table_name for row in table_rows if row.window_rows]
-    column_types = {row.table_name: row.column_types for row in table_rows if row.window_rows}
-    tied = [row.table_name for row in table_rows if row.window_rows and row.types_tied]
+    changed = [table.table_name for table in stats if table.window_rows]
+    column_types = {table.table_name: table.column_types for table in stats if table.window_rows}
+    tied = [table.table_name for table in stats if table.window_rows and table.types_tied]
     column_types.update(_table_column_types(staged, tied, args.start_micros, args.end_micros))
     unknown = sorted(name for name in changed if not column_types.get(name))
     if unknown:
@@ -768,9 +768,9 @@ def _merge(spark: Any, args: MergeArguments, staging: str, changeset: str, files
     collapsed.write.mode("overwrite").partitionBy(TABLE_PARTITION_COLUMN).parquet(changeset)
     written = _written_rows(observation, changed)
     tables = {
-        row.table_name: {"rows": int(written.get(row.table_name, 0)), "source_changes": row.window_rows}
-        for row in table_rows
-        if row.window_rows
+        table.table_name: {"rows": int(written.get(table.table_name, 0)), "source_changes": table.window_rows}
+        for table in stats
+        if table.window_rows
     }
     elapsed = max(time.monotonic() - began, 1e-9)
     merged = read_rows - dropped
