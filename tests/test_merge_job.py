@@ -101,13 +101,18 @@ def mod(
     }
 
 
-def write_staging(folder: Path, files: dict[str, list[list[dict]]]) -> None:
+# Staging as a faulty writer could leave it: any value may be NULL.
+NULLABLE_STAGED_SCHEMA = pa.schema([field.with_nullable(True) for field in STAGED_CHANGE_SCHEMA])
+
+
+def write_staging(folder: Path, files: dict[str, list[list[dict]]],
+                  schema: pa.Schema = STAGED_CHANGE_SCHEMA) -> None:
     """``files``: partition key → files, each a list of staged rows (written with plain pyarrow)."""
     for partition, parts in files.items():
         for number, rows in enumerate(parts):
             target = folder / f"partition={partition}" / f"part-{number:05d}.parquet"
             target.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(pa.Table.from_pylist(rows, schema=STAGED_CHANGE_SCHEMA), target)
+            pq.write_table(pa.Table.from_pylist(rows, schema=schema), target)
 
 
 def in_window(rows: list[dict]) -> list[dict]:
@@ -520,12 +525,13 @@ def harness_run(tmp_path_factory) -> dict[str, Any]:
     scenarios: dict[str, list[str]] = {}
 
     def window(name: str, rows: list[dict] | None, *extra: str, staging: str | None = None,
-               changeset: str | None = None) -> None:
+               changeset: str | None = None, nullable: bool = False) -> None:
         folder = root / name / "staging"
         if rows is not None:
             write_staging(folder, staging_files(rows) if name.startswith("driver") else
                           {"p1": [[r for r in rows if r["partition_token"] == "token-p1"]],
-                           "p2": [[r for r in rows if r["partition_token"] == "token-p2"]]})
+                           "p2": [[r for r in rows if r["partition_token"] == "token-p2"]]},
+                          NULLABLE_STAGED_SCHEMA if nullable else STAGED_CHANGE_SCHEMA)
         scenarios[name] = ["--staging", staging or str(folder), "--changeset",
                            changeset or str(root / name / "changeset"),
                            "--window-start", format_timestamp(START), "--window-end", format_timestamp(END),
@@ -557,6 +563,10 @@ def harness_run(tmp_path_factory) -> dict[str, Any]:
     window("bad_table", [mod(t, "t1", "Bad-Name", "INSERT", "k", {"A": "1"})])
     window("bad_mod", [mod(t, "t1", "Accounts", "MERGE", "k7", {"Name": "x"})])
     window("bad_json", [mod(t, "t1", "Accounts", "UPDATE", "k8", "[1, 2]")])
+    unsequenced = {**mod(t, "t2", "Accounts", "INSERT", "k10", {"Name": "y"}), "change_sequence_number": None}
+    window("bad_null", [mod(t, "t1", "Accounts", "INSERT", "k9", {"Name": "x"}), unsequenced], nullable=True)
+    untyped = {**mod(t, "t1", "Accounts", "INSERT", "k11", {"Name": "z"}), "column_types_json": None}
+    window("bad_types", [untyped], nullable=True)
 
     emulator = gcs_emulator()
     if emulator is not None:
@@ -664,6 +674,8 @@ def test_column_types_are_those_of_the_newest_change_when_commit_timestamps_tie(
         ("bad_mod", """table 'Accounts', key {"Id":"k7"}: change"""),
         ("bad_mod", "unknown mod_type 'MERGE'"),
         ("bad_json", """_values_json of table Accounts, key {"Id":"k8"} is not a JSON object: [1, 2]"""),
+        ("bad_null", "staged rows of table 'Accounts' lack required values in: change_sequence_number"),
+        ("bad_types", "staged rows of table(s) Accounts lack column_types_json"),
     ],
 )
 def test_bad_staging_fails_with_a_message_naming_the_problem(

@@ -489,7 +489,7 @@ class TableStats:
     table_name: str
     staged_rows: int = 0
     window_rows: int = 0
-    missing: dict[str, int] = field(default_factory=dict)  # required column -> rows lacking it
+    missing: set[str] = field(default_factory=set)  # required columns some of its rows lack
     column_types: str | None = None  # of the newest change in the window (by commit timestamp)
     newest_micros: int | None = None
     types_tied: bool = False  # other column types at that same commit timestamp
@@ -498,9 +498,7 @@ class TableStats:
         """Fold in one (table, column types) group of the aggregation."""
         self.staged_rows += int(group["staged_rows"])
         self.window_rows += int(group["window_rows"])
-        for column in REQUIRED_COLUMNS:
-            if group[f"null_{column}"]:
-                self.missing[column] = self.missing.get(column, 0) + int(group[f"null_{column}"])
+        self.missing.update(column for column in REQUIRED_COLUMNS if group[f"null_{column}"])
         newest = group["newest_micros"]
         if newest is None:
             return
