@@ -6,6 +6,9 @@ For each table size (default 100k, 1M and 10M rows) and each workload, a change 
 
 * ``plain``: one delta-rs MERGE of the already-typed change set (key equality; delete, update all
   columns, insert), the cheapest MERGE that gives the same table for in-order windows;
+* ``guarded`` (with ``--clauses``): the plain MERGE plus the clauses the upsert adds to it, the
+  sequence-number guard on matched rows and a per-row choice for each column that partial images
+  leave out (flags computed before the clock starts), to show what those clauses cost;
 * ``upsert``: ``DeltaLakeTarget.apply_change_set`` from the change-set Parquet files: JSON
   decoding, validation, the window guard, per-column partial-image expressions, the sequence
   number guard and the tagged commit.
@@ -17,9 +20,11 @@ Each measurement runs in a fresh process (its peak RSS is reported): one apply o
 copy of the base table warms the process up (its time is shown as "upsert 1st s": imports and
 first-use costs a spark-submit pays once per window), then ``--applies`` timed applies run, each
 on a fresh copy, and the fastest counts (other work on the machine only ever slows an apply down).
-Plain and upsert processes alternate; the median over ``--repeat`` processes is printed, as wall
-time and as CPU time (all threads of the process; less sensitive to other work on a busy
-machine). Base tables are cached under ``--workdir``.
+Each upsert process also times its decode alone (``decode s``, the fastest of ``--applies``): column
+types, reading and decoding the change set and the checks before the MERGE, the work the plain
+MERGE is spared by starting from typed columns. Plain and upsert processes alternate; the median
+over ``--repeat`` processes is printed, as wall time and as CPU time (all threads of the process;
+less sensitive to other work on a busy machine). Base tables are cached under ``--workdir``.
 
     python benchmarks/apply_window.py --sizes 100000,1000000,10000000 --workdir .cache/bench
 """
@@ -181,17 +186,29 @@ def _apply_once(method: str, lake: str, changeset: str) -> tuple[float, float]:
     from airflow_provider_cdc.lake.change_set import ChangeSetReader
 
     (part,) = ChangeSetReader(changeset).tables()
-    if method == "plain":
+    if method in ("plain", "guarded"):
         table = TableColumns.from_column_types(TABLE, part.column_types())
         typed = pa.Table.from_batches([to_merge_source(b, table) for b in part.dataset.to_batches()])
         names = table.table_schema().names
         source = typed.select([*names, "_change_type"])
+        updates = {n: f"source.{n}" for n in names if n != "OrderId"}
+        guard = ""
+        if method == "guarded":
+            from airflow_provider_cdc.lake.delta import _carried_columns
+
+            seq = "_change_sequence_number"
+            guard = f" AND (target.{seq} IS NULL OR source.{seq} > target.{seq})"
+            for name, carries in _carried_columns(typed, [c.name for c in table.values]).items():
+                if not isinstance(carries, bool):
+                    source = source.append_column(f"_carries_{name}", carries)
+                    flag = f"source._carries_{name}"
+                    updates[name] = f"CASE WHEN {flag} THEN source.{name} ELSE target.{name} END"
         with _Clock() as clock:
             dt = DeltaTable(f"{lake}/{TABLE}")
             (
                 dt.merge(source, "target.OrderId = source.OrderId", "source", "target", streamed_exec=False)
-                .when_matched_delete("source._change_type = 'DELETE'")
-                .when_matched_update({n: f"source.{n}" for n in names if n != "OrderId"})
+                .when_matched_delete("source._change_type = 'DELETE'" + guard)
+                .when_matched_update(updates, "source._change_type = 'UPSERT'" + guard)
                 .when_not_matched_insert({n: f"source.{n}" for n in names}, "source._change_type = 'UPSERT'")
                 .execute()
             )
@@ -201,6 +218,21 @@ def _apply_once(method: str, lake: str, changeset: str) -> tuple[float, float]:
         result = target.apply_change_set(TABLE, part.dataset, part.column_types(), PIPELINE, CHANGE_WINDOW)
     assert result.status == "applied", result
     return clock.wall, clock.cpu
+
+
+def _decode_once(changeset: str) -> float:
+    """Wall seconds of what the upsert does before its MERGE and the plain MERGE does not do:
+    column types, reading and decoding the change set, the duplicate-key and image checks."""
+    from airflow_provider_cdc.lake.change_set import ChangeSetReader, iter_batches
+    from airflow_provider_cdc.lake.delta import _carried_columns, _check_unique_keys
+
+    (part,) = ChangeSetReader(changeset).tables()
+    with _Clock() as clock:
+        table = TableColumns.from_column_types(TABLE, part.column_types())
+        source = pa.Table.from_batches([to_merge_source(b, table) for b in iter_batches(part.dataset)])
+        _check_unique_keys(source, table)
+        _carried_columns(source, [c.name for c in table.values])
+    return clock.wall
 
 
 def _peak_rss_mb() -> float:
@@ -224,7 +256,9 @@ def measure(method: str, base: str, changeset: str, scratch: str, applies: int) 
         warm.append(_apply_once(method, scratch, changeset))
     rows = DeltaTable(f"{scratch}/{TABLE}").count()
     shutil.rmtree(scratch, ignore_errors=True)
+    decode = [_decode_once(changeset) for _ in range(applies)] if method == "upsert" else [0.0]
     return {
+        "decode_seconds": min(decode),
         "seconds": min(wall for wall, _ in warm),
         "cpu_seconds": min(cpu for _, cpu in warm),
         "all_seconds": [wall for wall, _ in warm],
@@ -262,7 +296,10 @@ def main() -> None:
         default=DEFAULT_TARGET_FILE_SIZE // (1024 * 1024),
         help="delta.targetFileSize of the tables (default: DeltaLakeTarget's)",
     )
-    parser.add_argument("--measure", choices=("plain", "upsert"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--clauses", action="store_true", help="also time the plain MERGE with the upsert's extra clauses"
+    )
+    parser.add_argument("--measure", choices=("plain", "guarded", "upsert"), help=argparse.SUPPRESS)
     parser.add_argument("--lake", help=argparse.SUPPRESS)
     parser.add_argument("--changeset", help=argparse.SUPPRESS)
     parser.add_argument("--scratch", help=argparse.SUPPRESS)
@@ -281,33 +318,40 @@ def main() -> None:
     )
     for workload in args.workloads.split(","):
         print(f"\nworkload {workload}")
+        methods = ("plain", "guarded", "upsert") if args.clauses else ("plain", "upsert")
         print(
             f"{'rows':>12} {'plain s':>9} {'upsert s':>9} {'ratio':>6} {'plain cpu':>10} {'upsert cpu':>11} "
-            f"{'ratio':>6} {'upsert 1st s':>13} {'plain MB':>9} {'upsert MB':>10}"
+            f"{'ratio':>6} {'decode s':>9} {'upsert 1st s':>13} {'plain MB':>9} {'upsert MB':>10}"
+            + (f" {'guarded s':>10} {'ratio':>6}" if args.clauses else "")
         )
         upsert_times: dict[int, float] = {}
         for size in sizes:
             base = build_base(workdir, size, workload, args.target_file_size_mib)
             changeset = build_change_set(workdir, size, workload, args.changes)
-            runs: dict[str, list[dict]] = {"plain": [], "upsert": []}
+            runs: dict[str, list[dict]] = {m: [] for m in methods}
             for _ in range(args.repeat):
-                for method in ("plain", "upsert"):
+                for method in methods:
                     scratch = workdir / f"run-{method}"
                     runs[method].append(run_measurement(method, base, changeset, scratch, args.applies))
             rows = {m: {r["rows"] for r in runs[m]} for m in runs}
-            if rows["plain"] != rows["upsert"]:
-                raise RuntimeError(f"plain and upsert disagree on the row count: {rows}")
+            if len({frozenset(r) for r in rows.values()}) != 1:
+                raise RuntimeError(f"the methods disagree on the row count: {rows}")
             plain = statistics.median(r["seconds"] for r in runs["plain"])
             upsert = statistics.median(r["seconds"] for r in runs["upsert"])
             plain_cpu = statistics.median(r["cpu_seconds"] for r in runs["plain"])
             upsert_cpu = statistics.median(r["cpu_seconds"] for r in runs["upsert"])
             upsert_times[size] = upsert
+            guarded = ""
+            if args.clauses:
+                seconds = statistics.median(r["seconds"] for r in runs["guarded"])
+                guarded = f" {seconds:>10.3f} {seconds / plain:>6.2f}"
             print(
                 f"{size:>12,} {plain:>9.3f} {upsert:>9.3f} {upsert / plain:>6.2f} "
                 f"{plain_cpu:>10.3f} {upsert_cpu:>11.3f} {upsert_cpu / plain_cpu:>6.2f} "
+                f"{statistics.median(r['decode_seconds'] for r in runs['upsert']):>9.3f} "
                 f"{statistics.median(r['cold_seconds'] for r in runs['upsert']):>13.3f} "
                 f"{max(r['peak_rss_mb'] for r in runs['plain']):>9.0f} "
-                f"{max(r['peak_rss_mb'] for r in runs['upsert']):>10.0f}",
+                f"{max(r['peak_rss_mb'] for r in runs['upsert']):>10.0f}{guarded}",
                 flush=True,
             )
         if len(upsert_times) > 1:
@@ -316,7 +360,7 @@ def main() -> None:
                 f"upsert growth {small:,} → {large:,} rows: {upsert_times[large] / upsert_times[small]:.2f}x "
                 "(goal ≤ 2x); ratio goal ≤ 1.2x"
             )
-    for method in ("plain", "upsert"):
+    for method in ("plain", "guarded", "upsert"):
         shutil.rmtree(workdir / f"run-{method}", ignore_errors=True)
 
 
