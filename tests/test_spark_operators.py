@@ -167,17 +167,21 @@ def test_local_python_job_kill_stops_a_running_job(tmp_path: Path) -> None:
 
 
 def test_upsert_operator_runs_locally_only_on_local_masters(monkeypatch) -> None:
+    from airflow_provider_cdc.operators._spark import connection_master
     from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
 
     def operator(conn_id: str, **kwargs: object) -> SparkUpsertWindowOperator:
         return SparkUpsertWindowOperator(task_id="upsert", changeset_root="/c", lake_root="/l",
                                          pipeline_id="shop", conn_id=conn_id, **kwargs)
 
-    assert operator(_spark_connection(monkeypatch, "spark_here", "local[*]")).runs_locally()
+    def runs_locally(op: SparkUpsertWindowOperator) -> bool:
+        return op.runs_locally(connection_master(op._conn_id))
+
+    assert runs_locally(operator(_spark_connection(monkeypatch, "spark_here", "local[*]")))
     monkeypatch.delenv("AIRFLOW_CONN_SPARK_NOWHERE", raising=False)
-    assert operator("spark_nowhere").runs_locally()  # no connection: local defaults
-    assert not operator("spark_here", local_python=False).runs_locally()
-    assert not operator(_spark_connection(monkeypatch, "spark_yarn", "yarn")).runs_locally()
+    assert runs_locally(operator("spark_nowhere"))  # no connection: local defaults
+    assert not runs_locally(operator("spark_here", local_python=False))
+    assert not runs_locally(operator(_spark_connection(monkeypatch, "spark_yarn", "yarn")))
 
 
 def test_upsert_operator_applies_a_window_without_spark_submit(tmp_path: Path, monkeypatch, capfd) -> None:

@@ -182,17 +182,15 @@ class SparkUpsertWindowOperator(SparkSubmitOperator):
             str(window_version_micros(self.window_version, context)),
         ]
 
-    def runs_locally(self) -> bool:
-        """Whether the job runs with this worker's Python (``local_python`` and a local master)."""
-        return self._runs_locally_on(connection_master(self._conn_id))
-
-    def _runs_locally_on(self, master: str | None) -> bool:
+    def runs_locally(self, master: str | None) -> bool:
+        """Whether the job runs with this worker's Python: ``local_python`` and a local ``master``
+        (the Spark connection's, as :func:`connection_master` gives it)."""
         return self.local_python and is_local(master)
 
     def execute(self, context: Context) -> None:  # type: ignore[override]
         self.application_args = self.build_application_args(context)
         master = connection_master(self._conn_id)
-        if self._runs_locally_on(master):
+        if self.runs_locally(master):
             env = {**local_environment(self.env_vars), **self._storage_environment()}
             self._local_job = LocalPythonJob(self.application, self.application_args, env, self.py_files)
             self.log.info("Applying change set with arguments %s locally", self.application_args)
