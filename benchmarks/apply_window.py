@@ -48,9 +48,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_cdc.domain.timestamps import to_micros
-from airflow_provider_cdc.lake.change_set import TableColumns, to_merge_source
+from airflow_provider_cdc.lake.change_set import TableColumns
 from airflow_provider_cdc.lake.change_set_writer import Change, change_set_table, write_change_set
-from airflow_provider_cdc.lake.delta import DEFAULT_TARGET_FILE_SIZE, DeltaLakeTarget
+from airflow_provider_cdc.lake.delta import DEFAULT_TARGET_FILE_SIZE, DeltaLakeTarget, materialized_source
 
 TABLE = "Orders"
 PIPELINE = "bench"
@@ -188,7 +188,7 @@ def _apply_once(method: str, lake: str, changeset: str) -> tuple[float, float]:
     (part,) = ChangeSetReader(changeset).tables()
     if method in ("plain", "guarded"):
         table = TableColumns.from_column_types(TABLE, part.column_types())
-        typed = pa.Table.from_batches([to_merge_source(b, table) for b in part.dataset.to_batches()])
+        typed = materialized_source(part.dataset, table)
         names = table.table_schema().names
         source = typed.select([*names, "_change_type"])
         updates = {n: f"source.{n}" for n in names if n != "OrderId"}
@@ -223,14 +223,13 @@ def _apply_once(method: str, lake: str, changeset: str) -> tuple[float, float]:
 def _decode_once(changeset: str) -> float:
     """Wall seconds of what the upsert does before its MERGE and the plain MERGE does not do:
     column types, reading and decoding the change set, the duplicate-key and image checks."""
-    from airflow_provider_cdc.lake.change_set import ChangeSetReader, iter_batches
-    from airflow_provider_cdc.lake.delta import _carried_columns, _check_unique_keys
+    from airflow_provider_cdc.lake.change_set import ChangeSetReader
+    from airflow_provider_cdc.lake.delta import _carried_columns
 
     (part,) = ChangeSetReader(changeset).tables()
     with _Clock() as clock:
         table = TableColumns.from_column_types(TABLE, part.column_types())
-        source = pa.Table.from_batches([to_merge_source(b, table) for b in iter_batches(part.dataset)])
-        _check_unique_keys(source, table)
+        source = materialized_source(part.dataset, table)
         _carried_columns(source, [c.name for c in table.values])
     return clock.wall
 

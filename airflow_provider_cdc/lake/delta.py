@@ -322,16 +322,14 @@ class DeltaLakeTarget:
             added = self._check_schema(dt, table)
 
         materialize = rows_hint is not None and rows_hint <= self.max_materialized_rows
-        schema = table.source_schema()
-        batches = (to_merge_source(batch, table) for batch in iter_batches(change_set))
         source: pa.Table | pa.RecordBatchReader
         if materialize:
-            source = pa.Table.from_batches(list(batches), schema=schema)
+            source = materialized_source(change_set, table)
             if source.num_rows == 0:
                 return ApplyResult(name, "empty", window_version, dt.version() if dt else None)
-            _check_unique_keys(source, table)
         else:
-            source = pa.RecordBatchReader.from_batches(schema, batches)
+            batches = (to_merge_source(batch, table) for batch in iter_batches(change_set))
+            source = pa.RecordBatchReader.from_batches(table.source_schema(), batches)
 
         commit = self._commit_properties(app_id, window_version)
         if dt is None:
@@ -596,6 +594,15 @@ class DeltaLakeTarget:
             added_columns=added,
             metrics=dict(metrics),
         )
+
+
+def materialized_source(change_set: Any, table: TableColumns) -> pa.Table:
+    """A whole change set decoded into one merge source, refused if it holds a key twice."""
+    batches = [to_merge_source(batch, table) for batch in iter_batches(change_set)]
+    source = pa.Table.from_batches(batches, schema=table.source_schema())
+    if source.num_rows:
+        _check_unique_keys(source, table)
+    return source
 
 
 def _carried_columns(source: pa.Table, columns: Sequence[str]) -> dict[str, bool | pa.Array]:
