@@ -185,19 +185,34 @@ def test_column_types_are_the_newest_changes() -> None:
     assert row["_column_types_json"] == TYPES_V2
 
 
-def test_a_window_uses_each_tables_latest_column_types_for_all_its_keys() -> None:
+def test_a_window_gives_all_keys_of_a_table_the_union_of_its_column_types() -> None:
+    # Spanner's UPDATE records list only the key and the changed columns: no single record here
+    # names every column of Accounts, the change set's column types do.
+    only_note = json.dumps([c for c in json.loads(TYPES_V2) if c["name"] in ("Id", "Note")])
+    only_name = json.dumps([c for c in json.loads(TYPES_V2) if c["name"] in ("Id", "Name")])
     tables = collapse_window(
         [
             change("INSERT", {"Name": "A"}, at=1, key=1),
-            change("UPDATE", {"Note": "n"}, at=3, key=2, column_types=TYPES_V2),
-            change("UPDATE", {"Name": "B"}, at=2, key=3),
+            change("UPDATE", {"Note": "n"}, at=3, key=2, column_types=only_note),
+            change("UPDATE", {"Name": "B"}, at=4, key=3, column_types=only_name),
             change("INSERT", {"Label": "x"}, at=4, key=1, table="Tags", column_types="[]"),
         ]
     )
     assert sorted(tables) == ["Accounts", "Tags"]
     assert [row["_keys_json"] for row in tables["Accounts"]] == ['{"Id":"1"}', '{"Id":"2"}', '{"Id":"3"}']
-    assert {row["_column_types_json"] for row in tables["Accounts"]} == {TYPES_V2}
+    (types,) = {row["_column_types_json"] for row in tables["Accounts"]}
+    assert json.loads(types) == json.loads(TYPES_V2)
     assert tables["Tags"][0]["_column_types_json"] == "[]"
+
+
+def test_a_columns_newest_description_wins_in_the_union() -> None:
+    as_bytes = json.dumps([{**c, "type": {"code": "BYTES"}} if c["name"] == "Note" else c
+                           for c in json.loads(TYPES_V2)])
+    for first, second in ((TYPES_V2, as_bytes), (as_bytes, TYPES_V2)):
+        tables = collapse_window([change("INSERT", {"Note": "bg=="}, at=1, key=1, column_types=first),
+                                  change("UPDATE", {"Note": "bg=="}, at=2, key=2, column_types=second)])
+        (types,) = {row["_column_types_json"] for row in tables["Accounts"]}
+        assert json.loads(types) == json.loads(second)
 
 
 @pytest.mark.parametrize(

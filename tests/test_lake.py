@@ -256,6 +256,25 @@ def test_new_columns_evolve_the_schema_in_the_window_commit(target: DeltaLakeTar
     assert rows(target, columns=["ID", "Salary", "Tags"])[1] == {"ID": 101, "Salary": 9, "Tags": ["a", "b"]}
 
 
+def test_a_window_of_partial_updates_never_narrows_the_table(target: DeltaLakeTarget) -> None:
+    # Spanner's UPDATE records list only the key and the changed columns; a window holding only
+    # such records has column types without Name.
+    seed_003(target)
+    narrow = [column for column in EMPLOYEES if column["name"] in ("ID", "Salary")]
+    result = apply(target, 20, [upsert(100, 2, present=["Salary"], Salary=1),
+                                upsert(300, 2, present=["Salary"], Salary=3)], column_types=narrow)
+    assert result.status == "applied" and result.added_columns == ()
+    dt = DeltaTable(target.table_uri("Employees"))
+    assert pa.schema(dt.schema().to_arrow()).names == [*SOURCE_COLUMNS, *_OWN_COLUMNS]
+    assert rows(target) == [
+        {"ID": 100, "Name": "Charlie", "Salary": 1},
+        {"ID": 101, "Name": "Tal", "Salary": 3000},
+        {"ID": 102, "Name": "Lee", "Salary": 5000},
+        # First seen through a partial UPDATE (it existed before the pipeline): the columns it carries.
+        {"ID": 300, "Name": None, "Salary": 3},
+    ]
+
+
 def test_incompatible_type_change_fails_naming_table_and_column(target: DeltaLakeTarget) -> None:
     seed_003(target)
     changed = [dict(c) for c in EMPLOYEES]

@@ -25,6 +25,7 @@ import pytest
 
 from airflow_provider_cdc.domain.collapse import CHANGE_SET_COLUMNS, CollapseError, collapse_window
 from airflow_provider_cdc.domain.sequence_number import spanner_change_sequence_number
+from airflow_provider_cdc.domain.spanner_types import column_types_json, parse_column_types
 from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, format_timestamp, to_micros
 from airflow_provider_cdc.jobs import merge_job
 from airflow_provider_cdc.staging import STAGED_CHANGE_SCHEMA
@@ -54,6 +55,18 @@ def column_types(*names: str, key: str = "Id") -> str:
         for i, name in enumerate(names, start=2)
     ]
     return json.dumps(columns, separators=(",", ":"))
+
+
+def only(types: str, *names: str) -> str:
+    """``types`` limited to the key and ``names``, as an UPDATE record lists them."""
+    return json.dumps([c for c in json.loads(types) if c["is_primary_key"] or c["name"] in names],
+                      separators=(",", ":"))
+
+
+def retyped(types: str, name: str, code: str) -> str:
+    """``types`` with column ``name`` of another type (an ALTER COLUMN between two records)."""
+    return json.dumps([{**c, "type": {"code": code}} if c["name"] == name else c for c in json.loads(types)],
+                      separators=(",", ":"))
 
 
 ACCOUNTS = column_types("Name", "Balance")
@@ -213,6 +226,24 @@ def test_arrow_batch_collapse_drops_a_repeated_mod_that_sorts_apart() -> None:
     got = run_batches([first, middle, repeat], random.Random(1))
     assert expected["_values_json"] == '{"Balance":"2","Name":"first"}'
     assert [row["_values_json"] for row in got] == [expected["_values_json"]]
+
+
+def test_several_mods_of_one_row_in_one_record_keep_the_last() -> None:
+    # One record (transaction t1, record 0) with two mods of key k1: told apart by the mod index.
+    rows = [
+        mod(START, "t1", "Accounts", "INSERT", "k1", {"Name": "first", "Balance": "1"}, index=0),
+        mod(START, "t1", "Accounts", "UPDATE", "k1", {"Name": "last"}, index=1),
+        mod(START, "t1", "Accounts", "UPDATE", "k2", {"Name": "other"}, index=2),
+    ]
+    expected = collapse_window(rows)["Accounts"]
+    assert json.loads(expected[0]["_values_json"]) == {"Name": "last", "Balance": "1"}
+    assert expected[0]["_full_image"] is True
+    for rng_seed in range(3):
+        retried = rows + [dict(rows[1]), dict(rows[0])]  # a retried read repeats both
+        got = {row["_keys_json"]: row for row in run_batches(retried, random.Random(rng_seed))}
+        assert [got[row["_keys_json"]]["_values_json"] for row in expected] == [
+            row["_values_json"] for row in expected
+        ]
 
 
 def test_arrow_batch_collapse_of_nothing_is_nothing() -> None:
@@ -453,8 +484,10 @@ def test_operator_run_writes_the_reference_collapse(operator_run: dict) -> None:
     orders = {row["_keys_json"]: row for row in got["Orders"]}
     assert orders['{"Id":"o4"}']["_CHANGE_TYPE"] == "DELETE"  # committed at end - 1µs
     assert '{"Id":"o5"}' not in orders  # committed at start - 1µs
-    # Every key of a table carries the table's newest column types, also keys changed before.
-    assert {row["_column_types_json"] for row in got["Orders"]} == {ORDERS_V2}
+    # Every key of a table carries the table's column types from all its records in the window.
+    assert [json.loads(text) for text in {row["_column_types_json"] for row in got["Orders"]}] == [
+        json.loads(ORDERS_V2)
+    ]
 
 
 @pytest.mark.spark
@@ -553,13 +586,22 @@ def harness_run(tmp_path_factory) -> dict[str, Any]:
                staging=(root / "driver1" / "staging").as_uri(),
                changeset=(root / "driver" / "changeset").as_uri())
     (root / "driver" / "changeset" / "table=Old").mkdir(parents=True)
-    for name, (first, second) in {"tie_a": (ORDERS_V1, ORDERS_V2), "tie_b": (ORDERS_V2, ORDERS_V1)}.items():
-        # Two transactions commit at one timestamp with other column types; an earlier one too.
+    note_bytes = retyped(ORDERS_V2, "Note", "BYTES")
+    for name, (first, second) in {"tie_a": (ORDERS_V2, note_bytes), "tie_b": (note_bytes, ORDERS_V2)}.items():
+        # Two transactions commit at one timestamp with other types of Note; an earlier, narrower one.
         window(name, [
-            mod(t - timedelta(seconds=1), "tx0", "Orders", "INSERT", "o0", {"Amount": "0"}, types=ORDERS_V2),
+            mod(t - timedelta(seconds=1), "tx0", "Orders", "INSERT", "o0", {"Amount": "0"}, types=ORDERS_V1),
             mod(t, "txA", "Orders", "INSERT", "o1", {"Amount": "1"}, types=first),
             mod(t, "txB", "Orders", "INSERT", "o2", {"Amount": "2"}, types=second),
         ])
+    # Only partial UPDATEs, each record listing the key and the column it changes (as Spanner does).
+    window("partial", [
+        mod(t, "tx1", "Accounts", "UPDATE", "a1", {"Name": "A"}, types=only(ACCOUNTS, "Name")),
+        mod(t + ONE_MICROSECOND, "tx2", "Accounts", "UPDATE", "a2", {"Balance": "2"},
+            types=only(ACCOUNTS, "Balance")),
+        mod(t + 2 * ONE_MICROSECOND, "tx3", "Accounts", "UPDATE", "a1", {"Balance": "3"},
+            types=only(ACCOUNTS, "Balance")),
+    ])
     window("bad_table", [mod(t, "t1", "Bad-Name", "INSERT", "k", {"A": "1"})])
     window("bad_mod", [mod(t, "t1", "Accounts", "MERGE", "k7", {"Name": "x"})])
     window("bad_json", [mod(t, "t1", "Accounts", "UPDATE", "k8", "[1, 2]")])
@@ -654,16 +696,32 @@ def test_gs_uris_without_a_connector_go_through_the_driver(harness_run: dict) ->
 
 @pytest.mark.spark
 @pytest.mark.parametrize("name", ["tie_a", "tie_b"])
-def test_column_types_are_those_of_the_newest_change_when_commit_timestamps_tie(
-    harness_run: dict, name: str
-) -> None:
+def test_a_columns_newest_type_wins_also_when_commit_timestamps_tie(harness_run: dict, name: str) -> None:
     result = harness_run["results"][name]
     assert result["code"] == 0, result["stderr"]
     staged = pq.read_table(harness_run["root"] / name / "staging", partitioning=None).to_pylist()
-    newest = max(staged, key=lambda row: row["change_sequence_number"])["column_types_json"]
+    newest = json.loads(max(staged, key=lambda row: row["change_sequence_number"])["column_types_json"])
     changes = read_change_set(harness_run["root"] / name / "changeset")
-    assert {row["_column_types_json"] for row in changes["Orders"]} == {newest}
+    (text,) = {row["_column_types_json"] for row in changes["Orders"]}
+    # Every column of the window (the older record's too), Note typed as the newest record says.
+    assert json.loads(text) == sorted(newest, key=lambda c: c["ordinal_position"])
     assert changes == {"Orders": reference(staged)["Orders"]}
+
+
+@pytest.mark.spark
+def test_column_types_are_the_union_of_partial_update_records(harness_run: dict) -> None:
+    result = harness_run["results"]["partial"]
+    assert result["code"] == 0, result["stderr"]
+    staged = pq.read_table(harness_run["root"] / "partial" / "staging", partitioning=None).to_pylist()
+    changes = read_change_set(harness_run["root"] / "partial" / "changeset")
+    # No record lists both Name and Balance; the change set's column types have both.
+    assert {row["_column_types_json"] for row in changes["Accounts"]} == {
+        column_types_json(parse_column_types(ACCOUNTS))
+    }
+    rows = {row["_keys_json"]: row for row in changes["Accounts"]}
+    assert rows['{"Id":"a1"}']["_present_columns"] == ["Balance", "Name"]
+    assert rows['{"Id":"a1"}']["_full_image"] is False
+    assert changes == {"Accounts": reference(staged)["Accounts"]}
 
 
 @pytest.mark.spark
@@ -675,7 +733,7 @@ def test_column_types_are_those_of_the_newest_change_when_commit_timestamps_tie(
         ("bad_mod", "unknown mod_type 'MERGE'"),
         ("bad_json", """_values_json of table Accounts, key {"Id":"k8"} is not a JSON object: [1, 2]"""),
         ("bad_null", "staged rows of table 'Accounts' lack required values in: change_sequence_number"),
-        ("bad_types", "staged rows of table(s) Accounts lack column_types_json"),
+        ("bad_types", "staged rows of table 'Accounts' lack column_types_json"),
     ],
 )
 def test_bad_staging_fails_with_a_message_naming_the_problem(

@@ -12,9 +12,10 @@ after de-duplication:
   later value winning per column (``UPDATE → UPDATE`` = partial image, ``INSERT → UPDATE`` and
   ``DELETE → INSERT`` = full image). ``_full_image`` is true when the segment began with INSERT.
 * ``_CHANGE_SEQUENCE_NUMBER`` and ``_commit_timestamp`` are those of the key's newest change.
-* ``_column_types_json`` is the table's column types as last seen in the window: the
-  ``column_types_json`` of the table's newest change (Spanner sends every column of the table
-  with each record, so this carries the latest schema).
+* ``_column_types_json`` is the table's column types in the window: the union of the
+  ``column_types_json`` of all its changes, the newest description of each column winning
+  (Spanner's UPDATE records list only the key columns and the changed ones, so no single record
+  need carry every column).
 
 Text passes through unchanged where nothing is merged: a segment of one change keeps its
 ``new_values_json`` text; a merged image is compact JSON with sorted column names. The merge job
@@ -78,13 +79,15 @@ def change_order(change: Mapping[str, Any]) -> tuple[str, str, str, int]:
 
 def deduplicate(changes: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Drop repeated mods, keeping the first of each ``(server_transaction_id, record_sequence,
-    table_name, keys_json)`` in input order."""
-    seen: set[tuple[Any, Any, Any, Any]] = set()
+    mod_index, table_name, keys_json)`` in input order (a retried read repeats mods; a source
+    may send several mods of one row in one record, told apart by their mod index)."""
+    seen: set[tuple[Any, Any, Any, Any, Any]] = set()
     unique = []
     for change in changes:
         identity = (
             change["server_transaction_id"],
             change["record_sequence"],
+            change["mod_index"],
             change["table_name"],
             change["keys_json"],
         )
@@ -146,9 +149,9 @@ def collapse_key(
     """Collapse one key's changes in a window (staged-row mappings) into one change-set row.
 
     The changes may come in any order and may hold duplicates: they are ordered by
-    :func:`change_order` and the first of each ``(server_transaction_id, record_sequence)`` is
-    kept. ``column_types_json`` is the table's (see :func:`collapse_window`); by default the
-    newest change's.
+    :func:`change_order` and the first of each mod (:func:`deduplicate`) is kept.
+    ``column_types_json`` is the table's (see :func:`collapse_window`); by default the newest
+    change's.
     """
     chain = deduplicate(sorted(changes, key=change_order))
     if not chain:
@@ -185,15 +188,21 @@ def collapse_window(changes: Iterable[Mapping[str, Any]]) -> dict[str, list[dict
     Reference for the merge job; holds the whole window in memory, so meant for tests and small
     windows. Window bounds and transaction completeness are the caller's concern.
     """
+    from airflow_provider_cdc.domain.spanner_types import column_types_json, union_column_types
+
     by_key: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
-    newest_of_table: dict[str, Mapping[str, Any]] = {}
+    of_table: dict[str, list[Mapping[str, Any]]] = {}
     for change in changes:
         table = change["table_name"]
         by_key.setdefault((table, change["keys_json"]), []).append(change)
-        if table not in newest_of_table or change_order(change) > change_order(newest_of_table[table]):
-            newest_of_table[table] = change
+        of_table.setdefault(table, []).append(change)
+    column_types = {
+        table: column_types_json(
+            union_column_types(change["column_types_json"] for change in sorted(rows, key=change_order))
+        )
+        for table, rows in of_table.items()
+    }
     tables: dict[str, list[dict[str, Any]]] = {}
     for (table, _key), key_changes in sorted(by_key.items()):
-        column_types = newest_of_table[table]["column_types_json"]
-        tables.setdefault(table, []).append(collapse_key(key_changes, column_types))
+        tables.setdefault(table, []).append(collapse_key(key_changes, column_types[table]))
     return tables

@@ -218,6 +218,26 @@ def parse_column_types(value: str | Iterable[Mapping[str, Any] | ColumnType]) ->
     return sorted(columns, key=lambda c: (c.ordinal_position, c.name))
 
 
+def union_column_types(texts: Iterable[str | Iterable[Mapping[str, Any] | ColumnType]]) -> list[ColumnType]:
+    """A table's columns as every record of a window describes them, oldest record first.
+
+    Spanner's UPDATE records list only the key columns and the columns the mods change; INSERT and
+    DELETE records list every column. The union (by name, case-insensitively) holds every column any
+    record names, each as the newest record naming it describes it (type, key flag, ordinal position),
+    so a column whose type changed in the window has its newest type. Ordered by ordinal position.
+    """
+    union: dict[str, ColumnType] = {}
+    for text in texts:
+        for column in parse_column_types(text):
+            union[column.name.lower()] = column
+    return sorted(union.values(), key=lambda c: (c.ordinal_position, c.name))
+
+
+def column_types_json(columns: Iterable[ColumnType]) -> str:
+    """Canonical JSON text of column entries (compact, sorted keys, in the given order)."""
+    return json.dumps([column.to_json_dict() for column in columns], sort_keys=True, separators=(",", ":"))
+
+
 def arrow_schema(column_types: str | Iterable[Mapping[str, Any] | ColumnType]) -> pa.Schema:
     """Arrow schema of a table's columns ordered by ordinal position, key columns as ordinary columns.
 

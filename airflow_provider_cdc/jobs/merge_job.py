@@ -57,6 +57,7 @@ from airflow_provider_cdc.domain.collapse import (
     collapse_chain,
 )
 from airflow_provider_cdc.domain.identifiers import InvalidIdentifierError, validate_identifier
+from airflow_provider_cdc.domain.spanner_types import SpannerTypeError, column_types_json, union_column_types
 from airflow_provider_cdc.domain.timestamps import format_timestamp, parse_timestamp, to_micros
 
 MANIFEST_NAME = "_manifest.json"
@@ -264,8 +265,12 @@ def _collapse_chains(rows: pa.Table, starts: pa.Array) -> pa.Table:
     """Rows of keys with several changes (contiguous, ordered): folded by ``collapse_chain``."""
     mod_types = rows.column("mod_type").to_pylist()
     new_values = rows.column("new_values_json").to_pylist()
-    transactions = rows.column("server_transaction_id").to_pylist()
-    sequences = rows.column("record_sequence").to_pylist()
+    identities = list(zip(
+        rows.column("server_transaction_id").to_pylist(),
+        rows.column("record_sequence").to_pylist(),
+        rows.column("mod_index").to_pylist(),
+        strict=True,
+    ))
     bounds = pc.indices_nonzero(starts).to_pylist() + [rows.num_rows]
     newest: list[int] = []
     change_types: list[str] = []
@@ -274,12 +279,9 @@ def _collapse_chains(rows: pa.Table, starts: pa.Array) -> pa.Table:
     for begin, end in zip(bounds[:-1], bounds[1:], strict=True):
         kept: Sequence[int] = range(begin, end)
         # Adjacent repeats are gone already; with three or more changes a repeat could remain.
-        if end - begin > 2 and len(
-            set(zip(transactions[begin:end], sequences[begin:end], strict=True))
-        ) < end - begin:
-            seen: set[tuple[str, str]] = set()
-            kept = [i for i in kept if (transactions[i], sequences[i]) not in seen
-                    and not seen.add((transactions[i], sequences[i]))]
+        if end - begin > 2 and len(set(identities[begin:end])) < end - begin:
+            seen: set[tuple[str, str, int]] = set()
+            kept = [i for i in kept if identities[i] not in seen and not seen.add(identities[i])]
         if isinstance(kept, range):
             chain_types, chain_values = mod_types[begin:end], new_values[begin:end]
         else:
@@ -311,7 +313,9 @@ def _collapse_chains(rows: pa.Table, starts: pa.Array) -> pa.Table:
 
 
 _KEY_COLUMNS = ("table_name", "keys_json")
-_IDENTITY_COLUMNS = ("table_name", "keys_json", "server_transaction_id", "record_sequence")
+#: One mod: a change's identity (a retried read repeats it; the mod index tells apart several
+#: mods of one row in one record, which a source may send).
+_IDENTITY_COLUMNS = ("table_name", "keys_json", "server_transaction_id", "record_sequence", "mod_index")
 
 
 def _collapse_complete_groups(rows: pa.Table) -> Iterator[pa.RecordBatch]:
@@ -490,33 +494,48 @@ class TableStats:
     staged_rows: int = 0
     window_rows: int = 0
     missing: set[str] = field(default_factory=set)  # required columns some of its rows lack
-    column_types: str | None = None  # of the newest change in the window (by commit timestamp)
-    newest_micros: int | None = None
-    types_tied: bool = False  # other column types at that same commit timestamp
+    #: Each distinct column types text of the window's changes, with its newest commit timestamp.
+    type_texts: dict[str | None, int] = field(default_factory=dict)
 
     def add(self, group: Any) -> None:
         """Fold in one (table, column types) group of the aggregation."""
         self.staged_rows += int(group["staged_rows"])
         self.window_rows += int(group["window_rows"])
         self.missing.update(column for column in REQUIRED_COLUMNS if group[f"null_{column}"])
-        newest = group["newest_micros"]
-        if newest is None:
-            return
-        if self.newest_micros is None or newest > self.newest_micros:
-            self.newest_micros, self.column_types, self.types_tied = newest, group["column_types_json"], False
-        elif newest == self.newest_micros and group["column_types_json"] != self.column_types:
-            self.types_tied = True
+        if group["newest_micros"] is not None:
+            self.type_texts[group["column_types_json"]] = int(group["newest_micros"])
+
+    @property
+    def types_tied(self) -> bool:
+        """Whether several column types texts share the newest commit timestamp (then only the
+        whole sequence number says which is newest)."""
+        newest = max(self.type_texts.values(), default=None)
+        return sum(1 for micros in self.type_texts.values() if micros == newest) > 1
+
+    def column_types(self, newest_text: str | None = None) -> str:
+        """The union of the column types of all the table's changes in the window (the newest
+        description of each column wins; ``newest_text`` breaks a tie of commit timestamps)."""
+        if None in self.type_texts:
+            raise MergeJobError(f"staged rows of table {self.table_name!r} lack column_types_json")
+        ordered = sorted(self.type_texts, key=lambda text: (self.type_texts[text], text == newest_text))
+        try:
+            return column_types_json(union_column_types(ordered))
+        except SpannerTypeError as error:
+            raise MergeJobError(
+                f"table {self.table_name!r}: bad column_types_json in staging: {error}"
+            ) from None
 
 
 def _table_stats(staged: Any, start_micros: int, end_micros: int) -> list[TableStats]:
     """Per table: staged rows, rows inside the window, rows lacking required values, and the
-    column types of its newest change in the window, all from one pass.
+    distinct column types of its changes in the window, all from one pass.
 
     Grouped by (table, column types), with counts and the newest commit timestamp in the window
     only, so Spark aggregates in a hash table without sorting the rows; the groups are few
-    (column types change only with the schema). The newest change is the one with the greatest
-    sequence number, whose first section is the commit timestamp: only when two column types
-    share the newest timestamp does :func:`_table_column_types` decide by the whole number.
+    (column types change with the schema and, in UPDATE records, with the columns changed). A
+    table's column types are the union of its groups' (:meth:`TableStats.column_types`), newer
+    descriptions winning; only when two groups share the newest commit timestamp does
+    :func:`_table_column_types` find the newest by the whole sequence number.
     """
     from pyspark.sql import functions as F
 
@@ -541,8 +560,7 @@ def _table_stats(staged: Any, start_micros: int, end_micros: int) -> list[TableS
 def _table_column_types(
     staged: Any, tables: Sequence[str], start_micros: int, end_micros: int
 ) -> dict[str, str | None]:
-    """Each table's column types as last seen in the window: those of its newest change, by
-    sequence number.
+    """The column types text of each table's newest change in the window, by sequence number.
 
     One ungrouped aggregation with a ``max_by`` per table: a grouped ``max_by`` of strings
     would sort every staged row by table first.
@@ -752,12 +770,13 @@ def _merge(spark: Any, args: MergeArguments, staging: str, changeset: str, files
 
     files.delete(f"{changeset}/{MANIFEST_NAME}")
     changed = [table.table_name for table in stats if table.window_rows]
-    column_types = {table.table_name: table.column_types for table in stats if table.window_rows}
     tied = [table.table_name for table in stats if table.window_rows and table.types_tied]
-    column_types.update(_table_column_types(staged, tied, args.start_micros, args.end_micros))
-    unknown = sorted(name for name in changed if not column_types.get(name))
-    if unknown:
-        raise MergeJobError(f"staged rows of table(s) {', '.join(unknown)} lack column_types_json")
+    newest_texts = _table_column_types(staged, tied, args.start_micros, args.end_micros)
+    column_types = {
+        table.table_name: table.column_types(newest_texts.get(table.table_name))
+        for table in stats
+        if table.window_rows
+    }
     collapsed, observation = _counted_by_table(
         _collapse(staged, args.start_micros, args.end_micros, column_types,
                   _collapse_partitions(read_rows - dropped, spark.sparkContext.defaultParallelism)),
