@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
 from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.lake.change_set_writer import Change, change_set_table, write_change_set
 from airflow_provider_cdc.metastore import Metastore, WindowState
 from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator, stale_tables
 
@@ -35,11 +37,17 @@ def store(metastore_url: str, monkeypatch) -> Metastore:
     return metastore
 
 
+TYPES = [
+    {"name": "Id", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 1},
+    {"name": "Name", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 2},
+]
+
+
 def _changeset(root: Path, tables: list[str], start: datetime = START, end: datetime = END) -> str:
-    folder = root / Window(start, end).window_id
-    folder.mkdir(parents=True)
-    manifest = {"tables": {name: {"rows": 1, "source_changes": 1} for name in tables}}
-    (folder / "_manifest.json").write_text(json.dumps(manifest))
+    """A change set of one row per table, as the merge job writes it (folders, then the manifest)."""
+    change = Change({"Id": 1}, "UPSERT", f"{1:016X}", start, {"Name": "n"})
+    write_change_set(str(root / Window(start, end).window_id),
+                     {name: change_set_table(TYPES, [change]) for name in tables})
     return str(root)
 
 
@@ -150,5 +158,31 @@ def test_a_window_without_a_change_set_manifest_is_not_committed(store: Metastor
     (tmp_path / Window(START, END).window_id).mkdir()  # the merge did not finish
     with pytest.raises(ChangeSetError, match="has no _manifest.json: it is incomplete"):
         _commit(str(tmp_path)).execute({})
+    assert store.get_window(PIPELINE, START, END).state is WindowState.READING
+    assert store.table_watermarks(PIPELINE) == {}
+
+
+@pytest.mark.parametrize(
+    ("edit", "problem"),
+    [
+        (lambda m: m.update(tables={}), "folder(s) table=Customers, table=Orders hold table(s)"),
+        (lambda m: m["tables"].pop("Orders"), "'Orders' that _manifest.json does not list"),
+        (lambda m: m["tables"]["Orders"].update(rows=2), "table 'Orders' has 1 rows, manifest says 2"),
+        (lambda m: m.update(rows=5), "says 5 rows in all but its tables add up to 2"),
+    ],
+)
+def test_a_manifest_that_disagrees_with_the_change_set_is_refused_naming_the_table(
+    store: Metastore, tmp_path: Path, edit, problem: str
+) -> None:
+    from airflow_provider_cdc.lake.change_set import ChangeSetError
+
+    store.open_window(PIPELINE, STREAM, START, END)
+    root = _changeset(tmp_path, ["Orders", "Customers"])
+    manifest_path = tmp_path / Window(START, END).window_id / "_manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    edit(manifest)
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(ChangeSetError, match=re.escape(problem)):
+        _commit(root).execute({})
     assert store.get_window(PIPELINE, START, END).state is WindowState.READING
     assert store.table_watermarks(PIPELINE) == {}

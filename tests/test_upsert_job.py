@@ -110,6 +110,20 @@ def test_job_refuses_a_change_set_whose_rows_do_not_match_the_manifest(tmp_path:
     assert code == 2 and "'Orders' has 5 rows, manifest says 6" in error["message"]
 
 
+@pytest.mark.parametrize("listed", [{}, {"Customers": {"rows": 2, "source_changes": 2}}])
+def test_job_refuses_a_manifest_that_omits_a_table(tmp_path: Path, capsys, listed: dict) -> None:
+    changeset = write_window(tmp_path / "changesets")
+    manifest = json.loads((changeset / "_manifest.json").read_text())
+    (changeset / "_manifest.json").write_text(json.dumps({**manifest, "tables": listed, "rows": 2}))
+    code, error = run_main(
+        capsys, "--changeset", str(changeset), "--lake-root", str(tmp_path / "lake"), "--pipeline-id", "shop"
+    )
+    assert code == 2 and error["error"] == "ChangeSetError"
+    assert "table=Orders" in error["message"]
+    assert "'Orders' that _manifest.json does not list" in error["message"]
+    assert not (tmp_path / "lake").exists()  # nothing applied, not even the listed table
+
+
 def test_job_refuses_a_window_version_that_contradicts_the_change_set(tmp_path: Path, capsys) -> None:
     changeset = write_window(tmp_path / "changesets")
     code, error = run_main(

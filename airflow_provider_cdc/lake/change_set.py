@@ -31,6 +31,8 @@ from airflow_provider_cdc.domain.spanner_types import (
 )
 
 MANIFEST_NAME = "_manifest.json"
+#: A change set holds one folder ``table={name}`` per table.
+TABLE_FOLDER_PREFIX = "table="
 KEYS_JSON = "_keys_json"
 VALUES_JSON = "_values_json"
 PRESENT_COLUMNS = "_present_columns"
@@ -390,12 +392,44 @@ class ChangeSetReader:
             raise ChangeSetError(f"change set {self.uri!r}: {MANIFEST_NAME} must be a JSON object")
         return manifest
 
+    def table_folders(self) -> list[str]:
+        """Names of the ``table=*`` folders the change set holds."""
+        infos = self._fs.get_file_info(pa_fs.FileSelector(self._root, allow_not_found=True))
+        return sorted(
+            info.base_name[len(TABLE_FOLDER_PREFIX):]
+            for info in infos
+            if info.type == pa_fs.FileType.Directory and info.base_name.startswith(TABLE_FOLDER_PREFIX)
+        )
+
     def tables(self) -> list[ChangeSetTable]:
-        """The manifest's tables in name order, each with its dataset."""
-        listed = manifest_tables(self.manifest(), self.uri)
+        """The manifest's tables in name order, each with its dataset, checked against the folders.
+
+        A ``table=*`` folder the manifest does not list, a manifest row total that is not the sum
+        of its tables', or a table whose files hold another number of rows than listed is an error
+        naming the table: such a change set is not the one the merge wrote, and applying it (and
+        advancing watermarks from it) could lose changes.
+        """
+        manifest = self.manifest()
+        listed = manifest_tables(manifest, self.uri)
+        unlisted = sorted(set(self.table_folders()) - set(listed))
+        if unlisted:
+            raise ChangeSetError(
+                f"change set {self.uri!r}: folder(s) {', '.join(f'table={n}' for n in unlisted)} hold "
+                f"table(s) {', '.join(repr(n) for n in unlisted)} that {MANIFEST_NAME} does not list "
+                f"(it lists {', '.join(repr(n) for n in sorted(listed)) or 'no table'}); refusing to apply it"
+            )
+        total = manifest.get("rows")
+        counted = [count for count in listed.values() if count is not None]
+        if isinstance(total, int) and not isinstance(total, bool) and len(counted) == len(listed) and (
+            sum(counted) != total
+        ):
+            raise ChangeSetError(
+                f"change set {self.uri!r}: {MANIFEST_NAME} says {total} rows in all but its tables add up "
+                f"to {sum(counted)}; refusing to apply it"
+            )
         result = []
         for name in sorted(listed):
-            directory = self._path(f"table={name}")
+            directory = self._path(f"{TABLE_FOLDER_PREFIX}{name}")
             files = [
                 info.path
                 for info in self._fs.get_file_info(pa_fs.FileSelector(directory, allow_not_found=True))

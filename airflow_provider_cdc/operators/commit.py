@@ -126,13 +126,14 @@ class CdcCommitWindowOperator(BaseOperator):
         }
 
     def _changed_tables(self, window: Window) -> list[str]:
-        """The tables the window's change-set manifest lists (checked names)."""
+        """The tables the window's change set holds, its manifest checked against its folders and
+        row counts (a manifest that omits a table or miscounts one is refused, naming it)."""
         if not self.changeset_root:
             return []
-        from airflow_provider_cdc.lake.change_set import ChangeSetReader, manifest_tables
+        from airflow_provider_cdc.lake.change_set import ChangeSetReader
 
         reader = ChangeSetReader(f"{self.changeset_root.rstrip('/')}/{window.window_id}")
-        return list(manifest_tables(reader.manifest(), reader.uri))
+        return [table.name for table in reader.tables()]
 
 
 def _summaries(value: Any) -> list[Mapping[str, Any]]:
