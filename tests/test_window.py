@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from airflow_provider_cdc.domain.identifiers import InvalidIdentifierError, validate_pipeline_id
 from airflow_provider_cdc.domain.window import Window
 
 UTC = timezone.utc
@@ -75,3 +77,23 @@ def test_window_is_immutable():
     window = Window(START, END)
     with pytest.raises(AttributeError):
         window.start = END  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("pipeline_id", ["spanner_change_stream_to_lake", "orders.v2", "7-eleven", "a" * 250])
+def test_one_pipeline_id_rule_for_the_metastore_and_the_lake(pipeline_id: str) -> None:
+    from airflow_provider_cdc.lake.delta import app_id_for
+    from airflow_provider_cdc.metastore.model import validate_pipeline
+
+    assert validate_pipeline_id(pipeline_id) == validate_pipeline(pipeline_id) == pipeline_id
+    assert app_id_for(pipeline_id).endswith(":" + pipeline_id)
+
+
+@pytest.mark.parametrize("pipeline_id", ["", "a b", "-lead", "x/y", "a:b", "a" * 251, None])
+def test_a_bad_pipeline_id_is_refused_by_the_metastore_and_the_lake_alike(pipeline_id: object) -> None:
+    from airflow_provider_cdc.lake.delta import app_id_for
+    from airflow_provider_cdc.metastore.model import validate_pipeline
+
+    named = f"invalid pipeline id {re.escape(repr(pipeline_id))}"
+    for check in (validate_pipeline_id, validate_pipeline, app_id_for):
+        with pytest.raises(InvalidIdentifierError, match=named):
+            check(pipeline_id)

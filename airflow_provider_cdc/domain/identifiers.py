@@ -1,4 +1,4 @@
-"""Validation of names that end up in SQL text or paths (streams, tables, columns)."""
+"""Validation of names that end up in SQL text or paths (streams, tables, columns, pipelines)."""
 
 from __future__ import annotations
 
@@ -23,3 +23,19 @@ def validate_identifier(name: object, kind: str = "identifier") -> str:
             "digits or underscores"
         )
     return name
+
+
+#: Pipeline ids name windows in the metastore and Delta app transactions: an Airflow DAG id's
+#: characters (letters, digits, ``_ . -``), starting with a letter or digit, at most 250 long.
+MAX_PIPELINE_ID_LENGTH = 250
+_PIPELINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,249}$")
+
+
+def validate_pipeline_id(pipeline_id: object) -> str:
+    """Return ``pipeline_id`` unchanged if valid, else raise ``InvalidIdentifierError`` naming it."""
+    if not isinstance(pipeline_id, str) or not _PIPELINE_ID.match(pipeline_id):
+        raise InvalidIdentifierError(
+            f"invalid pipeline id {pipeline_id!r}: expected a letter or digit followed by up to "
+            f"{MAX_PIPELINE_ID_LENGTH - 1} letters, digits or '_', '.', '-'"
+        )
+    return pipeline_id

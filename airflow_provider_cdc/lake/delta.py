@@ -49,7 +49,7 @@ from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, w
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
-from airflow_provider_cdc.domain.identifiers import validate_identifier
+from airflow_provider_cdc.domain.identifiers import validate_identifier, validate_pipeline_id
 from airflow_provider_cdc.domain.spanner_types import FIELD_METADATA_PRIMARY_KEY
 from airflow_provider_cdc.lake.change_set import (
     SOURCE_CHANGE_TYPE,
@@ -73,7 +73,6 @@ COMMIT_METADATA_WINDOW_VERSION = "airflow-provider-cdc.windowVersion"
 COMMIT_METADATA_SNAPSHOT = "airflow-provider-cdc.snapshot"
 DEFAULT_TARGET_FILE_SIZE = 8 * 1024 * 1024
 DEFAULT_MAX_MATERIALIZED_ROWS = 2_000_000
-_PIPELINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
 _DELTA_STATS_COLUMNS = 32
 _COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # source columns and ours
 # Merge-source flags "this row's image carries column X"; source columns start with a letter.
@@ -127,13 +126,8 @@ class ApplyResult:
 
 
 def app_id_for(pipeline_id: str) -> str:
-    """The Delta app transaction id of a pipeline."""
-    if not isinstance(pipeline_id, str) or not _PIPELINE_ID.match(pipeline_id):
-        raise ValueError(
-            f"invalid pipeline id {pipeline_id!r}: expected letters, digits, '_', '.', '-' "
-            "(starting with a letter or digit, at most 200 characters)"
-        )
-    return APP_ID_PREFIX + pipeline_id
+    """The Delta app transaction id of a pipeline (the id validated first)."""
+    return APP_ID_PREFIX + validate_pipeline_id(pipeline_id)
 
 
 def _check_window_version(window_version: Any) -> int:

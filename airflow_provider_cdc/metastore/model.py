@@ -14,17 +14,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 
-from airflow_provider_cdc.domain.identifiers import validate_identifier
+from airflow_provider_cdc.domain.identifiers import (
+    MAX_PIPELINE_ID_LENGTH,
+    validate_identifier,
+    validate_pipeline_id,
+)
 from airflow_provider_cdc.domain.timestamps import coerce_timestamp, from_micros, to_micros
 from airflow_provider_cdc.domain.window import Window
 
 MAX_STREAM_LENGTH = 512
 MAX_TOKEN_LENGTH = 1024
 MAX_OWNER_LENGTH = 256
-MAX_PIPELINE_LENGTH = 250
+MAX_PIPELINE_LENGTH = MAX_PIPELINE_ID_LENGTH
 
 _DATABASE_PATH_SEGMENT = re.compile(r"^[A-Za-z0-9_.:\-]+$")
-_PIPELINE = re.compile(r"^[\w.:/@+\-]+$")
 
 
 class PartitionState(str, Enum):
@@ -116,13 +119,8 @@ def validate_owner(owner: object) -> str:
 
 
 def validate_pipeline(pipeline: object) -> str:
-    """Validate a pipeline id (letters, digits, ``_ . : / @ + -``; at most 250 characters)."""
-    if not isinstance(pipeline, str) or len(pipeline) > MAX_PIPELINE_LENGTH or not _PIPELINE.match(pipeline):
-        raise ValueError(
-            f"invalid pipeline id {pipeline!r}: expected 1 to {MAX_PIPELINE_LENGTH} letters, digits "
-            "or '_', '.', ':', '/', '@', '+', '-'"
-        )
-    return pipeline
+    """Validate a pipeline id (:func:`~airflow_provider_cdc.domain.identifiers.validate_pipeline_id`)."""
+    return validate_pipeline_id(pipeline)
 
 
 def lease_micros(lease_seconds: object) -> int:
