@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from airflow_provider_cdc.domain.identifiers import InvalidIdentifierError
 from airflow_provider_cdc.domain.records import ChildPartition
+from airflow_provider_cdc.domain.timestamps import to_micros
 from airflow_provider_cdc.metastore import (
     CURRENT_VERSION,
     LeaseLostError,
@@ -28,10 +29,12 @@ from airflow_provider_cdc.metastore import (
     PartitionSpec,
     PartitionState,
     PartitionStateError,
+    PipelineRecord,
     SchemaVersionError,
     UnknownStreamError,
     WindowConflictError,
     WindowNotFoundError,
+    WindowOrderError,
     WindowPartitionRecord,
     WindowPartitionState,
     WindowState,
@@ -214,8 +217,10 @@ def test_upgrade_from_version_1_keeps_data(metastore_url: str, sqlite_url: str) 
 
     store = Metastore(metastore_url)
     assert store.schema_version() == 1
-    assert store.create_schema() == [2, 3]
+    assert store.create_schema() == [2, 3, 4]
     assert store.create_schema() == []
+    # The pipeline's first window is its earliest recorded one; none of its windows is applied.
+    assert store.get_pipeline(PIPELINE) == PipelineRecord(PIPELINE, T0, None)
 
     partition = store.get_partition(STREAM, "tok-1")
     assert partition.parent_tokens == ("tok-0",)
@@ -831,9 +836,9 @@ def test_upgrade_from_version_2_adds_window_partitions(metastore_url: str) -> No
     store.advance_watermark(STREAM, "p", at(5), records=3)
     assert not sa.inspect(store.engine).has_table("cdc_window_partitions")
 
-    assert store.create_schema() == [3]
+    assert store.create_schema() == [3, 4]
     assert store.create_schema() == []
-    assert store.schema_version() == 3
+    assert store.schema_version() == 4
     p = store.get_partition(STREAM, "p")
     assert (p.start_timestamp, p.watermark, p.record_count, p.heartbeat_ms) == (T0, at(5), 3, 1000)
     assert store.add_window_partitions(STREAM, W_START, W_END, ["p"]) == ["p"]
@@ -1191,3 +1196,76 @@ def test_backfill_finds_the_lineage_of_partitions_a_later_initial_query_recorded
     assert store.add_partitions(STREAM, [PartitionSpec("m", at(30), ("other",))]) == []
     assert store.get_partition(STREAM, "m").parent_tokens == ("p1", "p2")
     assert tokens(store.partitions_overlapping(STREAM, at(0), at(60))) == ["m", "p1", "p2", "x"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The pipeline ledger: contiguous windows and the versions each window left in each table.
+
+
+def _apply(store: Metastore, start: datetime, end: datetime, tables: dict | None = None) -> None:
+    store.open_window(PIPELINE, STREAM, start, end)
+    if tables:
+        store.record_window_tables(PIPELINE, start, end, tables)
+    assert store.transition_window(PIPELINE, start, end, "reading", "applied")
+
+
+def test_a_window_applies_only_after_the_one_before_it(store: Metastore) -> None:
+    store.record_pipeline(PIPELINE, T0)
+    assert store.predecessor_error(PIPELINE, T0, at(60)) is None  # the first window
+    never_run = "waits for the window ending at .*, which was never run"
+    with pytest.raises(WindowOrderError, match=never_run) as info:
+        store.require_predecessor_applied(PIPELINE, at(60), at(120))
+    assert info.value.never_run
+    store.open_window(PIPELINE, STREAM, T0, at(60))
+    with pytest.raises(WindowOrderError) as info:
+        store.require_predecessor_applied(PIPELINE, at(60), at(120))
+    message = str(info.value)
+    assert "window [2026-01-01T00:01:00.000000Z, 2026-01-01T00:02:00.000000Z) of pipeline 'shop_orders'" in (
+        message
+    )
+    waits = "waits for window [2026-01-01T00:00:00.000000Z, 2026-01-01T00:01:00.000000Z), which is reading"
+    assert waits in message
+    assert not info.value.never_run
+    assert store.transition_window(PIPELINE, T0, at(60), "reading", "applied")
+    store.require_predecessor_applied(PIPELINE, at(60), at(120))
+    with pytest.raises(WindowOrderError, match="starts before the pipeline's first window"):
+        store.require_predecessor_applied(PIPELINE, at(-60), T0)
+    # The first window is recorded once: a later call does not move it.
+    assert store.record_pipeline(PIPELINE, at(60)).first_window_start == T0
+
+
+def test_table_versions_come_from_applied_windows_only(store: Metastore) -> None:
+    store.record_pipeline(PIPELINE, T0)
+    _apply(store, T0, at(60), {"Orders": (0, 5), "Customers": (0, 2)})
+    _apply(store, at(60), at(120), {"Orders": (1, 3)})
+    store.open_window(PIPELINE, STREAM, at(120), at(180))
+    store.record_window_tables(PIPELINE, at(120), at(180), {"Orders": (2, 1)})  # not applied (yet)
+    versions = store.table_versions(PIPELINE)
+    assert versions.tables == {"Orders": to_micros(at(120)), "Customers": to_micros(at(60))}
+    assert versions.recorded_from_us is None
+    # A table recorded twice for one window keeps its first record.
+    store.record_window_tables(PIPELINE, T0, at(60), {"Orders": (7, 7)})
+    orders = store.window_tables(PIPELINE, table="Orders")
+    assert [(r.window_end, r.target_version, r.rows) for r in orders] == [
+        (at(60), 0, 5), (at(120), 1, 3), (at(180), 2, 1)
+    ]
+
+
+def test_upgrade_to_version_4_records_existing_pipelines(metastore_url: str) -> None:
+    engine = sa.create_engine(metastore_url)
+    with engine.begin() as conn:
+        for ddl in V1_DDL:
+            conn.execute(sa.text(ddl))
+        for step in migrations.MIGRATIONS[1:3]:
+            step.apply(conn)
+        conn.execute(sa.text("INSERT INTO cdc_schema_version VALUES (3, 'v3', 1700000000000000)"))
+    engine.dispose()
+    store = Metastore(metastore_url)
+    windows = ((T0, at(60), "applied"), (at(60), at(120), "applied"), (at(120), at(180), "merged"))
+    for start, end, state in windows:
+        store.open_window(PIPELINE, STREAM, start, end)
+        assert store.transition_window(PIPELINE, start, end, "reading", state)
+    assert store.create_schema() == [4]
+    assert store.get_pipeline(PIPELINE) == PipelineRecord(PIPELINE, T0, at(120))
+    assert store.table_versions(PIPELINE).recorded_from_us == to_micros(at(120))
+    store.dispose()

@@ -22,6 +22,11 @@ from airflow_provider_cdc.metastore.model import (
     WindowRecord,
     WindowState,
 )
+from airflow_provider_cdc.metastore.pipelines import (
+    PipelineRecord,
+    WindowOrderError,
+    WindowTableRecord,
+)
 from airflow_provider_cdc.metastore.store import Metastore
 
 __all__ = [
@@ -34,12 +39,15 @@ __all__ = [
     "PartitionSpec",
     "PartitionState",
     "PartitionStateError",
+    "PipelineRecord",
     "SchemaVersionError",
     "UnknownStreamError",
     "WindowConflictError",
     "WindowNotFoundError",
+    "WindowOrderError",
     "WindowPartitionRecord",
     "WindowPartitionState",
     "WindowRecord",
     "WindowState",
+    "WindowTableRecord",
 ]

@@ -23,9 +23,11 @@ from airflow_provider_cdc.metastore.errors import SchemaVersionError
 from airflow_provider_cdc.metastore.model import PartitionState, WindowPartitionState, WindowState
 from airflow_provider_cdc.metastore.schema import (
     PARTITIONS_TABLE,
+    PIPELINES_TABLE,
     SCHEMA_VERSION_TABLE,
     TABLE_WATERMARKS_TABLE,
     WINDOW_PARTITIONS_TABLE,
+    WINDOW_TABLES_TABLE,
     WINDOWS_TABLE,
     schema_version,
     state_check,
@@ -158,6 +160,44 @@ def _v3_window_partitions(conn: Connection) -> None:
     ).create(conn)
 
 
+def _v4_pipelines_and_window_tables(conn: Connection) -> None:
+    md = sa.MetaData()
+    pipelines = sa.Table(
+        PIPELINES_TABLE,
+        md,
+        sa.Column("pipeline", sa.String(250), primary_key=True),
+        sa.Column("first_window_start_us", sa.BigInteger, nullable=False),
+        sa.Column("tables_recorded_from_us", sa.BigInteger, nullable=True),
+        sa.Column("created_us", sa.BigInteger, nullable=False),
+    )
+    pipelines.create(conn)
+    sa.Table(
+        WINDOW_TABLES_TABLE,
+        md,
+        sa.Column("pipeline", sa.String(250), primary_key=True),
+        sa.Column("window_start_us", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column("window_end_us", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column("table_name", sa.String(128), primary_key=True),
+        sa.Column("target_version", sa.BigInteger, nullable=True),
+        sa.Column("rows", sa.BigInteger, nullable=True),
+        sa.Column("recorded_us", sa.BigInteger, nullable=False),
+        sa.Index("ix_cdc_window_tables_table", "pipeline", "table_name", "window_end_us"),
+    ).create(conn)
+    # Pipelines that already have windows: their first window is the earliest recorded, and the
+    # windows applied so far changed tables without a per-table record.
+    windows = sa.table(WINDOWS_TABLE, sa.column("pipeline"), sa.column("start_us"), sa.column("end_us"),
+                       sa.column("state"))
+    applied_end = sa.func.max(sa.case((windows.c.state == WindowState.APPLIED.value, windows.c.end_us)))
+    existing = sa.select(
+        windows.c.pipeline, sa.func.min(windows.c.start_us), applied_end, utc_now_micros()
+    ).group_by(windows.c.pipeline)
+    conn.execute(
+        pipelines.insert().from_select(
+            ["pipeline", "first_window_start_us", "tables_recorded_from_us", "created_us"], existing
+        )
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "partitions and windows", _v1_partitions_and_windows),
     Migration(
@@ -166,6 +206,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         _v2_change_sets_and_table_watermarks,
     ),
     Migration(3, "per-window partition reading with leases", _v3_window_partitions),
+    Migration(4, "first windows of pipelines, table versions per window", _v4_pipelines_and_window_tables),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 
@@ -191,7 +232,8 @@ def upgrade(conn: Connection) -> list[int]:
         inspector = sa.inspect(conn)
         present = [
             t
-            for t in (PARTITIONS_TABLE, WINDOWS_TABLE, TABLE_WATERMARKS_TABLE, WINDOW_PARTITIONS_TABLE)
+            for t in (PARTITIONS_TABLE, WINDOWS_TABLE, TABLE_WATERMARKS_TABLE, WINDOW_PARTITIONS_TABLE,
+                      PIPELINES_TABLE, WINDOW_TABLES_TABLE)
             if inspector.has_table(t)
         ]
         if present:

@@ -27,6 +27,8 @@ PARTITIONS_TABLE = "cdc_partitions"
 WINDOWS_TABLE = "cdc_windows"
 TABLE_WATERMARKS_TABLE = "cdc_table_watermarks"
 WINDOW_PARTITIONS_TABLE = "cdc_window_partitions"
+PIPELINES_TABLE = "cdc_pipelines"
+WINDOW_TABLES_TABLE = "cdc_window_tables"
 MAX_TABLE_NAME_LENGTH = 128
 STATE_LENGTH = 16
 
@@ -129,6 +131,31 @@ window_partitions = sa.Table(
     sa.Column("updated_us", sa.BigInteger, nullable=False),
     sa.Column("done_us", sa.BigInteger, nullable=True),
     state_check("state", WindowPartitionState, "ck_cdc_window_partitions_state"),
+)
+
+
+# version 4: each pipeline's first window, and what each applied window did to each target table.
+pipelines = sa.Table(
+    PIPELINES_TABLE,
+    metadata,
+    sa.Column("pipeline", sa.String(MAX_PIPELINE_LENGTH), primary_key=True),
+    sa.Column("first_window_start_us", sa.BigInteger, nullable=False),
+    # Windows ending at or before this were applied before tables were recorded per window.
+    sa.Column("tables_recorded_from_us", sa.BigInteger, nullable=True),
+    sa.Column("created_us", sa.BigInteger, nullable=False),
+)
+
+window_tables = sa.Table(
+    WINDOW_TABLES_TABLE,
+    metadata,
+    sa.Column("pipeline", sa.String(MAX_PIPELINE_LENGTH), primary_key=True),
+    sa.Column("window_start_us", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("window_end_us", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("table_name", sa.String(MAX_TABLE_NAME_LENGTH), primary_key=True),
+    sa.Column("target_version", sa.BigInteger, nullable=True),  # e.g. the Delta version it committed
+    sa.Column("rows", sa.BigInteger, nullable=True),
+    sa.Column("recorded_us", sa.BigInteger, nullable=False),
+    sa.Index("ix_cdc_window_tables_table", "pipeline", "table_name", "window_end_us"),
 )
 
 

@@ -57,6 +57,7 @@ from airflow_provider_cdc.metastore.model import (
     window_parents_to_wait_for,
     window_state,
 )
+from airflow_provider_cdc.metastore.pipelines import PipelineLedger
 from airflow_provider_cdc.metastore.schema import partitions as P
 from airflow_provider_cdc.metastore.schema import table_watermarks as TW
 from airflow_provider_cdc.metastore.schema import utc_now_micros
@@ -154,7 +155,7 @@ def _chunks(items: list[str], size: int = _IN_CHUNK) -> Iterator[list[str]]:
         yield items[i : i + size]
 
 
-class Metastore:
+class Metastore(PipelineLedger):
     """Partition lineage, leases and watermarks, window states and per-table apply watermarks.
 
     ``url`` is a SQLAlchemy URL of a PostgreSQL or SQLite database (``sqlite:////path/cdc.db``;

@@ -1,0 +1,190 @@
+"""The pipeline ledger: each pipeline's first window and what each applied window did to each table.
+
+Mixed into :class:`~airflow_provider_cdc.metastore.store.Metastore`. It answers the two questions
+that keep applies exactly once (``domain.apply_order``): may this window apply now (is the window
+before it applied?), and does each target table hold what the metastore says it holds?
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from airflow_provider_cdc.domain.apply_order import TableVersions, predecessor_problem
+from airflow_provider_cdc.domain.identifiers import validate_identifier
+from airflow_provider_cdc.domain.timestamps import from_micros
+from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.metastore.errors import MetastoreError
+from airflow_provider_cdc.metastore.model import (
+    WindowRecord,
+    WindowState,
+    timestamp_micros,
+    validate_count,
+    validate_pipeline,
+)
+from airflow_provider_cdc.metastore.schema import pipelines as PL
+from airflow_provider_cdc.metastore.schema import utc_now_micros
+from airflow_provider_cdc.metastore.schema import window_tables as WT
+from airflow_provider_cdc.metastore.schema import windows as W
+
+
+class WindowOrderError(MetastoreError):
+    """A window cannot apply before the pipeline's previous window is applied."""
+
+    def __init__(self, message: str, *, never_run: bool) -> None:
+        super().__init__(message)
+        #: no window ends where this one starts (it was never run, or this one starts too early)
+        self.never_run = never_run
+
+
+@dataclass(frozen=True)
+class PipelineRecord:
+    pipeline: str
+    first_window_start: datetime
+    tables_recorded_from: datetime | None
+
+
+@dataclass(frozen=True)
+class WindowTableRecord:
+    """What one applied window did to one target table."""
+
+    table: str
+    window_start: datetime
+    window_end: datetime
+    target_version: int | None
+    rows: int | None
+
+
+class PipelineLedger:
+    """Ledger methods of the metastore (see the module docstring)."""
+
+    # Provided by Metastore.
+    _tx: Any
+    _insert_if_absent: Any
+    _window_key: Any
+
+    def record_pipeline(self, pipeline: str, first_window_start: datetime | str) -> PipelineRecord:
+        """Record the pipeline's first window start unless recorded; return the recorded pipeline."""
+        pipeline = validate_pipeline(pipeline)
+        first_us = timestamp_micros(first_window_start, f"first window start of pipeline {pipeline!r}")
+        with self._tx(write=True) as conn:
+            self._insert_if_absent(
+                conn,
+                PL,
+                {"pipeline": pipeline, "first_window_start_us": first_us, "tables_recorded_from_us": None,
+                 "created_us": utc_now_micros()},
+            )
+            return self._pipeline_row(conn, pipeline)  # type: ignore[return-value]
+
+    def get_pipeline(self, pipeline: str) -> PipelineRecord | None:
+        pipeline = validate_pipeline(pipeline)
+        with self._tx() as conn:
+            return self._pipeline_row(conn, pipeline)
+
+    @staticmethod
+    def _pipeline_row(conn: Any, pipeline: str) -> PipelineRecord | None:
+        row = conn.execute(sa.select(PL).where(PL.c.pipeline == pipeline)).first()
+        if row is None:
+            return None
+        recorded = row._mapping["tables_recorded_from_us"]
+        return PipelineRecord(
+            pipeline, from_micros(row._mapping["first_window_start_us"]),
+            None if recorded is None else from_micros(recorded),
+        )
+
+    def predecessor_error(
+        self, pipeline: str, start: datetime | str, end: datetime | str
+    ) -> WindowOrderError | None:
+        """Why the window may not apply yet (``domain.apply_order.predecessor_problem``), or None."""
+        pipeline, start_us, end_us = self._window_key(pipeline, start, end)
+        window = Window(from_micros(start_us), from_micros(end_us))
+        with self._tx() as conn:
+            recorded = self._pipeline_row(conn, pipeline)
+            before = conn.execute(
+                sa.select(W).where((W.c.pipeline == pipeline) & (W.c.end_us == start_us))
+                .order_by(W.c.start_us.desc()).limit(1)
+            ).first()
+        first_us = None if recorded is None else timestamp_micros(recorded.first_window_start, "first window")
+        if before is None:
+            problem = predecessor_problem(pipeline, window, first_us, None, None)
+        else:
+            row = before._mapping
+            problem = predecessor_problem(
+                pipeline, window, first_us, Window(from_micros(row["start_us"]), from_micros(row["end_us"])),
+                row["state"], row["attempt"],
+            )
+        return None if problem is None else WindowOrderError(problem, never_run=before is None)
+
+    def require_predecessor_applied(self, pipeline: str, start: datetime | str, end: datetime | str) -> None:
+        """Raise :class:`WindowOrderError` unless the window may apply now."""
+        error = self.predecessor_error(pipeline, start, end)
+        if error is not None:
+            raise error
+
+    def record_window_tables(
+        self,
+        pipeline: str,
+        start: datetime | str,
+        end: datetime | str,
+        tables: Mapping[str, tuple[int | None, int | None]],
+    ) -> None:
+        """Record, per table, the target version the window committed and its change rows
+        (``{table: (target_version, rows)}``); a table already recorded for the window keeps its record."""
+        pipeline, start_us, end_us = self._window_key(pipeline, start, end)
+        with self._tx(write=True) as conn:
+            now = utc_now_micros()
+            for table, (version, rows) in sorted(tables.items()):
+                self._insert_if_absent(
+                    conn,
+                    WT,
+                    {
+                        "pipeline": pipeline,
+                        "window_start_us": start_us,
+                        "window_end_us": end_us,
+                        "table_name": validate_identifier(table, "table"),
+                        "target_version": validate_count("target_version", version),
+                        "rows": validate_count("rows", rows),
+                        "recorded_us": now,
+                    },
+                )
+
+    def window_tables(self, pipeline: str, *, table: str | None = None) -> list[WindowTableRecord]:
+        """The recorded window tables of the pipeline (of one table), in window order."""
+        pipeline = validate_pipeline(pipeline)
+        query = sa.select(WT).where(WT.c.pipeline == pipeline)
+        if table is not None:
+            query = query.where(WT.c.table_name == validate_identifier(table, "table"))
+        with self._tx() as conn:
+            rows = conn.execute(query.order_by(WT.c.window_end_us, WT.c.table_name))
+            return [
+                WindowTableRecord(r.table_name, from_micros(r.window_start_us), from_micros(r.window_end_us),
+                                  r.target_version, r.rows)
+                for r in rows
+            ]
+
+    def table_versions(self, pipeline: str) -> TableVersions:
+        """Per table, the version (window end in µs) of the last applied window recorded for it."""
+        pipeline = validate_pipeline(pipeline)
+        applied = (W.c.pipeline == WT.c.pipeline) & (W.c.start_us == WT.c.window_start_us) & (
+            W.c.end_us == WT.c.window_end_us
+        ) & (W.c.state == WindowState.APPLIED.value)
+        with self._tx() as conn:
+            rows = conn.execute(
+                sa.select(WT.c.table_name, sa.func.max(WT.c.window_end_us))
+                .where((WT.c.pipeline == pipeline) & sa.exists().where(applied))
+                .group_by(WT.c.table_name)
+            )
+            tables = {name: int(version) for name, version in rows}
+            recorded = self._pipeline_row(conn, pipeline)
+        recorded_from = None
+        if recorded is not None and recorded.tables_recorded_from is not None:
+            recorded_from = timestamp_micros(recorded.tables_recorded_from, "tables recorded from")
+        return TableVersions(tables, recorded_from)
+
+    def applied_windows(self, pipeline: str) -> list[WindowRecord]:
+        """The pipeline's applied windows in order."""
+        return self.list_windows(pipeline, state=WindowState.APPLIED)  # type: ignore[attr-defined]
