@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
@@ -112,9 +113,10 @@ def test_projection_to_watched_columns() -> None:
 def test_apply_mod_refuses_impossible_changes() -> None:
     keys = {"Shard": 1, "EntryId": 1}
     state: dict = {}
+    apply_mod(state, ExpectedMod("Ledger", INSERT, keys, {"Memo": "a", "Kind": "fee"}, {}))
+    # a replaced (or deleted and re-inserted) row comes as an INSERT of the new row, which replaces it
     apply_mod(state, ExpectedMod("Ledger", INSERT, keys, {"Memo": "a"}, {}))
-    with pytest.raises(ValueError, match="INSERT of existing key"):
-        apply_mod(state, ExpectedMod("Ledger", INSERT, keys, {"Memo": "a"}, {}))
+    assert state == {"Ledger": {(1, 1): {"Shard": 1, "EntryId": 1, "Memo": "a"}}}
     apply_mod(state, ExpectedMod("Ledger", UPDATE, keys, {"Memo": "b"}, {"Memo": "a"}))
     assert state == {"Ledger": {(1, 1): {"Shard": 1, "EntryId": 1, "Memo": "b"}}}
     apply_mod(state, ExpectedMod("Ledger", DELETE, keys, {}, {"Memo": "b"}))
@@ -149,3 +151,42 @@ def test_bulk_rows_change_every_written_column_with_the_revision() -> None:
         for column in ("Amount", "Kind", "Revision", "Memo"):
             assert row[column] != next_row[column]
         assert set(row) == set(BULK_TABLE.column_names)
+
+
+def test_google_emulator_profile_draws_only_values_that_emulator_reports_faithfully() -> None:
+    rng = random.Random(3)
+    drawn: dict[str, list] = {}
+    for table in WORKLOAD_TABLES:
+        for column in table.value_columns:
+            values = [_random_value(rng, column, "google-emulator") for _ in range(400)]
+            drawn[f"{table.name}.{column.name}"] = values
+            for value in values:
+                if value is None:
+                    continue
+                assert encode_json_value(value, column.type_json) is not None
+                items = value if column.code == "ARRAY" else [value]
+                assert None not in items, (column.name, value)
+                for item in items:
+                    if isinstance(item, float):
+                        assert math.isfinite(item)
+                    if isinstance(item, datetime):
+                        assert item.microsecond == 0 and item.year >= 1000
+                    if isinstance(item, date):
+                        assert item.year >= 1000
+    # commit-timestamp columns get explicit whole-second timestamps in the past, not the sentinel
+    updated = [v for v in drawn["Customers.UpdatedAt"] if v is not None]
+    assert updated and all(isinstance(v, datetime) and v < datetime.now(timezone.utc) for v in updated)
+    # NUMERIC uses its full 29 integer and 9 fractional digits
+    balances = [v for v in drawn["Customers.Balance"] if v is not None]
+    assert any(abs(v) >= Decimal("1e28") and v.as_tuple().exponent == -9 for v in balances)
+    # the default profile keeps the commit timestamp sentinel and NULL array elements
+    full = [_random_value(rng, WORKLOAD_TABLES[0].column("Tags")) for _ in range(400)]
+    assert any(value and None in value for value in full)
+    assert repr(_random_value(rng, WORKLOAD_TABLES[0].column("UpdatedAt"))) == "COMMIT_TIMESTAMP"
+
+
+def test_workload_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="max_writes_per_row"):
+        Workload(None, max_writes_per_row=0)
+    with pytest.raises(ValueError, match="value_profile"):
+        Workload(None, value_profile="fast")

@@ -53,8 +53,12 @@ def parse_timestamp(text: str) -> datetime:
 
 
 def format_timestamp(value: datetime) -> str:
-    """RFC 3339 text in UTC with exactly six fractional digits and a ``Z`` suffix."""
-    return ensure_utc(value).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """RFC 3339 text in UTC with a four-digit year, exactly six fractional digits and a ``Z`` suffix."""
+    v = ensure_utc(value)
+    return (
+        f"{v.year:04d}-{v.month:02d}-{v.day:02d}T{v.hour:02d}:{v.minute:02d}:{v.second:02d}."
+        f"{v.microsecond:06d}Z"
+    )
 
 
 def coerce_timestamp(value: datetime | str) -> datetime:

@@ -17,8 +17,21 @@ NUMERIC ``Decimal``, DATE ``date``, TIMESTAMP aware UTC ``datetime``, BYTES ``by
 change stream returns them) into the same Python values, so both sides compare exactly.
 
 The workload writes every column on an insert and only values that differ from the current ones on
-an update, and it touches each key at most once per transaction, so the expected mods do not depend on
-how a server treats unchanged columns or repeated writes of one row.
+an update. By default it writes each key at most once per transaction; with ``max_writes_per_row=n``
+(n > 1) a transaction may write a row up to n times (insert then update, two updates, an update that
+sets a column back to its value before the transaction, delete then insert again, replace,
+insert-or-update, insert then delete), its rows' mutations interleaved. The expected mods are what
+Spanner reports: one mod per row per transaction, in the order a change stream lists them (tables in
+the order the transaction first wrote them, each table's rows in key order). A row that did not exist
+before the transaction and does not after it has no mod; one that exists after it and did not before,
+or was deleted or replaced on the way, is an INSERT of its final row; one deleted is a DELETE with its
+values from before the transaction; any other is an UPDATE of every column the writes set, changed or
+not, old values from before the transaction. A transaction whose writes leave no mod is committed but
+not recorded in the history.
+
+``value_profile`` chooses the values: ``"full"`` (the default) or ``"google-emulator"``, only values
+Google's Cloud Spanner emulator reports faithfully (see :data:`VALUE_PROFILES`), for runs against it
+(``emulator=None``: the real clock, no partition control).
 """
 
 from __future__ import annotations
@@ -58,6 +71,16 @@ DELETE = "DELETE"
 ALL_CHANGES_STREAM = "WorkloadChanges"
 ORDER_STATUS_STREAM = "OrderStatusChanges"
 ORDER_STATUS_COLUMNS = ("Status", "Amount")
+
+FULL_PROFILE = "full"
+GOOGLE_EMULATOR_PROFILE = "google-emulator"
+#: ``full``: every value the schema allows the generator to draw (microsecond TIMESTAMPs, NULL array
+#: elements, commit-timestamp columns written with ``spanner.commit_timestamp()``).
+#: ``google-emulator``: only values Google's Cloud Spanner emulator reports faithfully in change
+#: records: whole-second TIMESTAMPs and DATEs from year 1000 on, no FLOAT64 NaN or infinities, no NULL
+#: array elements, and commit-timestamp columns written with an explicit whole-second timestamp in the
+#: past; NUMERICs include values with all 29 integer and 9 fractional digits.
+VALUE_PROFILES = (FULL_PROFILE, GOOGLE_EMULATOR_PROFILE)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -443,12 +466,14 @@ State = dict[str, dict[tuple[Any, ...], dict[str, Any]]]
 
 
 def apply_mod(state: State, mod: ExpectedMod) -> None:
-    """Apply one mod to a ``{table: {key: row}}`` state (rows hold key and non-key columns)."""
+    """Apply one mod to a ``{table: {key: row}}`` state (rows hold key and non-key columns).
+
+    An INSERT of an existing key replaces the row: Spanner reports a row that a transaction replaced,
+    or deleted and wrote again, as an INSERT of its new values.
+    """
     rows = state.setdefault(mod.table, {})
     key = mod.key
     if mod.mod_type == INSERT:
-        if key in rows:
-            raise ValueError(f"INSERT of existing key {key} into {mod.table}")
         rows[key] = {**mod.keys, **mod.new_values}
     elif mod.mod_type == UPDATE:
         if key not in rows:
@@ -497,7 +522,9 @@ _STATUSES = ("new", "paid", "packed", "shipped", "returned", "closed")
 _TIERS = ("free", "pro", "team", "enterprise")
 
 
-def _random_scalar(rng: random.Random, code: str, max_length: int | None = None) -> Any:
+def _random_scalar(
+    rng: random.Random, code: str, max_length: int | None = None, profile: str = FULL_PROFILE
+) -> Any:
     if code == "INT64":
         if rng.random() < 0.1:
             return rng.choice((0, -1, 2**63 - 1, -(2**63), rng.randint(-(2**63), 2**63 - 1)))
@@ -513,6 +540,9 @@ def _random_scalar(rng: random.Random, code: str, max_length: int | None = None)
         text = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(1, 3)))
         return text[:max_length] if max_length else text
     if code == "NUMERIC":
+        if profile == GOOGLE_EMULATOR_PROFILE and rng.random() < 0.05:  # NUMERIC's full 29.9 digits
+            whole = rng.randrange(10**28, 10**29) * rng.choice((1, -1))
+            return Decimal(f"{whole}.{rng.randrange(10**9):09d}")
         whole = rng.randint(1, 10**12) * rng.choice((1, -1))
         scale = rng.randint(0, 9)
         if scale == 0:
@@ -522,6 +552,8 @@ def _random_scalar(rng: random.Random, code: str, max_length: int | None = None)
         return date(1990, 1, 1) + timedelta(days=rng.randrange(20_000))
     if code == "TIMESTAMP":
         base = datetime(2000, 1, 1, tzinfo=timezone.utc)
+        if profile == GOOGLE_EMULATOR_PROFILE:  # whole seconds
+            return base + timedelta(seconds=rng.randrange(30 * 365 * 86_400))
         return base + timedelta(microseconds=rng.randrange(30 * 365 * 86_400 * 10**6))
     if code == "BYTES":
         size = rng.randint(0, min(max_length or 24, 24))
@@ -545,25 +577,33 @@ def _max_length(ddl_type: str) -> int | None:
     return None
 
 
-def _random_value(rng: random.Random, column: WorkloadColumn) -> Any:
-    if column.commit_timestamp:
+def _random_value(rng: random.Random, column: WorkloadColumn, profile: str = FULL_PROFILE) -> Any:
+    """A value for ``column`` under ``profile`` (see :data:`VALUE_PROFILES`)."""
+    google = profile == GOOGLE_EMULATOR_PROFILE
+    if column.commit_timestamp and not google:
         return _COMMIT_TS
     if rng.random() < 0.1:
         return None
+    if column.commit_timestamp:  # an explicit whole-second timestamp in the past
+        return datetime(2000, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=rng.randrange(20 * 365 * 86_400))
     if column.code == "ARRAY":
         element = _type_code(column.ddl_type[6:-1])
         size = rng.randint(0, 4)
         return [
-            None if rng.random() < 0.1 else _random_scalar(rng, element, _max_length(column.ddl_type))
+            None
+            if not google and rng.random() < 0.1
+            else _random_scalar(rng, element, _max_length(column.ddl_type), profile)
             for _ in range(size)
         ]
-    return _random_scalar(rng, column.code, _max_length(column.ddl_type))
+    return _random_scalar(rng, column.code, _max_length(column.ddl_type), profile)
 
 
-def _different_value(rng: random.Random, column: WorkloadColumn, current: Any) -> Any:
+def _different_value(
+    rng: random.Random, column: WorkloadColumn, current: Any, profile: str = FULL_PROFILE
+) -> Any:
     """A value for ``column`` that differs from ``current`` (commit timestamps always differ)."""
     for _ in range(50):
-        value = _random_value(rng, column)
+        value = _random_value(rng, column, profile)
         if value is _COMMIT_TS or not _same(value, current):
             return value
     raise RuntimeError(f"could not draw a new value for column {column.name}")
@@ -582,13 +622,75 @@ def _same(left: Any, right: Any) -> bool:
 
 @dataclass
 class _Planned:
-    """One row change of a transaction: the mutation to send and the mod to expect."""
+    """One mutation of a transaction (``values`` is the key for a delete)."""
 
     table: WorkloadTable
     operation: str  # insert, update, insert_or_update, replace, delete
     columns: tuple[str, ...]
     values: tuple[Any, ...]
-    mod: ExpectedMod
+
+    def given(self) -> dict[str, Any]:
+        """The non-key columns the mutation writes, with their values."""
+        if self.operation == "delete":
+            return {}
+        keys = {column.name for column in self.table.key_columns}
+        return {
+            name: value for name, value in zip(self.columns, self.values, strict=True) if name not in keys
+        }
+
+
+@dataclass
+class _RowWrites:
+    """The writes of one row in one transaction and the one mod Spanner reports for them."""
+
+    table: WorkloadTable
+    key: tuple[Any, ...]
+    before: dict[str, Any] | None  # non-key columns before the transaction (None: no row)
+    after: dict[str, Any] | None = None
+    writes: list[_Planned] = field(default_factory=list)
+    recreated: bool = False  # deleted or replaced while it existed
+    written: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.after = None if self.before is None else dict(self.before)
+
+    @property
+    def keys(self) -> dict[str, Any]:
+        return {column.name: value for column, value in zip(self.table.key_columns, self.key, strict=True)}
+
+    def add(self, change: _Planned) -> None:
+        """Apply one mutation to the row's state inside the transaction."""
+        self.writes.append(change)
+        given = change.given()
+        if change.operation == "delete":
+            self.recreated = self.recreated or self.after is not None
+            self.after = None
+            return
+        if change.operation == "replace" and self.after is not None:
+            self.recreated = True
+        if self.after is None or change.operation == "replace":
+            self.after = {column.name: None for column in self.table.value_columns}
+        self.after.update(given)
+        self.written.update(given)
+
+    def mod(self) -> ExpectedMod | None:
+        """The mod a change stream watching every column reports (``None``: insert then delete).
+
+        A row created, or deleted or replaced and written again, is an INSERT of its final row; a
+        deleted row a DELETE with its values from before the transaction; otherwise an UPDATE of the
+        columns the writes set (changed or not), old values from before the transaction.
+        """
+        if self.after is None:
+            if self.before is None:
+                return None
+            return ExpectedMod(self.table.name, DELETE, self.keys, {}, dict(self.before))
+        if self.before is None or self.recreated:
+            return ExpectedMod(self.table.name, INSERT, self.keys, dict(self.after), {})
+        columns = [column.name for column in self.table.value_columns if column.name in self.written]
+        new = {name: self.after[name] for name in columns}
+        return ExpectedMod(
+            self.table.name, UPDATE, self.keys, new, {name: self.before[name] for name in columns}
+        )
 
 
 @dataclass
@@ -617,9 +719,15 @@ class Workload:
         max_rows_per_table: int = 300,
         read_write_share: float = 0.1,
         progress_every: int = 5_000,
+        max_writes_per_row: int = 1,
+        value_profile: str = FULL_PROFILE,
     ) -> None:
         if max_mods_per_transaction < 1:
             raise ValueError("max_mods_per_transaction must be at least 1")
+        if max_writes_per_row < 1:
+            raise ValueError("max_writes_per_row must be at least 1")
+        if value_profile not in VALUE_PROFILES:
+            raise ValueError(f"value_profile must be one of {VALUE_PROFILES}, got {value_profile!r}")
         if not tables:
             raise ValueError("a workload needs at least one table")
         self.database = database
@@ -627,6 +735,8 @@ class Workload:
         self.seed = seed
         self.tables = tuple(tables)
         self.max_mods_per_transaction = max_mods_per_transaction
+        self.max_writes_per_row = max_writes_per_row
+        self.value_profile = value_profile
         self.max_rows_per_table = max_rows_per_table
         self.read_write_share = read_write_share
         self.progress_every = progress_every
@@ -635,6 +745,7 @@ class Workload:
         self._history = _History()
         self.partition_events: list[PartitionEvent] = []
         self.change_count = 0
+        self.write_count = 0  # mutations sent; more than change_count when rows are written repeatedly
 
     # -- ground truth ------------------------------------------------------------------------
 
@@ -791,24 +902,41 @@ class Workload:
 
     # -- planning ------------------------------------------------------------------------------
 
-    def _plan_transaction(self, remaining: int) -> list[_Planned]:
+    def _plan_transaction(self, remaining: int) -> list[_RowWrites]:
+        """Rows to write in one transaction (at most ``remaining``), each with its mutations."""
         rng = self._rng
         size = min(remaining, rng.randint(1, self.max_mods_per_transaction))
-        touched: set[tuple[str, tuple[Any, ...]]] = set()
-        planned: list[_Planned] = []
+        rows: dict[tuple[str, tuple[Any, ...]], _RowWrites] = {}
         for _ in range(size * 3):
-            if len(planned) >= size:
+            if len(rows) >= size:
                 break
             table = rng.choice(self.tables)
-            change = self._plan_change(table, touched)
-            if change is not None:
-                touched.add((table.name, change.mod.key))
-                planned.append(change)
-        return planned
+            change = self._plan_change(table, rows)
+            if change is None:
+                continue
+            key = self._key_of(change)
+            before = self._tables[table.name].rows.get(key)
+            row = _RowWrites(
+                table, key, None if before is None else {c.name: before[c.name] for c in table.value_columns}
+            )
+            row.add(change)
+            rows[(table.name, key)] = row
+            if self.max_writes_per_row > 1 and rng.random() < 0.5:
+                for _ in range(rng.randint(1, self.max_writes_per_row - 1)):
+                    row.add(self._plan_follow_up(row))
+        return list(rows.values())
+
+    @staticmethod
+    def _key_of(change: _Planned) -> tuple[Any, ...]:
+        if change.operation == "delete":
+            return tuple(change.values)
+        by_name = dict(zip(change.columns, change.values, strict=True))
+        return tuple(by_name[column.name] for column in change.table.key_columns)
 
     def _plan_change(
-        self, table: WorkloadTable, touched: set[tuple[str, tuple[Any, ...]]]
+        self, table: WorkloadTable, touched: Mapping[tuple[str, tuple[Any, ...]], Any]
     ) -> _Planned | None:
+        """The first write of a row in a transaction: a new or deleted key, or a live row not touched yet."""
         rng = self._rng
         state = self._tables[table.name]
         live = len(state.rows)
@@ -838,29 +966,76 @@ class Workload:
         if (table.name, key) in touched:
             return None
         row = state.rows[key]
-        keys = {column.name: value for column, value in zip(table.key_columns, key, strict=True)}
         if choice == "delete":
-            old = {column.name: row[column.name] for column in table.value_columns}
-            mod = ExpectedMod(table.name, DELETE, keys, {}, old)
-            return _Planned(table, "delete", (), key, mod)
+            return _Planned(table, "delete", (), key)
         if choice == "replace":
             chosen = list(table.value_columns)
         else:
             count = rng.randint(1, max(1, len(table.value_columns) - 1))
             chosen = sorted(rng.sample(list(table.value_columns), count), key=table.columns.index)
-        new = {column.name: _different_value(rng, column, row[column.name]) for column in chosen}
-        old = {name: row[name] for name in new}
+        profile = self.value_profile
+        new = {column.name: _different_value(rng, column, row[column.name], profile) for column in chosen}
         operation = {"update": "update", "upsert_existing": "insert_or_update", "replace": "replace"}[choice]
-        mod = ExpectedMod(table.name, UPDATE, keys, new, old)
         columns = tuple(column.name for column in table.key_columns) + tuple(new)
-        values = tuple(key) + tuple(new.values())
-        return _Planned(table, operation, columns, values, mod)
+        return _Planned(table, operation, columns, tuple(key) + tuple(new.values()))
 
     def _plan_insert(self, table: WorkloadTable, key: tuple[Any, ...], operation: str) -> _Planned:
-        keys = {column.name: value for column, value in zip(table.key_columns, key, strict=True)}
-        new = {column.name: _random_value(self._rng, column) for column in table.value_columns}
-        mod = ExpectedMod(table.name, INSERT, keys, new, {})
-        return _Planned(table, operation, table.column_names, tuple(key) + tuple(new.values()), mod)
+        new = {
+            column.name: _random_value(self._rng, column, self.value_profile)
+            for column in table.value_columns
+        }
+        return _Planned(table, operation, table.column_names, tuple(key) + tuple(new.values()))
+
+    def _plan_follow_up(self, row: _RowWrites) -> _Planned:
+        """Another write of a row the transaction already wrote: insert, insert-or-update or replace
+        of a missing row; update (a new value, or a column set back to its value before the
+        transaction), insert-or-update, replace or delete of a present one."""
+        rng, table, profile = self._rng, row.table, self.value_profile
+        key_names = tuple(column.name for column in table.key_columns)
+        current = row.after
+        if current is None:
+            operation = rng.choice(("insert", "insert_or_update", "replace"))
+            count = (
+                len(table.value_columns)
+                if operation == "insert"
+                else rng.randint(1, len(table.value_columns))
+            )
+            chosen = sorted(rng.sample(list(table.value_columns), count), key=table.columns.index)
+            new = {column.name: _random_value(rng, column, profile) for column in chosen}
+            return _Planned(table, operation, key_names + tuple(new), tuple(row.key) + tuple(new.values()))
+        before = row.before or {}
+        revertible = [
+            column
+            for column in table.value_columns
+            if not column.commit_timestamp
+            and column.name in row.written
+            and column.name in before
+            and not _same(current[column.name], before[column.name])
+        ]
+        weights = {
+            "update": 30,
+            "revert": 20 if revertible else 0,
+            "insert_or_update": 15,
+            "replace": 15,
+            "delete": 20,
+        }
+        choice = rng.choices(list(weights), weights=list(weights.values()))[0]
+        if choice == "delete":
+            return _Planned(table, "delete", (), tuple(row.key))
+        # Google's emulator refuses an update of a row deleted and then replaced in the transaction;
+        # insert-or-update of the existing row writes the same
+        operations = [change.operation for change in row.writes]
+        replaced_after_delete = ("delete", "replace") in zip(operations, operations[1:], strict=False)
+        update = "insert_or_update" if replaced_after_delete else "update"
+        if choice == "revert":
+            chosen = sorted(rng.sample(revertible, rng.randint(1, len(revertible))), key=table.columns.index)
+            new = {column.name: before[column.name] for column in chosen}
+            return _Planned(table, update, key_names + tuple(new), tuple(row.key) + tuple(new.values()))
+        count = rng.randint(1, len(table.value_columns))
+        chosen = sorted(rng.sample(list(table.value_columns), count), key=table.columns.index)
+        new = {column.name: _different_value(rng, column, current[column.name], profile) for column in chosen}
+        operation = update if choice == "update" else choice
+        return _Planned(table, operation, key_names + tuple(new), tuple(row.key) + tuple(new.values()))
 
     def _new_key(self, table: WorkloadTable) -> tuple[Any, ...]:
         """A key never used before in ``table``: random leading parts, a counter in the last part."""
@@ -890,7 +1065,8 @@ class Workload:
 
     # -- committing ----------------------------------------------------------------------------
 
-    def _commit(self, planned: list[_Planned]) -> None:
+    def _commit(self, rows: list[_RowWrites]) -> None:
+        planned = self._mutation_order(rows)
         if self._rng.random() < self.read_write_share:
             holder: dict[str, Any] = {}
 
@@ -906,8 +1082,18 @@ class Workload:
             committed = batch.committed
         if committed is None:
             raise RuntimeError("the commit returned no commit timestamp")
+        self.write_count += len(planned)
         commit_timestamp = coerce_timestamp(committed)
-        mods = tuple(self._resolve(change.mod, commit_timestamp) for change in planned)
+        mods = tuple(
+            self._resolve(mod, commit_timestamp)
+            for row in _spanner_order(rows)
+            if (mod := row.mod()) is not None
+        )
+        for row in rows:
+            if row.after is None and row.before is None:  # inserted and deleted: free to insert again
+                self._tables[row.table.name].deleted.append(row.key)
+        if not mods:
+            return
         self._history.append(CommittedTransaction(len(self.transactions), commit_timestamp, mods))
         for mod in mods:
             state = self._tables[mod.table]
@@ -920,6 +1106,20 @@ class Workload:
                 state.rows[mod.key].update(mod.new_values)
         self.change_count += len(mods)
 
+    def _mutation_order(self, rows: list[_RowWrites]) -> list[_Planned]:
+        """The transaction's mutations: each row's in order; with several writes per row, the rows'
+        writes interleaved at random."""
+        if self.max_writes_per_row == 1:
+            return [change for row in rows for change in row.writes]
+        queues = [list(row.writes) for row in rows]
+        order: list[_Planned] = []
+        while queues:
+            index = self._rng.randrange(len(queues))
+            order.append(queues[index].pop(0))
+            if not queues[index]:
+                queues.pop(index)
+        return order
+
     @staticmethod
     def _resolve(mod: ExpectedMod, commit_timestamp: datetime) -> ExpectedMod:
         if not any(value is _COMMIT_TS for value in mod.new_values.values()):
@@ -928,6 +1128,15 @@ class Workload:
             name: commit_timestamp if value is _COMMIT_TS else value for name, value in mod.new_values.items()
         }
         return ExpectedMod(mod.table, mod.mod_type, mod.keys, new, mod.old_values)
+
+
+def _spanner_order(rows: Sequence[_RowWrites]) -> list[_RowWrites]:
+    """Rows in the order a change stream lists a transaction's mods: tables in the order the
+    transaction first wrote them, each table's rows in key order."""
+    tables: dict[str, list[_RowWrites]] = {}
+    for row in rows:
+        tables.setdefault(row.table.name, []).append(row)
+    return [row for group in tables.values() for row in sorted(group, key=lambda r: r.key)]
 
 
 def _write_mutations(target: Any, planned: Sequence[_Planned]) -> None:

@@ -112,12 +112,41 @@ class ChangeStreamQuery:
 
 
 @dataclass
+class _RowWrites:
+    """Every write of one row in one transaction, coalesced as Spanner reports them: one mod per row."""
+
+    table: Table
+    key: tuple
+    before: dict[str, Any] | None  # the row before the transaction
+    recreated: bool = False  # deleted or replaced while it existed
+    written: set[str] = field(default_factory=set)  # non-key columns the writes set
+
+    def mod(self, after: dict[str, Any] | None) -> _Mod | None:
+        """The row's one mod given its state at commit (``None``: nothing to report).
+
+        A row that did not exist before and does not exist after (insert then delete) has no mod; one
+        created, or deleted or replaced and written again, is an INSERT of its final row; one deleted is
+        a DELETE with its values from before the transaction; otherwise it is an UPDATE of the union of
+        the columns its writes set, values from before the transaction against the final ones.
+        """
+        if after is None:
+            if self.before is None:
+                return None
+            return _Mod(self.table, "DELETE", self.key, self.before, None, ())
+        if self.before is None or self.recreated:
+            return _Mod(self.table, "INSERT", self.key, None, after, ())
+        written = tuple(c for c in self.table.non_key_columns if c in self.written)
+        return _Mod(self.table, "UPDATE", self.key, self.before, after, written)
+
+
+@dataclass
 class _Mod:
     table: Table
     mod_type: str
     key: tuple
     before: dict[str, Any] | None
     after: dict[str, Any] | None
+    written: tuple[str, ...]  # UPDATE: the non-key columns the transaction wrote, in table order
 
 
 class Database:
@@ -265,12 +294,13 @@ class Database:
             commit_us = self.clock.next_commit_us(self.last_commit_us)
             commit_text = format_timestamp(from_micros(commit_us))
             overlay: dict[tuple[str, tuple], dict[str, Any] | None] = {}
-            mods: list[_Mod] = []
+            writes: dict[tuple[str, tuple], _RowWrites] = {}
             try:
                 for mutation in mutations:
-                    self._apply_mutation(mutation, overlay, mods, commit_text)
+                    self._apply_mutation(mutation, overlay, writes, commit_text)
             except ValueError_ as exc:
                 raise EmulatorError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
+            mods = self._coalesce(writes, overlay)
             for (table_name, key), row in overlay.items():
                 rows = self.tables[table_name].rows
                 if row is None:
@@ -288,12 +318,37 @@ class Database:
             return overlay[(table.name, key)]
         return table.rows.get(key)
 
-    def _apply_mutation(self, mutation: Any, overlay: dict, mods: list[_Mod], commit_text: str) -> None:
+    @staticmethod
+    def _writes(writes: dict[tuple[str, tuple], _RowWrites], table: Table, key: tuple) -> _RowWrites:
+        entry = writes.get((table.name, key))
+        if entry is None:
+            entry = writes[(table.name, key)] = _RowWrites(table, key, table.rows.get(key))
+        return entry
+
+    def _coalesce(
+        self, writes: dict[tuple[str, tuple], _RowWrites], overlay: dict[tuple[str, tuple], Any]
+    ) -> list[_Mod]:
+        """One mod per written row: tables in the order the transaction first wrote them, each
+        table's rows in key order (as Spanner orders a transaction's mods)."""
+        by_table: dict[str, list[_RowWrites]] = {}
+        for (table_name, _key), entry in writes.items():
+            by_table.setdefault(table_name, []).append(entry)
+        mods: list[_Mod] = []
+        for entries in by_table.values():
+            table = entries[0].table
+            key_types = [table.column(k).type for k in table.primary_key]
+            for entry in sorted(entries, key=lambda e: self._order(e.key, key_types)):
+                mod = entry.mod(overlay[(table.name, entry.key)])
+                if mod is not None:
+                    mods.append(mod)
+        return mods
+
+    def _apply_mutation(self, mutation: Any, overlay: dict, writes: dict, commit_text: str) -> None:
         kind = mutation.WhichOneof("operation")
         if kind is None:
             raise EmulatorError(grpc.StatusCode.INVALID_ARGUMENT, "Mutation has no operation")
         if kind == "delete":
-            self._apply_delete(mutation.delete, overlay, mods)
+            self._apply_delete(mutation.delete, overlay, writes)
             return
         write = getattr(mutation, kind)
         table = self._table(write.table)
@@ -348,10 +403,13 @@ class Database:
             else:
                 after = dict(before)
                 after.update(given)
+            entry = self._writes(writes, table, key)
+            if kind == "replace" and before is not None:
+                entry.recreated = True
+            entry.written.update(c for c in columns if c not in table.primary_key)
             overlay[(table.name, key)] = after
-            mods.append(_Mod(table, "INSERT" if before is None else "UPDATE", key, before, after))
 
-    def _apply_delete(self, delete: Any, overlay: dict, mods: list[_Mod]) -> None:
+    def _apply_delete(self, delete: Any, overlay: dict, writes: dict) -> None:
         table = self._table(delete.table)
         key_types = [table.column(k).type for k in table.primary_key]
         keys: list[tuple] = []
@@ -383,8 +441,8 @@ class Database:
             before = self._current(overlay, table, key)
             if before is None:
                 continue
+            self._writes(writes, table, key).recreated = True
             overlay[(table.name, key)] = None
-            mods.append(_Mod(table, "DELETE", key, before, None))
 
     @staticmethod
     def _order(key: tuple, types: list[SpannerType]) -> tuple:
@@ -424,8 +482,9 @@ class Database:
         self, stream: ChangeStream, mods: list[_Mod], commit_us: int, commit_text: str, transaction_id: str
     ) -> None:
         capture = stream.definition.value_capture_type
-        # records in creation order: (partition, table, mod_type, [(keys, new, old)])
-        records: list[tuple[Partition, Table, str, list[tuple[dict, dict, dict]], list[str]]] = []
+        # records in creation order: (partition, table, mod_type, non-key columns, [(keys, new, old)]);
+        # a mod joins its partition's last record when table, mod type and columns are the same
+        records: list[tuple[Partition, Table, str, tuple[str, ...], list[tuple[dict, dict, dict]]]] = []
         open_record: dict[int, int] = {}
         for mod in mods:
             tracked = stream.tracked_columns(mod.table)
@@ -434,19 +493,21 @@ class Database:
             entry = self._mod_values(mod, tracked, capture)
             if entry is None:
                 continue
+            new, old, columns = entry
             keys = dict(zip(mod.table.primary_key, mod.key, strict=True))
             partition = self.partitions.owner(key_hash(mod.table.name, _dumps(keys)))
             index = open_record.get(partition.pid)
-            if index is not None and records[index][1] is mod.table and records[index][2] == mod.mod_type:
-                records[index][3].append((keys, *entry))
+            record = records[index] if index is not None else None
+            if record is not None and record[1] is mod.table and record[2:4] == (mod.mod_type, columns):
+                record[4].append((keys, new, old))
             else:
                 open_record[partition.pid] = len(records)
-                records.append((partition, mod.table, mod.mod_type, [(keys, *entry)], tracked))
+                records.append((partition, mod.table, mod.mod_type, columns, [(keys, new, old)]))
         if not records:
             return
         partitions_in_transaction = len({r[0].pid for r in records})
         last_of = {r[0].pid: i for i, r in enumerate(records)}
-        for sequence, (partition, table, mod_type, entries, tracked) in enumerate(records):
+        for sequence, (partition, table, mod_type, columns, entries) in enumerate(records):
             column_types = [
                 {
                     "name": c.name,
@@ -455,7 +516,7 @@ class Database:
                     "ordinal_position": table.ordinal(c.name),
                 }
                 for c in table.columns
-                if c.name in table.primary_key or c.name in tracked
+                if c.name in table.primary_key or c.name in columns
             ]
             row = wire.data_change_row(
                 commit_ts=commit_text,
@@ -475,24 +536,33 @@ class Database:
             log.rows.append(row)
 
     @staticmethod
-    def _mod_values(mod: _Mod, tracked: list[str], capture: str) -> tuple[dict, dict] | None:
+    def _mod_values(mod: _Mod, tracked: list[str], capture: str) -> tuple[dict, dict, tuple[str, ...]] | None:
+        """New values, old values and the non-key columns ``column_types`` lists for one mod.
+
+        INSERT and DELETE list every tracked column. An UPDATE lists the tracked columns the
+        transaction wrote (whether or not their values changed), and is not reported when it wrote
+        none; with ``NEW_ROW`` and ``NEW_ROW_AND_OLD_VALUES`` it carries and lists every tracked column
+        and is reported whenever the stream tracks a non-key column of the table.
+        """
         before, after = mod.before or {}, mod.after or {}
+        every = tuple(tracked)
         if mod.mod_type == "INSERT":
-            new = {c: after.get(c) for c in tracked}
-            return new, {}
+            return {c: after.get(c) for c in tracked}, {}, every
         if mod.mod_type == "DELETE":
             old = {c: before.get(c) for c in tracked}
-            return {}, (old if capture in ("OLD_AND_NEW_VALUES", "NEW_ROW_AND_OLD_VALUES") else {})
-        changed = [c for c in tracked if before.get(c) != after.get(c)]
-        if not changed:
+            return {}, (old if capture in ("OLD_AND_NEW_VALUES", "NEW_ROW_AND_OLD_VALUES") else {}), every
+        written = tuple(c for c in tracked if c in mod.written)
+        if capture in ("OLD_AND_NEW_VALUES", "NEW_VALUES"):
+            if not written:
+                return None
+            new = {c: after.get(c) for c in written}
+            old = {c: before.get(c) for c in written} if capture == "OLD_AND_NEW_VALUES" else {}
+            return new, old, written
+        if not every:
             return None
-        if capture == "OLD_AND_NEW_VALUES":
-            return {c: after.get(c) for c in changed}, {c: before.get(c) for c in changed}
-        if capture == "NEW_VALUES":
-            return {c: after.get(c) for c in changed}, {}
-        if capture == "NEW_ROW":
-            return {c: after.get(c) for c in tracked}, {}
-        return {c: after.get(c) for c in tracked}, {c: before.get(c) for c in changed}
+        new = {c: after.get(c) for c in tracked}
+        old = {c: before.get(c) for c in written} if capture == "NEW_ROW_AND_OLD_VALUES" else {}
+        return new, old, every
 
     # ----- change-stream reads --------------------------------------------------------------------
     def validate_query(self, query: ChangeStreamQuery) -> tuple[ChangeStream, Partition | None]:

@@ -13,7 +13,7 @@ import json
 import math
 from dataclasses import dataclass
 from datetime import date
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
 from google.protobuf import struct_pb2
@@ -21,6 +21,10 @@ from google.protobuf import struct_pb2
 from airflow_provider_cdc.domain.timestamps import format_timestamp, parse_timestamp
 
 COMMIT_TIMESTAMP_PLACEHOLDER = "spanner.commit_timestamp()"
+#: Room for NUMERIC's 38 digits (29 integer, 9 fractional) and more, so checks never round.
+_NUMERIC_CONTEXT = Context(prec=80)
+_NUMERIC_QUANTUM = Decimal("1e-9")
+_NUMERIC_LIMIT = Decimal("1e29")
 SCALAR_CODES = {
     "BOOL",
     "INT64",
@@ -121,11 +125,13 @@ def _decode_scalar(value: struct_pb2.Value, kind: str, code: str, where: str, co
 
 
 def _normalize_numeric(number: Decimal, where: str) -> str:
+    """Canonical text of a NUMERIC (up to 29 integer and 9 fractional digits), as Spanner writes it."""
     if not number.is_finite():
         raise ValueError_(f"{where}: NUMERIC must be finite")
-    if number != number.quantize(Decimal("1e-9")) or abs(number) >= Decimal("1e29"):
+    quantized = number.quantize(_NUMERIC_QUANTUM, context=_NUMERIC_CONTEXT)
+    if number != quantized or number.copy_abs() >= _NUMERIC_LIMIT:
         raise ValueError_(f"{where}: {number} does not fit NUMERIC (precision 38, scale 9)")
-    text = format(number.normalize(), "f")
+    text = format(number.normalize(context=_NUMERIC_CONTEXT), "f")
     return "0" if text in ("-0", "0") else text
 
 
