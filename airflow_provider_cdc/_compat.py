@@ -9,11 +9,12 @@ except ImportError:  # Airflow 2.11
     from airflow.models import BaseOperator  # type: ignore[no-redef]
     from airflow.sensors.base import BaseSensorOperator  # type: ignore[no-redef]
 
-from airflow.exceptions import AirflowException, AirflowNotFoundException
+from airflow.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 __all__ = [
     "AirflowException",
+    "AirflowFailException",
     "AirflowNotFoundException",
     "BaseHook",
     "BaseOperator",

@@ -4,6 +4,9 @@ python -m airflow_provider_cdc status --pipeline spanner_change_stream_to_lake
 python -m airflow_provider_cdc tables --lake-root /path/to/lake
 python -m airflow_provider_cdc timings --dag-id spanner_change_stream_to_lake
 python -m airflow_provider_cdc compare --lake-root /path/to/lake --truth demo-truth.json
+python -m airflow_provider_cdc repair --pipeline spanner_change_stream_to_lake --lake-root /path/to/lake \
+    --changeset-root /path/to/changesets
+python -m airflow_provider_cdc migrate
 """
 
 from __future__ import annotations
@@ -39,6 +42,13 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
     return "\n".join(lines)
+
+
+def _metastore_without_schema(url: str | None) -> Any:
+    from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+    from airflow_provider_cdc.metastore import Metastore
+
+    return Metastore(url or CdcMetastoreHook().get_url())
 
 
 def _metastore(url: str | None) -> Any:
@@ -209,6 +219,33 @@ def compare(args: argparse.Namespace) -> int:
     return 0 if all(r.equal for r in results) else 1
 
 
+def repair(args: argparse.Namespace) -> int:
+    """Re-apply, from their change sets, the windows a restored or rolled-back table lacks."""
+    from airflow_provider_cdc.repair import repair_pipeline
+
+    store = _metastore(args.metastore_url)
+    options = json.loads(args.storage_options) if args.storage_options else None
+    reports = repair_pipeline(store, args.pipeline, args.lake_root, args.changeset_root, options,
+                              dry_run=args.dry_run)
+    if not reports:
+        print(f"Every table of pipeline {args.pipeline} holds the windows the metastore applied to it")
+        return 0
+    rows = [[r.table, r.expected, _count(r.found), len(r.reapplied), ", ".join(r.missing) or "-",
+             (r.problem or "")[:80]] for r in reports]
+    print(_table(["table", "metastore", "table held", "re-applied", "change sets gone", "problem"], rows))
+    return 0 if all(r.agrees for r in reports) else 1
+
+
+def migrate(args: argparse.Namespace) -> int:
+    """Create or upgrade the metastore's tables to this provider's schema version."""
+    from airflow_provider_cdc.metastore import CURRENT_VERSION
+
+    store = _metastore_without_schema(args.metastore_url)
+    applied = store.create_schema()
+    print(f"metastore at schema version {CURRENT_VERSION}" + (f" (applied {applied})" if applied else ""))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m airflow_provider_cdc", description=__doc__.split("\n")[0]
@@ -236,6 +273,17 @@ def main(argv: list[str] | None = None) -> int:
         "--windows", type=int, help="compare with the history of the first N windows (default: all)"
     )
     p.set_defaults(run=compare)
+    p = commands.add_parser("repair", help=repair.__doc__)
+    p.add_argument("--pipeline", required=True, help="pipeline id (the DAG id by default)")
+    p.add_argument("--lake-root", required=True, help="root of the Delta tables")
+    p.add_argument("--changeset-root", required=True, help="root of the windows' change sets")
+    p.add_argument("--metastore-url", help="SQLAlchemy URL (default: the cdc_metastore_default connection)")
+    p.add_argument("--storage-options", help="delta-rs storage options as JSON (for gs:// and other stores)")
+    p.add_argument("--dry-run", action="store_true", help="say what would be re-applied, change nothing")
+    p.set_defaults(run=repair)
+    p = commands.add_parser("migrate", help=migrate.__doc__)
+    p.add_argument("--metastore-url", help="SQLAlchemy URL (default: the cdc_metastore_default connection)")
+    p.set_defaults(run=migrate)
     args = parser.parse_args(argv)
     return args.run(args)
 

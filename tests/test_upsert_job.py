@@ -177,6 +177,15 @@ def test_gcp_storage_options_from_connection_extras() -> None:
         gcp_storage_options({"keyfile_dict": "{"})
 
 
+@pytest.fixture(autouse=True)
+def metastore_url(tmp_path: Path, monkeypatch) -> str:
+    """Each test's own metastore behind the default metastore connection."""
+    url = f"sqlite:///{tmp_path / 'metastore.db'}"
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_METASTORE_DEFAULT",
+                       json.dumps({"conn_type": "cdc_metastore", "extra": {"sqlalchemy_url": url}}))
+    return url
+
+
 def _context(**extra) -> dict:
     return {"data_interval_start": START, "data_interval_end": END, **extra}
 
@@ -193,6 +202,7 @@ def test_operator_builds_arguments_from_the_data_interval() -> None:
     assert op.build_application_args(_context()) == [
         *("--changeset", f"gs://b/changesets/{WINDOW_ID}", "--lake-root", "gs://b/lake"),
         *("--pipeline-id", "shop", "--window-version", str(to_micros(END))),
+        *("--expected-versions", '{"tables":{},"recorded_from_us":null}'),
     ]
     explicit = SparkUpsertWindowOperator(
         task_id="u2",
@@ -201,7 +211,7 @@ def test_operator_builds_arguments_from_the_data_interval() -> None:
         pipeline_id="p",
         window_version="1970-01-01T00:00:00.000002Z",
     )
-    assert explicit.build_application_args(_context())[-1] == "2"
+    assert explicit.build_application_args(_context())[7] == "2"
     with pytest.raises(ValueError, match="exactly one of changeset_uri and changeset_root"):
         SparkUpsertWindowOperator(task_id="u3", lake_root="/l", pipeline_id="p")
 

@@ -6,8 +6,11 @@
 Object-store credentials come from the environment variable ``CDC_LAKE_STORAGE_OPTIONS`` (a JSON
 object of delta-rs storage options), never from the command line. The change set must have its
 ``_manifest.json`` (written last by the merge); each listed table is applied as one Delta commit
-tagged with the window, so a re-run skips the tables already applied. The work happens in the
-driver with delta-rs; no SparkSession is started. The last line on stdout is a JSON summary.
+tagged with the window, so a re-run skips the tables already applied. With ``--expected-versions``
+(what the metastore says each table holds) every table is checked before anything is applied: a
+table restored, rolled back or written by someone else stops the job, naming table, expected and
+found versions and the ``repair`` command. The work happens in the driver with delta-rs; no
+SparkSession is started. The last line on stdout is a JSON summary.
 
 This module imports no Airflow.
 """
@@ -22,6 +25,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from airflow_provider_cdc.domain.apply_order import TableVersions, version_problem
 from airflow_provider_cdc.lake.change_set import ChangeSetError, ChangeSetReader
 from airflow_provider_cdc.lake.delta import DeltaLakeTarget, LakeError, app_id_for
 
@@ -31,6 +35,39 @@ log = logging.getLogger("airflow_provider_cdc.jobs.upsert_job")
 
 class UpsertJobError(RuntimeError):
     """Bad arguments or environment for the upsert job."""
+
+
+class LakeAgreementError(LakeError):
+    """Target tables do not hold what the metastore says they hold; nothing was applied."""
+
+
+def repair_command(pipeline_id: str, lake_root: str, changeset: str) -> str:
+    """The command that re-applies a pipeline's missing windows from their change sets."""
+    changeset_root = changeset.rstrip("/").rsplit("/", 1)[0]
+    return (
+        f"python -m airflow_provider_cdc repair --pipeline {pipeline_id} --lake-root {lake_root} "
+        f"--changeset-root {changeset_root}"
+    )
+
+
+def check_agreement(
+    target: DeltaLakeTarget, tables: Sequence[str], pipeline_id: str, version: int, expected: TableVersions,
+    repair: str,
+) -> None:
+    """Refuse (before any apply) when a table's last applied window is not the one the metastore recorded."""
+    problems = [
+        problem
+        for table in tables
+        if (problem := version_problem(
+            pipeline_id, table, target.applied_window_version(table, pipeline_id), version, expected
+        )) is not None
+    ]
+    if problems:
+        raise LakeAgreementError(
+            f"window version {version}: " + "; ".join(problems)
+            + ". Nothing was applied. Re-apply the windows the tables lack from their change sets with: "
+            + repair
+        )
 
 
 def storage_options_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
@@ -74,13 +111,17 @@ def run(
     pipeline_id: str,
     window_version: str | int | None,
     storage_options: Mapping[str, str] | None = None,
+    expected: TableVersions | None = None,
 ) -> dict[str, Any]:
     """Apply every table of the change set; return the summary."""
     app_id_for(pipeline_id)  # validates the pipeline id before any I/O
     reader = ChangeSetReader(changeset, storage_options)
     version = _window_version(None if window_version is None else str(window_version), reader)
     target = DeltaLakeTarget(lake_root, storage_options)
-    tables = reader.tables()  # refuses a change set without manifest
+    tables = reader.tables()  # refuses a change set without manifest, or one that disagrees with it
+    if expected is not None:
+        check_agreement(target, [t.name for t in tables], pipeline_id, version, expected,
+                        repair_command(pipeline_id, lake_root, reader.uri))
     results = []
     for table in tables:
         result = target.apply_change_set(
@@ -113,6 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="window end in µs since the epoch (default: the end of the change set's window id)",
     )
+    parser.add_argument(
+        "--expected-versions",
+        default=None,
+        help="JSON: the window version each table last received, as the metastore recorded it "
+        '({"tables": {"Orders": 1700000000000000}, "recorded_from_us": null}); checked before applying',
+    )
     return parser
 
 
@@ -120,8 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     try:
+        expected = None if args.expected_versions is None else TableVersions.from_json(args.expected_versions)
         summary = run(
-            args.changeset, args.lake_root, args.pipeline_id, args.window_version, storage_options_from_env()
+            args.changeset, args.lake_root, args.pipeline_id, args.window_version, storage_options_from_env(),
+            expected,
         )
     except (UpsertJobError, ChangeSetError, LakeError, ValueError) as exc:
         print(json.dumps({"error": type(exc).__name__, "message": str(exc)}), file=sys.stderr, flush=True)

@@ -246,9 +246,23 @@ class DeltaLakeTarget:
         return result.cast(pa.schema([schema.field(c) for c in selected]))
 
     def applied_window_version(self, table: str, pipeline_id: str) -> int | None:
-        """The last window version of ``pipeline_id`` applied to ``table`` (``None`` if none)."""
+        """The last window version of ``pipeline_id`` the table holds (``None`` if none); a window
+        whose commit a RESTORE undid is not held (see :func:`_held_window`)."""
         dt = self._load(table)
-        return None if dt is None else dt.transaction_version(app_id_for(pipeline_id))
+        return None if dt is None else _held_window(dt, app_id_for(pipeline_id))
+
+    def window_commit_version(self, table: str, pipeline_id: str, window_version: int) -> int | None:
+        """The table version whose commit applied the window (or the snapshot load covering it);
+        None when the table does not hold the window, or its commit is no longer in the log."""
+        dt = self._load(table)
+        app_id = app_id_for(pipeline_id)
+        if dt is None:
+            return None
+        applied = _held_window(dt, app_id)
+        if applied is None or applied < window_version:
+            return None
+        found, snapshot, _complete = _find_window_commit(dt, app_id, window_version)
+        return found if found is not None else snapshot
 
     def optimize(self, table: str, *, z_order: bool = False) -> dict[str, Any]:
         """Compact small files, or rewrite the table Z-ordered by its key columns.
@@ -343,6 +357,11 @@ class DeltaLakeTarget:
     ) -> ApplyResult | None:
         applied = dt.transaction_version(app_id)
         if applied is None or window_version > applied:
+            return None
+        # A RESTORE keeps the app transaction versions of the commits it undoes: ask the log.
+        applied = _held_window(dt, app_id)
+        if applied is None or window_version > applied:
+            log.info("table %s: window %s was undone by a restore; applying it again", table, window_version)
             return None
         version = dt.version()
         if window_version == applied:
@@ -632,6 +651,39 @@ def _check_unique_keys(source: pa.Table, table: TableColumns) -> None:
         f"{source[SOURCE_KEYS_JSON][row.as_py()].as_py()}; a change set must hold one row per key "
         "(collapsed per window)"
     )
+
+
+_RECENT_COMMITS = 16
+
+
+def _held_window(dt: DeltaTable, app_id: str) -> int | None:
+    """The last window version of ``app_id`` whose commit the table's data still holds.
+
+    Delta keeps the newest app transaction version of each app id across a RESTORE, so after a
+    restore to an older version ``transaction_version`` still names windows whose data is gone. The
+    log tells: walking it from the newest commit, a RESTORE to version ``r`` undoes the commits
+    between ``r`` and itself; the newest commit of ``app_id`` not undone is the held window. The
+    newest commits are read first (usually the held window is among them), the whole retained log
+    only when needed.
+    """
+    if dt.transaction_version(app_id) is None:
+        return None
+    ceiling: int | None = None
+    for limit in (_RECENT_COMMITS, None):
+        entries = dt.history(limit) if limit else dt.history()
+        for entry in sorted(entries, key=lambda e: e.get("version", -1), reverse=True):
+            version = entry.get("version")
+            if not isinstance(version, int) or (ceiling is not None and version > ceiling):
+                continue
+            if entry.get("operation") == "RESTORE":
+                restored = int((entry.get("operationParameters") or {}).get("version", version))
+                ceiling = restored if ceiling is None else min(ceiling, restored)
+            elif entry.get(COMMIT_METADATA_APP_ID) == app_id and entry.get(COMMIT_METADATA_WINDOW_VERSION):
+                return int(entry[COMMIT_METADATA_WINDOW_VERSION])
+        if limit is not None and len(entries) < limit:
+            break  # that was the whole retained log
+    # None of the app's commits is in the retained log: without a restore its version stands.
+    return dt.transaction_version(app_id) if ceiling is None else None
 
 
 def _find_window_commit(

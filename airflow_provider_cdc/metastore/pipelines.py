@@ -131,26 +131,25 @@ class PipelineLedger:
         start: datetime | str,
         end: datetime | str,
         tables: Mapping[str, tuple[int | None, int | None]],
+        *,
+        replace: bool = False,
     ) -> None:
         """Record, per table, the target version the window committed and its change rows
-        (``{table: (target_version, rows)}``); a table already recorded for the window keeps its record."""
+        (``{table: (target_version, rows)}``); a table already recorded for the window keeps its
+        record unless ``replace`` (a repair that applied the window again)."""
         pipeline, start_us, end_us = self._window_key(pipeline, start, end)
         with self._tx(write=True) as conn:
             now = utc_now_micros()
             for table, (version, rows) in sorted(tables.items()):
-                self._insert_if_absent(
-                    conn,
-                    WT,
-                    {
-                        "pipeline": pipeline,
-                        "window_start_us": start_us,
-                        "window_end_us": end_us,
-                        "table_name": validate_identifier(table, "table"),
-                        "target_version": validate_count("target_version", version),
-                        "rows": validate_count("rows", rows),
-                        "recorded_us": now,
-                    },
-                )
+                key = {"pipeline": pipeline, "window_start_us": start_us, "window_end_us": end_us,
+                       "table_name": validate_identifier(table, "table")}
+                values = {"target_version": validate_count("target_version", version),
+                          "rows": validate_count("rows", rows), "recorded_us": now}
+                if not self._insert_if_absent(conn, WT, {**key, **values}) and replace:
+                    conn.execute(
+                        sa.update(WT).where(sa.and_(*(WT.c[name] == value for name, value in key.items())))
+                        .values(**values)
+                    )
 
     def window_tables(self, pipeline: str, *, table: str | None = None) -> list[WindowTableRecord]:
         """The recorded window tables of the pipeline (of one table), in window order."""

@@ -13,6 +13,10 @@ from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.metastore import WindowState
 
 
+class LakeNotAppliedError(RuntimeError):
+    """The commit found a table of the change set that does not hold the window."""
+
+
 def stale_tables(
     watermarks: Mapping[str, datetime], now: datetime, max_staleness: timedelta
 ) -> dict[str, timedelta]:
@@ -27,9 +31,16 @@ class CdcCommitWindowOperator(BaseOperator):
     committed before it is in the target table. With ``max_staleness`` set, the task fails when a
     table's watermark lags the current time (or ``staleness_reference``) by more than that.
 
+    A window commits only after the pipeline's previous window (the one ending at its start) is
+    applied, or when it is the pipeline's first window. With ``lake_root`` every table of the change
+    set must hold the window (the upsert applied it), and the Delta version that applied it is
+    recorded per window and table in the metastore: the next upsert checks the tables against it.
+
     :param read_summaries: the readers' summaries (XCom), summed into the window's counts.
     :param changeset_root: where the merge job wrote the window's change set; the tables its
         manifest names get watermarks (as do all tables already applied by the pipeline).
+    :param lake_root: root of the Delta tables the upsert wrote (local path or ``gs://`` URI).
+    :param gcp_conn_id: Google Cloud connection for a ``gs://`` lake (as the upsert's).
     """
 
     template_fields: Sequence[str] = (
@@ -38,6 +49,7 @@ class CdcCommitWindowOperator(BaseOperator):
         "window_end",
         "read_summaries",
         "changeset_root",
+        "lake_root",
         "staleness_reference",
     )
 
@@ -49,6 +61,8 @@ class CdcCommitWindowOperator(BaseOperator):
         window_end: Any = "{{ data_interval_end }}",
         read_summaries: Any = None,
         changeset_root: str | None = None,
+        lake_root: str | None = None,
+        gcp_conn_id: str | None = None,
         metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
         max_staleness: timedelta | None = None,
         staleness_reference: Any = None,
@@ -60,6 +74,8 @@ class CdcCommitWindowOperator(BaseOperator):
         self.window_end = window_end
         self.read_summaries = read_summaries
         self.changeset_root = changeset_root
+        self.lake_root = lake_root
+        self.gcp_conn_id = gcp_conn_id
         self.metastore_conn_id = metastore_conn_id
         self.max_staleness = max_staleness
         self.staleness_reference = staleness_reference
@@ -70,6 +86,10 @@ class CdcCommitWindowOperator(BaseOperator):
         changed = self._changed_tables(window)  # before the window is marked applied
         store = CdcMetastoreHook(self.metastore_conn_id).metastore
         record = store.get_window(pipeline, window.start, window.end)
+        if record.state is not WindowState.APPLIED:
+            store.require_predecessor_applied(pipeline, window.start, window.end)
+            versions = self._table_versions(pipeline, window, changed)
+            store.record_window_tables(pipeline, window.start, window.end, versions)
         summaries = _summaries(self.read_summaries)
         rows = sum(int(s.get("rows", 0)) for s in summaries)
         transactions = round(sum(float(s.get("transactions", 0.0)) for s in summaries))
@@ -125,15 +145,37 @@ class CdcCommitWindowOperator(BaseOperator):
             "watermarks": {t: format_timestamp(w) for t, w in sorted(watermarks.items())},
         }
 
-    def _changed_tables(self, window: Window) -> list[str]:
-        """The tables the window's change set holds, its manifest checked against its folders and
-        row counts (a manifest that omits a table or miscounts one is refused, naming it)."""
+    def _changed_tables(self, window: Window) -> dict[str, int | None]:
+        """The tables the window's change set holds with their rows, its manifest checked against
+        its folders and row counts (a manifest that omits a table or miscounts one is refused)."""
         if not self.changeset_root:
-            return []
+            return {}
         from airflow_provider_cdc.lake.change_set import ChangeSetReader
 
         reader = ChangeSetReader(f"{self.changeset_root.rstrip('/')}/{window.window_id}")
-        return [table.name for table in reader.tables()]
+        return {table.name: table.expected_rows for table in reader.tables()}
+
+    def _table_versions(
+        self, pipeline: str, window: Window, changed: Mapping[str, int | None]
+    ) -> dict[str, tuple[int | None, int | None]]:
+        """Per changed table: the Delta version that applied the window (checked to exist) and rows."""
+        if not self.lake_root:
+            return {table: (None, rows) for table, rows in changed.items()}
+        from airflow_provider_cdc.lake.delta import DeltaLakeTarget
+        from airflow_provider_cdc.operators.upsert import gcp_lake_storage_options
+
+        target = DeltaLakeTarget(str(self.lake_root), gcp_lake_storage_options(self.gcp_conn_id))
+        versions = {}
+        for table, rows in sorted(changed.items()):
+            version = target.window_commit_version(table, pipeline, window.end_micros)
+            if version is None:
+                held = target.applied_window_version(table, pipeline)
+                raise LakeNotAppliedError(
+                    f"window {window} of pipeline {pipeline!r}: table {table!r} does not hold it (its last "
+                    f"applied window version is {held}); the upsert must apply the window before it commits"
+                )
+            versions[table] = (version, rows)
+        return versions
 
 
 def _summaries(value: Any) -> list[Mapping[str, Any]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_cdc._compat import BaseOperator
+from airflow_provider_cdc._compat import AirflowFailException, BaseOperator
 from airflow_provider_cdc.domain.timestamps import coerce_timestamp
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
@@ -79,20 +79,34 @@ class _ChangeStreamWindowOperator(BaseOperator):
 class SpannerChangeStreamOpenWindowOperator(_ChangeStreamWindowOperator):
     """Opens a window for reading: records it, extends the partition lineage, resets its partitions.
 
+    The first window opened for a pipeline records the pipeline's first window start:
+    ``first_window_start`` (e.g. the DAG's start date), else this window's start. Windows apply in
+    order from there; a window whose predecessor was never run fails here without retries.
     Returns ``list(range(readers))`` so that mapped readers can ``expand`` over it.
     """
 
-    template_fields: Sequence[str] = (*_ChangeStreamWindowOperator.template_fields, "readers")
+    template_fields: Sequence[str] = (
+        *_ChangeStreamWindowOperator.template_fields, "readers", "first_window_start"
+    )
 
-    def __init__(self, *, readers: int | str = 1, **kwargs: Any) -> None:
+    def __init__(self, *, readers: int | str = 1, first_window_start: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.readers = readers
+        self.first_window_start = first_window_start
 
     def execute(self, context: Any) -> list[int]:
         self.readers = int(self.readers)
         if self.readers < 1:
             raise ValueError(f"readers must be at least 1, got {self.readers}")
         window = self.window()
+        pipeline = self.pipeline(context)
+        store = CdcMetastoreHook(self.metastore_conn_id).metastore
+        first = coerce_timestamp(self.first_window_start) if self.first_window_start else window.start
+        recorded = store.record_pipeline(pipeline, first)
+        self.log.info("Pipeline %s starts with the window at %s", pipeline, recorded.first_window_start)
+        error = store.predecessor_error(pipeline, window.start, window.end)
+        if error is not None and error.never_run:
+            raise AirflowFailException(str(error))
         tokens = self.hook().open_window(
             self.pipeline(context), window, self.staging_root, reader_owner(context)
         )

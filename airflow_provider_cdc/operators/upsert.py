@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from airflow_provider_cdc.domain.timestamps import parse_timestamp, to_micros
+from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.operators._spark import (
     LocalPythonJob,
     connection_master,
@@ -102,6 +104,37 @@ def window_version_micros(value: Any, context: Mapping[str, Any]) -> int:
     raise ValueError(f"window_version must be µs since the epoch or a timestamp, got {value!r}")
 
 
+def gcp_lake_storage_options(gcp_conn_id: str | None) -> dict[str, str]:
+    """delta-rs storage options from an Airflow Google connection (empty without one); every
+    secret in them is masked in task logs."""
+    if not gcp_conn_id:
+        return {}
+    from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
+
+    options = gcp_storage_options(GoogleBaseHook(gcp_conn_id=gcp_conn_id).extras)
+    for value in options.values():
+        mask_secret(value)
+    key = options.get("google_service_account_key")
+    if key:
+        for secret in ("private_key", "private_key_id"):
+            if json.loads(key).get(secret):
+                mask_secret(json.loads(key)[secret])
+    return options
+
+
+def _window_of(changeset: str, context: Mapping[str, Any]) -> Window:
+    """The window a change set belongs to: its folder's window id, else the run's data interval."""
+    try:
+        return Window.from_window_id(changeset.rsplit("/", 1)[-1])
+    except ValueError:
+        start, end = context.get("data_interval_start"), context.get("data_interval_end")
+        if start is None or end is None:
+            raise ValueError(
+                f"change set {changeset!r} is not named by a window id and the run has no data interval"
+            ) from None
+        return Window(start, end)
+
+
 class SparkUpsertWindowOperator(SparkSubmitOperator):
     """Apply a window's change set to the Delta Lake tables with ``jobs/upsert_job.py``.
 
@@ -115,6 +148,9 @@ class SparkUpsertWindowOperator(SparkSubmitOperator):
         to the run's ``data_interval_end``. Templated.
     :param gcp_conn_id: optional Google Cloud connection whose credentials reach the job as
         storage options in its environment (never in its arguments, never in rendered fields).
+    :param metastore_conn_id: the metastore; before the job runs, the window must be able to apply
+        (the pipeline's previous window applied) and the job is given what the metastore says
+        each table holds, which it checks before applying anything. ``None`` skips both.
     :param local_python: on a local master (or without the Spark connection) run the job with the
         worker's Python instead of ``spark-submit`` (default ``True``). The job starts no
         SparkSession, so ``spark-submit`` would only add a JVM start (10-20 s) before the same
@@ -143,6 +179,7 @@ class SparkUpsertWindowOperator(SparkSubmitOperator):
         changeset_root: str | None = None,
         window_version: int | str | datetime | None = None,
         gcp_conn_id: str | None = None,
+        metastore_conn_id: str | None = CdcMetastoreHook.default_conn_name,
         local_python: bool = True,
         application: str = UPSERT_JOB_PATH,
         name: str = "cdc-upsert-window",
@@ -159,6 +196,7 @@ class SparkUpsertWindowOperator(SparkSubmitOperator):
         self.changeset_root = changeset_root
         self.window_version = window_version
         self.gcp_conn_id = gcp_conn_id
+        self.metastore_conn_id = metastore_conn_id
         self.local_python = local_python
         self._local_job: LocalPythonJob | None = None
 
@@ -171,9 +209,10 @@ class SparkUpsertWindowOperator(SparkSubmitOperator):
         return f"{str(self.changeset_root).rstrip('/')}/{to_micros(start)}-{to_micros(end)}"
 
     def build_application_args(self, context: Mapping[str, Any]) -> list[str]:
-        return [
+        changeset = self.resolve_changeset(context)
+        args = [
             "--changeset",
-            self.resolve_changeset(context),
+            changeset,
             "--lake-root",
             str(self.lake_root),
             "--pipeline-id",
@@ -181,6 +220,12 @@ class SparkUpsertWindowOperator(SparkSubmitOperator):
             "--window-version",
             str(window_version_micros(self.window_version, context)),
         ]
+        if self.metastore_conn_id:
+            store = CdcMetastoreHook(self.metastore_conn_id).metastore
+            window = _window_of(changeset, context)
+            store.require_predecessor_applied(str(self.pipeline_id), window.start, window.end)
+            args += ["--expected-versions", store.table_versions(str(self.pipeline_id)).to_json()]
+        return args
 
     def runs_locally(self, master: str | None) -> bool:
         """Whether the job runs with this worker's Python: ``local_python`` and a local ``master``
@@ -204,19 +249,7 @@ class SparkUpsertWindowOperator(SparkSubmitOperator):
 
     def lake_storage_options(self) -> dict[str, str]:
         """Storage options from ``gcp_conn_id`` (empty without a connection)."""
-        if not self.gcp_conn_id:
-            return {}
-        from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
-
-        options = gcp_storage_options(GoogleBaseHook(gcp_conn_id=self.gcp_conn_id).extras)
-        for value in options.values():
-            mask_secret(value)
-        key = options.get("google_service_account_key")
-        if key:
-            for secret in ("private_key", "private_key_id"):
-                if json.loads(key).get(secret):
-                    mask_secret(json.loads(key)[secret])
-        return options
+        return gcp_lake_storage_options(self.gcp_conn_id)
 
     def _storage_environment(self) -> dict[str, str]:
         """``{CDC_LAKE_STORAGE_OPTIONS: json}`` for the job's environment (empty without options)."""

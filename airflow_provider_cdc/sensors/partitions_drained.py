@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_cdc._compat import AirflowException, BaseSensorOperator
+from airflow_provider_cdc._compat import AirflowException, AirflowFailException, BaseSensorOperator
 from airflow_provider_cdc.domain.timestamps import coerce_timestamp
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
@@ -29,6 +29,12 @@ class SpannerChangeStreamPartitionsDrainedSensor(BaseSensorOperator):
     ``window_end`` set before merging (every partition of the window read to its end). While waiting
     it logs which partition tokens hold it back and how far behind they are. ``deferrable=True``
     hands the wait to the triggerer.
+
+    With ``pipeline_id`` it first requires the run's window (``window_start``/``window_end``, else the
+    run's data interval) to be able to apply: the pipeline's window before it must be applied. A
+    window run before its predecessor fails at once, naming the window it waits for and its state,
+    instead of waiting for partitions nobody reads (and holding a run slot); when that window was
+    never run the failure skips retries.
     """
 
     template_fields: Sequence[str] = (
@@ -39,6 +45,7 @@ class SpannerChangeStreamPartitionsDrainedSensor(BaseSensorOperator):
         "timestamp",
         "window_start",
         "window_end",
+        "pipeline_id",
     )
     ui_color = "#e8f0fe"
 
@@ -55,6 +62,7 @@ class SpannerChangeStreamPartitionsDrainedSensor(BaseSensorOperator):
         gcp_conn_id: str = "google_cloud_default",
         metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
         deferrable: bool = False,
+        pipeline_id: str | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("poke_interval", 5.0)
@@ -69,6 +77,7 @@ class SpannerChangeStreamPartitionsDrainedSensor(BaseSensorOperator):
         self.gcp_conn_id = gcp_conn_id
         self.metastore_conn_id = metastore_conn_id
         self.deferrable = deferrable
+        self.pipeline_id = pipeline_id
 
     def _hook(self) -> SpannerChangeStreamHook:
         from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
@@ -80,7 +89,19 @@ class SpannerChangeStreamPartitionsDrainedSensor(BaseSensorOperator):
             return None
         return Window(coerce_timestamp(self.window_start), coerce_timestamp(self.window_end))
 
+    def _require_predecessor_applied(self, context: Any) -> None:
+        window = self._window() or Window(
+            coerce_timestamp(self.timestamp), coerce_timestamp(context["data_interval_end"])
+        )
+        error = CdcMetastoreHook(self.metastore_conn_id).metastore.predecessor_error(
+            str(self.pipeline_id), window.start, window.end
+        )
+        if error is not None:
+            raise AirflowFailException(str(error)) if error.never_run else error
+
     def poke(self, context: Any) -> bool:
+        if self.pipeline_id:
+            self._require_predecessor_applied(context)
         lagging = self._hook().lagging_partitions(coerce_timestamp(self.timestamp), self._window())
         if lagging:
             self.log.info("Waiting for %s to be drained: %s", self.timestamp, describe_lagging(lagging))
