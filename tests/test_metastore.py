@@ -1021,6 +1021,28 @@ def test_reset_window_partitions_for_a_rerun(store: Metastore) -> None:
     assert store.reset_window_partitions(STREAM + "Other", W_START, W_END) == 0
 
 
+def test_only_the_latest_claim_completes_a_partition_and_names_its_output(store: Metastore) -> None:
+    store.add_partitions(STREAM, [PartitionSpec("a", T0)])
+    store.add_window_partitions(STREAM, W_START, W_END, ["a"])
+    assert store.claim_window_partition(STREAM, W_START, W_END, "r1", 0.05, claim_id="c1") == "a"
+    time.sleep(0.1)  # r1 stalls past its lease; r2 takes the partition over
+    assert store.claim_window_partition(STREAM, W_START, W_END, "r2", 30, claim_id="c2") == "a"
+    # The same reader claiming again (a retried task) fences its own earlier claim out too.
+    assert store.claim_window_partition(STREAM, W_START, W_END, "r2", 30, claim_id="c3") == "a"
+    assert not store.complete_window_partition(STREAM, W_START, W_END, "a", "r2", rows=5, transactions=1,
+                                               claim_id="c2", output_files=1)
+    assert store.complete_window_partition(STREAM, W_START, W_END, "a", "r2", rows=5, transactions=1,
+                                           claim_id="c3", output_files=2)
+    assert not store.complete_window_partition(STREAM, W_START, W_END, "a", "r1", rows=9, transactions=1,
+                                               claim_id="c1", output_files=7)
+    (item,) = store.window_partitions(STREAM, W_START, W_END)
+    assert (item.state, item.claim_id, item.output_files, item.rows, item.attempts) == (
+        WindowPartitionState.DONE, "c3", 2, 5, 3
+    )
+    with pytest.raises(ValueError, match="invalid claim id '../x'"):
+        store.claim_window_partition(STREAM, W_START, W_END, "r3", 30, claim_id="../x")
+
+
 def test_lower_initial_starts(store: Metastore) -> None:
     store.add_partitions(
         STREAM,

@@ -62,6 +62,9 @@ from airflow_provider_cdc.domain.timestamps import format_timestamp, parse_times
 
 MANIFEST_NAME = "_manifest.json"
 TABLE_PARTITION_COLUMN = "table"
+#: Staging layout: {window folder}/partition=<key>/attempt=<n>/part-*.parquet
+STAGED_PARTITION_PREFIX = "partition="
+STAGED_ATTEMPT_PREFIX = "attempt="
 INCOMPLETE_TRANSACTIONS_SHOWN = 5
 CONCURRENT_TABLE_WRITERS = 16
 #: Changes per collapse task: bounds each task's sort (about 50 MB of rows) whatever the window size.
@@ -145,6 +148,8 @@ class MergeArguments:
     window_end: datetime
     master: str | None = None
     transfer_through_driver: bool = False
+    #: partition key → the reading attempt whose output the metastore recorded (None: read all files)
+    partition_attempts: dict[str, int] | None = None
 
     @property
     def start_micros(self) -> int:
@@ -173,6 +178,20 @@ def _uri_argument(text: str) -> str:
     return uri
 
 
+def _attempts_argument(text: str) -> dict[str, int]:
+    try:
+        value = json.loads(text)
+        if not isinstance(value, dict):
+            raise ValueError("expected a JSON object")
+        attempts = {str(key): int(attempt) for key, attempt in value.items()}
+    except (ValueError, TypeError) as error:
+        raise argparse.ArgumentTypeError(f"not a JSON object of partition key to attempt: {error}") from None
+    for key, attempt in attempts.items():
+        if not key.isalnum() or attempt < 1:
+            raise argparse.ArgumentTypeError(f"bad partition attempt {key!r}: {attempt}")
+    return attempts
+
+
 def parse_arguments(argv: Sequence[str] | None = None) -> MergeArguments:
     """Parse and check the command line; exits with a usage message naming the bad argument."""
     parser = argparse.ArgumentParser(
@@ -191,6 +210,9 @@ def parse_arguments(argv: Sequence[str] | None = None) -> MergeArguments:
     parser.add_argument("--transfer-through-driver", action="store_true",
                         help="copy staging in and the change set out with pyarrow filesystems in the "
                         "driver (automatic when Spark has no filesystem for the URI scheme; local mode)")
+    parser.add_argument("--partition-attempts", type=_attempts_argument, default=None,
+                        help="JSON object {partition_key: attempt}: read only the output each partition's "
+                        "recorded reading wrote (partition=<key>/attempt=<n>/); other files are ignored")
     namespace = parser.parse_args(argv)
     if namespace.window_start >= namespace.window_end:
         parser.error(
@@ -206,6 +228,7 @@ def parse_arguments(argv: Sequence[str] | None = None) -> MergeArguments:
         window_end=namespace.window_end,
         master=namespace.master,
         transfer_through_driver=namespace.transfer_through_driver,
+        partition_attempts=namespace.partition_attempts,
     )
 
 
@@ -461,13 +484,22 @@ def _upload_changeset(local_dir: str, uri: str, manifest: bytes) -> None:
 # The merge
 
 
-def _read_staging(spark: Any, uri: str) -> Any:
-    return (
-        spark.read.schema(STAGED_SCHEMA_DDL)
-        .option("recursiveFileLookup", "true")
-        .option("pathGlobFilter", "*.parquet")
-        .parquet(uri)
+def _read_staging(spark: Any, uri: str, files: _HadoopFiles, attempts: dict[str, int] | None) -> Any:
+    """The staged rows: every Parquet file under ``uri``, or with ``attempts`` only the output of
+    each partition's recorded reading (a reader that lost its lease wrote elsewhere, unrecorded)."""
+    reader = spark.read.schema(STAGED_SCHEMA_DDL).option("recursiveFileLookup", "true").option(
+        "pathGlobFilter", "*.parquet"
     )
+    if attempts is None:
+        return reader.parquet(uri)
+    paths = [
+        path
+        for key, attempt in sorted(attempts.items())
+        if files.exists(path := f"{uri}/{STAGED_PARTITION_PREFIX}{key}/{STAGED_ATTEMPT_PREFIX}{attempt}")
+    ]
+    _log(f"reading the recorded output of {len(paths)} of {len(attempts)} partition(s) "
+         "(the others staged no rows)")
+    return reader.parquet(*paths) if paths else spark.createDataFrame([], STAGED_SCHEMA_DDL)
 
 
 def _in_window(start_micros: int, end_micros: int) -> Any:
@@ -755,7 +787,7 @@ def _merge(spark: Any, args: MergeArguments, staging: str, changeset: str, files
         files.make_dirs(changeset)
         return _manifest(args, {}, 0, 0, 0)
 
-    staged = _read_staging(spark, staging)
+    staged = _read_staging(spark, staging, files, args.partition_attempts)
     stats = _table_stats(staged, args.start_micros, args.end_micros)
     read_rows = sum(table.staged_rows for table in stats)
     dropped = sum(table.staged_rows - table.window_rows for table in stats)

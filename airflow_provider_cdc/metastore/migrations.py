@@ -162,6 +162,9 @@ def _v3_window_partitions(conn: Connection) -> None:
 
 def _v4_pipelines_and_window_tables(conn: Connection) -> None:
     md = sa.MetaData()
+    window_partitions = sa.Table(WINDOW_PARTITIONS_TABLE, md)
+    conn.execute(AddColumn(window_partitions, sa.Column("claim_id", sa.String(32), nullable=True)))
+    conn.execute(AddColumn(window_partitions, sa.Column("output_files", sa.Integer, nullable=True)))
     pipelines = sa.Table(
         PIPELINES_TABLE,
         md,
@@ -206,7 +209,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         _v2_change_sets_and_table_watermarks,
     ),
     Migration(3, "per-window partition reading with leases", _v3_window_partitions),
-    Migration(4, "first windows of pipelines, table versions per window", _v4_pipelines_and_window_tables),
+    Migration(
+        4,
+        "first windows of pipelines, table versions per window, claimed partition output",
+        _v4_pipelines_and_window_tables,
+    ),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 

@@ -123,6 +123,18 @@ def validate_pipeline(pipeline: object) -> str:
     return validate_pipeline_id(pipeline)
 
 
+_CLAIM_ID = re.compile(r"^[A-Za-z0-9]{1,32}$")
+
+
+def validate_claim_id(claim_id: object) -> str | None:
+    """A claim id names a directory: 1 to 32 letters or digits (None: no claim id)."""
+    if claim_id is None:
+        return None
+    if not isinstance(claim_id, str) or not _CLAIM_ID.match(claim_id):
+        raise ValueError(f"invalid claim id {claim_id!r}: expected 1 to 32 letters or digits")
+    return claim_id
+
+
 def lease_micros(lease_seconds: object) -> int:
     """Lease length in whole microseconds; must be positive."""
     if isinstance(lease_seconds, bool) or not isinstance(lease_seconds, (int, float)) or lease_seconds <= 0:
@@ -347,6 +359,9 @@ class WindowPartitionRecord:
     created_at: datetime
     updated_at: datetime
     done_at: datetime | None
+    #: the claim whose reading is (or will be) the partition's output; its staged files, when done
+    claim_id: str | None = None
+    output_files: int | None = None
 
     @property
     def window(self) -> Window:

@@ -130,6 +130,9 @@ window_partitions = sa.Table(
     sa.Column("created_us", sa.BigInteger, nullable=False),
     sa.Column("updated_us", sa.BigInteger, nullable=False),
     sa.Column("done_us", sa.BigInteger, nullable=True),
+    # version 4: the claim whose staged files are the partition's output, and how many
+    sa.Column("claim_id", sa.String(32), nullable=True),
+    sa.Column("output_files", sa.Integer, nullable=True),
     state_check("state", WindowPartitionState, "ck_cdc_window_partitions_state"),
 )
 

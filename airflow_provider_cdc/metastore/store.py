@@ -48,6 +48,7 @@ from airflow_provider_cdc.metastore.model import (
     lease_micros,
     parents_drained,
     timestamp_micros,
+    validate_claim_id,
     validate_count,
     validate_owner,
     validate_pipeline,
@@ -137,6 +138,8 @@ def _window_partition(row: Mapping[str, Any]) -> WindowPartitionRecord:
         created_at=from_micros(row["created_us"]),
         updated_at=from_micros(row["updated_us"]),
         done_at=_opt_dt(row["done_us"]),
+        claim_id=row["claim_id"],
+        output_files=row["output_files"],
     )
 
 
@@ -1013,7 +1016,14 @@ class Metastore(PipelineLedger):
         return [token for token in wanted if token in created]
 
     def claim_window_partition(
-        self, stream: str, start: datetime | str, end: datetime | str, owner: str, lease_seconds: float
+        self,
+        stream: str,
+        start: datetime | str,
+        end: datetime | str,
+        owner: str,
+        lease_seconds: float,
+        *,
+        claim_id: str | None = None,
     ) -> str | None:
         """Claim one partition of the window for ``owner``; return its token, or None if none is ready.
 
@@ -1023,10 +1033,12 @@ class Metastore(PipelineLedger):
         unknown to the metastore, or is ``done`` in this window. Candidates are tried in
         (partition start, token) order, each with a compare-and-set that also re-checks the parents,
         so concurrent readers never get the same partition. The claim sets the state to
-        ``running``, the lease to now + ``lease_seconds`` and counts one attempt.
+        ``running``, the lease to now + ``lease_seconds``, counts one attempt and records
+        ``claim_id``, which names this reading's output and fences every earlier claim out of
+        :meth:`complete_window_partition`.
         """
         stream, start_us, end_us = self._window_partition_key(stream, start, end)
-        owner = validate_owner(owner)
+        owner, claim_id = validate_owner(owner), validate_claim_id(claim_id)
         lease_us = lease_micros(lease_seconds)
         in_window = self._window_partitions_cond(stream, start_us, end_us)
         with self._tx(write=True) as conn:
@@ -1079,6 +1091,7 @@ class Metastore(PipelineLedger):
                     lease_owner=owner,
                     lease_expires_us=now + lease_us,
                     attempts=WP.c.attempts + 1,
+                    claim_id=claim_id,
                     updated_us=now,
                 ):
                     return token
@@ -1121,12 +1134,15 @@ class Metastore(PipelineLedger):
         *,
         rows: int,
         transactions: float,
+        claim_id: str | None = None,
+        output_files: int | None = None,
     ) -> bool:
-        """Mark the window's partition ``done`` with its counts and drop the lease.
+        """Mark the window's partition ``done`` with its counts and output, and drop the lease.
 
-        Only ``owner``, holding it in state ``running``, may; False when it lost the partition
-        (its lease expired and another reader took it, or the window was reset) — its reading
-        then does not count.
+        Only ``owner``, holding it in state ``running`` (under ``claim_id`` when given), may; False
+        when it lost the partition (its lease expired and another reader took it, it claimed it
+        again, or the window was reset) — its reading then does not count. The claim id and
+        ``output_files`` recorded here name the partition's output: the staged files of that claim.
         """
         stream, start_us, end_us = self._window_partition_key(stream, start, end)
         token, owner = validate_token(token, stream), validate_owner(owner)
@@ -1134,12 +1150,16 @@ class Metastore(PipelineLedger):
         if rows is None:
             raise ValueError("invalid rows None: expected a non-negative integer")
         transactions = validate_transactions(transactions)
+        cond = self._window_partitions_cond(stream, start_us, end_us, token, holder=owner)
+        if claim_id is not None:
+            cond = cond & (WP.c.claim_id == validate_claim_id(claim_id))
         with self._tx(write=True) as conn:
             now = self._now(conn)
             return self._update_one(
                 conn,
                 WP,
-                self._window_partitions_cond(stream, start_us, end_us, token, holder=owner),
+                cond,
+                output_files=validate_count("output_files", output_files),
                 state=WindowPartitionState.DONE.value,
                 rows=rows,
                 transactions=transactions,

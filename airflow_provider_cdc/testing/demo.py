@@ -2,7 +2,8 @@
 
 Used by the example DAG's embedded defaults (``python -m airflow_provider_cdc.testing.spanner_emulator
 --demo``), the end-to-end tests and the latency benchmark. The history has splits, merges, partial
-updates, deletes and transactions spanning partitions; its final state is written as ground truth.
+updates, deletes, transactions spanning partitions and transactions that write one row several times;
+its final state is written as ground truth.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class DemoSettings:
     windows: int = 6
     changes_per_window: int = 1_000
     seed: int = 42
+    #: a transaction may write one row up to this many times (Spanner reports one mod per row)
+    max_writes_per_row: int = 3
 
     def window_bounds(self, index: int) -> tuple[datetime, datetime]:
         return self.start + self.window * index, self.start + self.window * (index + 1)
@@ -74,7 +77,10 @@ def load_demo(emulator: Any, settings: DemoSettings, truth_path: str | os.PathLi
     instance.create().result(60)
     database = instance.database(settings.database, ddl_statements=schema_ddl(retention="30d"))
     database.create().result(60)
-    workload = Workload(database, emulator, seed=settings.seed, progress_every=10**9)
+    workload = Workload(
+        database, emulator, seed=settings.seed, progress_every=10**9,
+        max_writes_per_row=settings.max_writes_per_row,
+    )
     per_window = settings.changes_per_window
     step = settings.window * 0.9 / per_window
     for index in range(settings.windows):
