@@ -62,9 +62,9 @@ from airflow_provider_cdc.domain.timestamps import format_timestamp, parse_times
 
 MANIFEST_NAME = "_manifest.json"
 TABLE_PARTITION_COLUMN = "table"
-#: Staging layout: {window folder}/partition=<key>/attempt=<n>/part-*.parquet
+#: Staging layout: {window folder}/partition=<key>/claim=<claim id>/part-*.parquet
 STAGED_PARTITION_PREFIX = "partition="
-STAGED_ATTEMPT_PREFIX = "attempt="
+STAGED_CLAIM_PREFIX = "claim="
 INCOMPLETE_TRANSACTIONS_SHOWN = 5
 CONCURRENT_TABLE_WRITERS = 16
 #: Changes per collapse task: bounds each task's sort (about 50 MB of rows) whatever the window size.
@@ -148,8 +148,8 @@ class MergeArguments:
     window_end: datetime
     master: str | None = None
     transfer_through_driver: bool = False
-    #: partition key → the reading attempt whose output the metastore recorded (None: read all files)
-    partition_attempts: dict[str, int] | None = None
+    #: partition key → the claim whose output the metastore recorded (None: read every staged file)
+    partition_claims: dict[str, str] | None = None
 
     @property
     def start_micros(self) -> int:
@@ -178,18 +178,17 @@ def _uri_argument(text: str) -> str:
     return uri
 
 
-def _attempts_argument(text: str) -> dict[str, int]:
+def _claims_argument(text: str) -> dict[str, str]:
     try:
         value = json.loads(text)
-        if not isinstance(value, dict):
-            raise ValueError("expected a JSON object")
-        attempts = {str(key): int(attempt) for key, attempt in value.items()}
-    except (ValueError, TypeError) as error:
-        raise argparse.ArgumentTypeError(f"not a JSON object of partition key to attempt: {error}") from None
-    for key, attempt in attempts.items():
-        if not key.isalnum() or attempt < 1:
-            raise argparse.ArgumentTypeError(f"bad partition attempt {key!r}: {attempt}")
-    return attempts
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not JSON: {error}") from None
+    if not isinstance(value, dict) or not all(
+        isinstance(key, str) and key.isalnum() and isinstance(claim, str) and claim.isalnum()
+        for key, claim in value.items()
+    ):
+        raise argparse.ArgumentTypeError("expected a JSON object of partition keys to claim ids")
+    return value
 
 
 def parse_arguments(argv: Sequence[str] | None = None) -> MergeArguments:
@@ -210,9 +209,9 @@ def parse_arguments(argv: Sequence[str] | None = None) -> MergeArguments:
     parser.add_argument("--transfer-through-driver", action="store_true",
                         help="copy staging in and the change set out with pyarrow filesystems in the "
                         "driver (automatic when Spark has no filesystem for the URI scheme; local mode)")
-    parser.add_argument("--partition-attempts", type=_attempts_argument, default=None,
-                        help="JSON object {partition_key: attempt}: read only the output each partition's "
-                        "recorded reading wrote (partition=<key>/attempt=<n>/); other files are ignored")
+    parser.add_argument("--partition-claims", type=_claims_argument, default=None,
+                        help="JSON object {partition_key: claim_id}: read only the output of each "
+                        "partition's recorded claim (partition=<key>/claim=<id>/); other files are ignored")
     namespace = parser.parse_args(argv)
     if namespace.window_start >= namespace.window_end:
         parser.error(
@@ -228,7 +227,7 @@ def parse_arguments(argv: Sequence[str] | None = None) -> MergeArguments:
         window_end=namespace.window_end,
         master=namespace.master,
         transfer_through_driver=namespace.transfer_through_driver,
-        partition_attempts=namespace.partition_attempts,
+        partition_claims=namespace.partition_claims,
     )
 
 
@@ -484,20 +483,20 @@ def _upload_changeset(local_dir: str, uri: str, manifest: bytes) -> None:
 # The merge
 
 
-def _read_staging(spark: Any, uri: str, files: _HadoopFiles, attempts: dict[str, int] | None) -> Any:
-    """The staged rows: every Parquet file under ``uri``, or with ``attempts`` only the output of
-    each partition's recorded reading (a reader that lost its lease wrote elsewhere, unrecorded)."""
+def _read_staging(spark: Any, uri: str, files: _HadoopFiles, claims: dict[str, str] | None) -> Any:
+    """The staged rows: every Parquet file under ``uri``, or with ``claims`` only the output of
+    each partition's recorded claim (a reader that lost its lease wrote elsewhere, unrecorded)."""
     reader = spark.read.schema(STAGED_SCHEMA_DDL).option("recursiveFileLookup", "true").option(
         "pathGlobFilter", "*.parquet"
     )
-    if attempts is None:
+    if claims is None:
         return reader.parquet(uri)
     paths = [
         path
-        for key, attempt in sorted(attempts.items())
-        if files.exists(path := f"{uri}/{STAGED_PARTITION_PREFIX}{key}/{STAGED_ATTEMPT_PREFIX}{attempt}")
+        for key, claim in sorted(claims.items())
+        if files.exists(path := f"{uri}/{STAGED_PARTITION_PREFIX}{key}/{STAGED_CLAIM_PREFIX}{claim}")
     ]
-    _log(f"reading the recorded output of {len(paths)} of {len(attempts)} partition(s) "
+    _log(f"reading the recorded output of {len(paths)} of {len(claims)} partition(s) "
          "(the others staged no rows)")
     return reader.parquet(*paths) if paths else spark.createDataFrame([], STAGED_SCHEMA_DDL)
 
@@ -787,7 +786,7 @@ def _merge(spark: Any, args: MergeArguments, staging: str, changeset: str, files
         files.make_dirs(changeset)
         return _manifest(args, {}, 0, 0, 0)
 
-    staged = _read_staging(spark, staging, files, args.partition_attempts)
+    staged = _read_staging(spark, staging, files, args.partition_claims)
     stats = _table_stats(staged, args.start_micros, args.end_micros)
     read_rows = sum(table.staged_rows for table in stats)
     dropped = sum(table.staged_rows - table.window_rows for table in stats)
