@@ -602,6 +602,19 @@ def harness_run(tmp_path_factory) -> dict[str, Any]:
         mod(t + 2 * ONE_MICROSECOND, "tx3", "Accounts", "UPDATE", "a1", {"Balance": "3"},
             types=only(ACCOUNTS, "Balance")),
     ])
+    # Each partition's recorded claim; a stale reader's claim wrote other rows beside it, and a
+    # partition whose recorded claim staged nothing has only a stale claim's folder.
+    recorded = {"p1": [mod(t, "tx1", "Accounts", "INSERT", "a1", {"Name": "kept"})],
+                "p2": [mod(t, "tx2", "Accounts", "INSERT", "a2", {"Name": "kept"}, partition="p2")]}
+    stale = {"p1": [mod(t, "tx1", "Accounts", "INSERT", "a1", {"Name": "stale"}),
+                    mod(t, "tx9", "Accounts", "INSERT", "a9", {"Name": "stale"})],
+             "p3": [mod(t, "tx8", "Accounts", "INSERT", "a8", {"Name": "stale"}, partition="p3")]}
+    for claim, staged in (("c1", recorded), ("c0", stale)):
+        for key, rows in staged.items():
+            target = root / "claims" / "staging" / f"partition={key}" / f"claim={claim}" / "part-0.parquet"
+            target.parent.mkdir(parents=True)
+            pq.write_table(pa.Table.from_pylist(rows, schema=STAGED_CHANGE_SCHEMA), target)
+    window("claims", None, "--partition-claims", json.dumps({"p1": "c1", "p2": "c1", "p3": "c7"}))
     window("bad_table", [mod(t, "t1", "Bad-Name", "INSERT", "k", {"A": "1"})])
     window("bad_mod", [mod(t, "t1", "Accounts", "MERGE", "k7", {"Name": "x"})])
     window("bad_json", [mod(t, "t1", "Accounts", "UPDATE", "k8", "[1, 2]")])
@@ -706,6 +719,16 @@ def test_a_columns_newest_type_wins_also_when_commit_timestamps_tie(harness_run:
     # Every column of the window (the older record's too), Note typed as the newest record says.
     assert json.loads(text) == sorted(newest, key=lambda c: c["ordinal_position"])
     assert changes == {"Orders": reference(staged)["Orders"]}
+
+
+@pytest.mark.spark
+def test_only_each_partitions_recorded_claim_is_read(harness_run: dict) -> None:
+    result = harness_run["results"]["claims"]
+    assert result["code"] == 0, result["stderr"]
+    changes = read_change_set(harness_run["root"] / "claims" / "changeset")
+    assert {row["_keys_json"]: json.loads(row["_values_json"])["Name"] for row in changes["Accounts"]} == {
+        '{"Id":"a1"}': "kept", '{"Id":"a2"}': "kept"
+    }
 
 
 @pytest.mark.spark

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import zipfile
@@ -12,7 +13,9 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from airflow_provider_cdc._errors import metastore_errors, require_absolute
 from airflow_provider_cdc.domain.timestamps import coerce_timestamp, format_timestamp, to_micros
+from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.operators._spark import spark_defaults
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
@@ -54,12 +57,16 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
     sets them.
 
     :param staging_uri: the window's staging folder, ``{staging_root}/{stream}/{window_id}``
-        (templated; local path, ``file://`` or ``gs://``). A literal ``{window_id}`` in it is
+        (templated; absolute local path, ``file://`` or ``gs://``). A literal ``{window_id}`` in it is
         replaced by ``{start_micros}-{end_micros}`` of the rendered window.
     :param changeset_uri: the window's change-set folder, ``{changeset_root}/{window_id}``
         (templated; ``{window_id}`` is replaced as in ``staging_uri``).
     :param window_start: inclusive window start, RFC 3339 (templated; default the data interval start).
     :param window_end: exclusive window end, RFC 3339 (templated; default the data interval end).
+    :param stream_key: the stream as the metastore names it (``projects/…/databases/<db>/<stream>``;
+        templated). With it the job reads only each partition's recorded output (the staged files
+        of the claim that completed it), and every partition of the window must be read.
+    :param metastore_conn_id: the metastore holding the window's partitions (with ``stream_key``).
     :param conn_id: Spark connection (default ``spark_default``; missing means ``local[*]``).
     :param kwargs: passed to ``SparkSubmitOperator`` (``conf``, ``driver_memory``, ``py_files``, ...).
     """
@@ -70,6 +77,7 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
         "changeset_uri",
         "window_start",
         "window_end",
+        "stream_key",
     )
     ui_color = "#f4a460"
 
@@ -82,6 +90,8 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
         window_end: str = "{{ data_interval_end }}",
         conn_id: str = "spark_default",
         name: str = "cdc-merge-window",
+        stream_key: str | None = None,
+        metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
         **kwargs: Any,
     ) -> None:
         if "application" in kwargs:
@@ -92,6 +102,8 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
         self.window_start = window_start
         self.window_end = window_end
         self.merge_conn_id = conn_id
+        self.stream_key = stream_key
+        self.metastore_conn_id = metastore_conn_id
 
     def merge_arguments(self) -> list[str]:
         """Command-line arguments of the merge job from the rendered fields (checked here first)."""
@@ -116,8 +128,9 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
             value = getattr(self, field)
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"{field} must be a non-empty location, got {value!r}")
+            require_absolute(field, value.strip())
             locations.append(value.strip().replace(WINDOW_ID_PLACEHOLDER, window_id))
-        return [
+        args = [
             "--staging",
             locations[0],
             "--changeset",
@@ -127,6 +140,30 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
             "--window-end",
             format_timestamp(end),
         ]
+        if self.stream_key:
+            window = f"[{format_timestamp(start)}, {format_timestamp(end)})"
+            with metastore_errors(f"window {window} of {self.stream_key}: reading its partitions' claims"):
+                claims = self.partition_claims(start, end)
+            args += ["--partition-claims", json.dumps(claims, sort_keys=True)]
+        return args
+
+    def partition_claims(self, start: datetime, end: datetime) -> dict[str, str]:
+        """Partition key → the claim whose staged files are the partition's output (metastore)."""
+        from airflow_provider_cdc.staging.parquet import partition_key
+
+        items = CdcMetastoreHook(self.metastore_conn_id).metastore.window_partitions(
+            str(self.stream_key), start, end
+        )
+        window = f"[{format_timestamp(start)}, {format_timestamp(end)})"
+        if not items:
+            raise ValueError(f"window {window} of {self.stream_key}: no partitions recorded; read it first")
+        unread = [item.token for item in items if not item.is_done]
+        if unread:
+            raise ValueError(
+                f"window {window}: {len(unread)} partition(s) not read to the window end yet: "
+                + ", ".join(unread[:5])
+            )
+        return {partition_key(item.token): item.claim_id for item in items if item.claim_id}
 
     def execute(self, context: Any) -> None:
         self.application = MERGE_JOB_PATH
