@@ -9,7 +9,14 @@ except ImportError:  # Airflow 2.11
     from airflow.models import BaseOperator  # type: ignore[no-redef]
     from airflow.sensors.base import BaseSensorOperator  # type: ignore[no-redef]
 
-from airflow.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
+try:  # Airflow 3
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
+except ImportError:  # Airflow 2.11
+    from airflow.exceptions import (  # type: ignore[no-redef]
+        AirflowException,
+        AirflowFailException,
+        AirflowNotFoundException,
+    )
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 __all__ = [
