@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
 
 from airflow_provider_cdc._compat import AirflowException, AirflowNotFoundException, BaseHook
+from airflow_provider_cdc._errors import metastore_errors
 from airflow_provider_cdc.domain.identifiers import InvalidIdentifierError, validate_identifier
-from airflow_provider_cdc.domain.timestamps import ensure_utc, format_timestamp
+from airflow_provider_cdc.domain.timestamps import coerce_timestamp, ensure_utc, format_timestamp
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.metastore import Metastore, MetastoreError, PartitionRecord
@@ -32,9 +34,79 @@ HOOK_FIELDS = (
     "impersonation_chain",
     "metastore_conn_id",
     "heartbeat_ms",
+    "retention",
 )
 """Attributes an operator, sensor or trigger passes on to :meth:`SpannerChangeStreamHook.from_fields`."""
 _SPANNER_ID_HINT = "lowercase letters, digits, hyphens and underscores"
+
+#: Spanner keeps a change stream's records this long when the stream sets no ``retention_period``.
+SPANNER_DEFAULT_RETENTION = timedelta(days=1)
+#: Windows older than this share of the retention period log a warning.
+RETENTION_WARNING_SHARE = 0.8
+RETENTION_QUERY = (
+    "SELECT option_value FROM INFORMATION_SCHEMA.CHANGE_STREAM_OPTIONS "
+    "WHERE change_stream_name = @name AND option_name = 'retention_period'"
+)
+_DURATION = re.compile(r"([0-9]+)\s*([smhd])")
+_UNITS = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
+RetentionValue = timedelta | int | float | str
+
+
+def parse_retention(value: RetentionValue) -> timedelta:
+    """A retention period from a ``timedelta``, seconds (a number or digits) or Spanner duration text
+    (``'7d'``, ``'36h'``, ``'90m'``, ``'3600s'``); raises ``ValueError`` for anything else or a period
+    that is not positive."""
+    period: timedelta | None = None
+    try:
+        if isinstance(value, timedelta):
+            period = value
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            period = timedelta(seconds=value)
+        elif isinstance(value, str):
+            text = value.strip().lower()
+            match = _DURATION.fullmatch(text)
+            if match:
+                period = timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
+            elif re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
+                period = timedelta(seconds=float(text))
+    except (OverflowError, ValueError):  # NaN, infinities, more days than a timedelta holds
+        period = None
+    if period is None:
+        raise ValueError(
+            f"retention {value!r} is not a duration: give a timedelta, seconds, or Spanner duration text "
+            "such as '7d', '36h' or '3600s'"
+        )
+    if period <= timedelta(0):
+        raise ValueError(f"retention must be positive, got {value!r}")
+    return period
+
+
+def format_duration(period: timedelta) -> str:
+    """``period`` in Spanner's duration notation, in the largest whole unit (``7d``, ``36h``, ``90s``)."""
+    seconds = period.total_seconds()
+    for unit, size in _UNITS.items():
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+@dataclass(frozen=True)
+class Retention:
+    """A change stream's retention period and where it came from (``argument``, ``stream`` or ``default``)."""
+
+    period: timedelta
+    source: str
+    option_value: str | None = None
+
+    def describe(self) -> str:
+        """``7d (the stream's retention_period option, …)``: the period and its source, for messages."""
+        where = {
+            "argument": "given by the retention argument",
+            "stream": f"the stream's retention_period option {self.option_value!r} in "
+            "INFORMATION_SCHEMA.CHANGE_STREAM_OPTIONS",
+            "default": "Spanner's default; the stream sets no retention_period",
+        }[self.source]
+        return f"{format_duration(self.period)} ({where})"
 
 
 def _validate_resource_id(value: str, kind: str) -> str:
@@ -84,7 +156,11 @@ class SpannerChangeStreamHook(GoogleBaseHook):
     :param project_id: Google Cloud project (defaults to the connection's project).
     :param metastore_conn_id: connection of the partition/window metastore.
     :param heartbeat_ms: heartbeat interval asked of each partition query (1000–300000).
-    :param retention: the stream's retention period; windows older than 80% of it log a warning.
+    :param retention: the stream's retention period (``timedelta``, seconds, or Spanner duration text
+        such as ``'7d'``). Default: the stream's ``retention_period`` from
+        ``INFORMATION_SCHEMA.CHANGE_STREAM_OPTIONS``, else Spanner's default of one day. A window that
+        starts longer ago than that (by the database's clock) fails; one older than 80% of it logs a
+        warning.
     """
 
     conn_name_attr = "gcp_conn_id"
@@ -103,7 +179,7 @@ class SpannerChangeStreamHook(GoogleBaseHook):
         impersonation_chain: str | Sequence[str] | None = None,
         metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
         heartbeat_ms: int = 10_000,
-        retention: timedelta = timedelta(days=1),
+        retention: RetentionValue | None = None,
         **kwargs: Any,
     ) -> None:
         try:
@@ -128,7 +204,10 @@ class SpannerChangeStreamHook(GoogleBaseHook):
         self._project_id = project_id
         self.metastore_conn_id = metastore_conn_id
         self.heartbeat_ms = heartbeat_ms
-        self.retention = retention
+        try:
+            self.retention_argument = None if retention in (None, "") else parse_retention(retention)
+        except ValueError as exc:
+            raise AirflowException(f"change stream {self.stream}: {exc}") from exc
 
     @classmethod
     def from_fields(cls, task: object) -> SpannerChangeStreamHook:
@@ -210,25 +289,80 @@ class SpannerChangeStreamHook(GoogleBaseHook):
             self.change_stream_query(), self.metastore, self.stream_key, staging_root, owner=owner, **kwargs
         )
 
-    def check_retention(self, window: Window, now: datetime | None = None) -> None:
-        """Fail if the window starts outside the retention period; warn when it is close to it."""
-        now = ensure_utc(now or datetime.now(timezone.utc))
-        age = now - window.start
-        if self.emulator_host:
-            return  # the emulator's clock is simulated; it enforces retention itself
-        if age > self.retention:
+    @cached_property
+    def retention(self) -> Retention:
+        """The stream's retention: the ``retention`` argument, else the stream's ``retention_period``
+        option, else Spanner's default (looked up once per hook)."""
+        if self.retention_argument is not None:
+            return Retention(self.retention_argument, "argument")
+        from google.api_core import exceptions as gexc
+        from google.cloud.spanner_v1 import param_types
+
+        try:
+            with self.database.snapshot() as snapshot:
+                found = snapshot.execute_sql(
+                    RETENTION_QUERY, params={"name": self.stream}, param_types={"name": param_types.STRING}
+                )
+                rows = list(found)
+        except gexc.GoogleAPICallError as exc:
             raise AirflowException(
-                f"window {window} starts {age} ago, outside the change stream {self.stream}'s retention "
-                f"period of {self.retention}: its changes can no longer be read"
+                f"change stream {self.stream}: cannot read its retention_period from "
+                f"INFORMATION_SCHEMA.CHANGE_STREAM_OPTIONS of {self.database_path} ({exc}); "
+                "pass retention= to give it"
+            ) from exc
+        if not rows or rows[0][0] in (None, ""):
+            return Retention(SPANNER_DEFAULT_RETENTION, "default")
+        text = str(rows[0][0])
+        try:
+            return Retention(parse_retention(text), "stream", text)
+        except ValueError as exc:
+            raise AirflowException(
+                f"change stream {self.stream}: its retention_period option {text!r} is not a duration this "
+                "hook reads; pass retention= to give it"
+            ) from exc
+
+    def database_now(self) -> datetime:
+        """The database's current time (``CURRENT_TIMESTAMP()``), which retention is measured against."""
+        from google.api_core import exceptions as gexc
+
+        try:
+            with self.database.snapshot() as snapshot:
+                rows = list(snapshot.execute_sql("SELECT CURRENT_TIMESTAMP()"))
+        except gexc.GoogleAPICallError as exc:
+            raise AirflowException(f"cannot read the current time of {self.database_path}: {exc}") from exc
+        return coerce_timestamp(rows[0][0])
+
+    def check_retention(self, window: Window | datetime, now: datetime | None = None) -> Retention:
+        """Fail if ``window`` (or a timestamp) starts outside the stream's retention period; warn when it
+        is close to it.
+
+        Ages are measured against ``now``, by default the database's clock. Returns the retention used.
+        """
+        now = ensure_utc(now) if now is not None else self.database_now()
+        retention = self.retention
+        if isinstance(window, Window):
+            start, what = window.start, f"window {window} starts"
+        else:
+            start = ensure_utc(window)
+            what = f"timestamp {format_timestamp(start)} is"
+        age = now - start
+        shown_age = str(timedelta(seconds=int(age.total_seconds())))
+        if age > retention.period:
+            raise AirflowException(
+                f"{what} {shown_age} before {format_timestamp(now)}, outside change stream "
+                f"{self.stream}'s retention period of {retention.describe()}: its changes can no longer be "
+                "read"
             )
-        if age > self.retention * 0.8:
+        if age > retention.period * RETENTION_WARNING_SHARE:
             self.log.warning(
-                "Window %s starts %s ago; change stream %s keeps changes for %s only",
-                window,
-                age,
+                "%s %s before %s; change stream %s keeps changes for %s only",
+                what[0].upper() + what[1:],
+                shown_age,
+                format_timestamp(now),
                 self.stream,
-                self.retention,
+                retention.describe(),
             )
+        return retention
 
     def open_window(self, pipeline: str, window: Window, staging_root: str, owner: str) -> list[str]:
         """Start (or restart) reading a window: record it, extend the lineage, reset its partitions.
@@ -239,13 +373,14 @@ class SpannerChangeStreamHook(GoogleBaseHook):
 
         self.check_retention(window)
         try:
-            record = self.metastore.open_window(
-                pipeline, self.stream_key, window.start, window.end, staging_uri=staging_root
-            )
-            if record.state.value != "reading":  # a re-run (retry, clear, backfill) of a later stage
-                self.metastore.reopen_window(pipeline, window.start, window.end)
-            self.metastore.reset_window_partitions(self.stream_key, window.start, window.end)
-            return self.window_reader(staging_root, owner).prepare(window)
+            with metastore_errors(f"window {window} of pipeline {pipeline!r}: opening the window"):
+                record = self.metastore.open_window(
+                    pipeline, self.stream_key, window.start, window.end, staging_uri=staging_root
+                )
+                if record.state.value != "reading":  # a re-run (retry, clear, backfill) of a later stage
+                    self.metastore.reopen_window(pipeline, window.start, window.end)
+                self.metastore.reset_window_partitions(self.stream_key, window.start, window.end)
+                return self.window_reader(staging_root, owner).prepare(window)
         except ChangeStreamReadError as exc:
             raise AirflowException(str(exc)) from exc
         except MetastoreError as exc:
@@ -255,8 +390,10 @@ class SpannerChangeStreamHook(GoogleBaseHook):
         """Read partitions of the window (sharing the work with other readers) into staging."""
         from airflow_provider_cdc.spanner.window_reader import ChangeStreamReadError
 
+        self.check_retention(window)
         try:
-            return self.window_reader(staging_root, owner, **kwargs).read(window)
+            with metastore_errors(f"window {window}: reading it (reader {owner})"):
+                return self.window_reader(staging_root, owner, **kwargs).read(window)
         except ChangeStreamReadError as exc:
             raise AirflowException(str(exc)) from exc
         except MetastoreError as exc:
@@ -265,6 +402,12 @@ class SpannerChangeStreamHook(GoogleBaseHook):
     def lagging_partitions(self, timestamp: datetime, window: Window | None = None) -> list[LaggingPartition]:
         """Partitions alive at ``timestamp`` not drained to it, and unread partitions of ``window``."""
         timestamp = ensure_utc(timestamp)
+        what = f"window {window}" if window is not None else f"change stream {self.stream}"
+        at = format_timestamp(timestamp)
+        with metastore_errors(f"{what}: checking which partitions are drained to {at}"):
+            return self._lagging_partitions(timestamp, window)
+
+    def _lagging_partitions(self, timestamp: datetime, window: Window | None) -> list[LaggingPartition]:
         store = self.metastore
         if not store.is_known_stream(self.stream_key):
             if window is not None:

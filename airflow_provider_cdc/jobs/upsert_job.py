@@ -25,8 +25,16 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from deltalake.exceptions import DeltaError
+
 from airflow_provider_cdc.domain.apply_order import TableVersions, version_problem
-from airflow_provider_cdc.lake.change_set import ChangeSetError, ChangeSetReader
+from airflow_provider_cdc.lake.change_set import (
+    READ_ERRORS,
+    ChangeSetError,
+    ChangeSetReader,
+    ChangeSetTable,
+    describe_read_error,
+)
 from airflow_provider_cdc.lake.delta import DeltaLakeTarget, LakeError, app_id_for
 
 STORAGE_OPTIONS_ENV = "CDC_LAKE_STORAGE_OPTIONS"
@@ -39,6 +47,34 @@ class UpsertJobError(RuntimeError):
 
 class LakeAgreementError(LakeError):
     """Target tables do not hold what the metastore says they hold; nothing was applied."""
+
+
+class ApplyError(LakeError):
+    """A table of the window could not be applied: an unreadable change-set file or a failed Delta write.
+
+    The message names the window, the table and the file; the original error is the cause.
+    """
+
+
+def apply_error(
+    exc: BaseException, reader: ChangeSetReader, table: ChangeSetTable, target: DeltaLakeTarget,
+    pipeline_id: str, version: int, applied: Sequence[str],
+) -> ApplyError:
+    """The :class:`ApplyError` for ``exc`` raised while applying ``table``: a change-set file that cannot
+    be read is named as the cause, else the Delta table that was being written."""
+    found = table.unreadable_file()
+    if found is not None:
+        what, cause = f"change-set file {found[0]!r} cannot be read", found[1]
+    else:
+        what, cause = f"writing Delta table {target.table_uri(table.name)!r} failed", exc
+    done = (
+        f"tables applied before it in this run: {', '.join(applied)} (kept; a re-run skips them and applies "
+        "the rest)" if applied else "no table was applied in this run"
+    )
+    return ApplyError(
+        f"window {reader.window_id} (version {version}) of pipeline {pipeline_id!r}: table {table.name!r}: "
+        f"{what} ({describe_read_error(cause)}); {done}"
+    )
 
 
 def repair_command(pipeline_id: str, lake_root: str, changeset: str) -> str:
@@ -122,11 +158,15 @@ def run(
     if expected is not None:
         check_agreement(target, [t.name for t in tables], pipeline_id, version, expected,
                         repair_command(pipeline_id, lake_root, reader.uri))
-    results = []
+    results: list[dict[str, Any]] = []
     for table in tables:
-        result = target.apply_change_set(
-            table.name, table.dataset, table.column_types(), pipeline_id, version
-        )
+        try:
+            result = target.apply_change_set(
+                table.name, table.dataset, table.column_types(), pipeline_id, version
+            )
+        except (*READ_ERRORS, DeltaError) as exc:
+            applied_here = [r["table"] for r in results if r["status"] == "applied"]
+            raise apply_error(exc, reader, table, target, pipeline_id, version, applied_here) from exc
         results.append(result.to_dict())
     applied = [r for r in results if r["status"] == "applied"]
     return {

@@ -325,13 +325,58 @@ def filesystem_for(
     return pa_fs.PyFileSystem(handler), ""
 
 
+#: Errors of reading a Parquet file (corrupt data, file-system failures).
+READ_ERRORS = (OSError, pa.ArrowException)
+
+
+def unreadable_file(
+    files: Sequence[str], filesystem: pa_fs.FileSystem
+) -> tuple[str, BaseException] | None:
+    """The first of ``files`` that cannot be read whole as Parquet, with the error; ``None`` if all can."""
+    import pyarrow.parquet as pq
+
+    for path in files:
+        try:
+            with filesystem.open_input_file(path) as handle:
+                pq.ParquetFile(handle).read()
+        except READ_ERRORS as exc:
+            return path, exc
+    return None
+
+
+def _file_uri(location: str, path: str) -> str:
+    """A file of a change set at ``location``: local paths as they are, object-store paths under it."""
+    local = "://" not in location or location.startswith("file://")
+    return path if local or not location else f"{location}/{path}"
+
+
+def describe_read_error(exc: BaseException) -> str:
+    """``Type: first line`` of a read error, for messages."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+
+
 @dataclass(frozen=True)
 class ChangeSetTable:
-    """One table of a change set: its name, expected row count and Parquet dataset."""
+    """One table of a change set: its name, expected row count and Parquet dataset.
+
+    ``location`` is the change set's URI, which the dataset's relative file paths are under.
+    """
 
     name: str
     expected_rows: int | None
     dataset: pa_ds.Dataset
+    location: str = ""
+
+    def file_uri(self, path: str) -> str:
+        """A dataset file as the user knows it: an absolute path, or the path under :attr:`location`."""
+        return _file_uri(self.location, path)
+
+    def unreadable_file(self) -> tuple[str, BaseException] | None:
+        """The first of the table's files that cannot be read whole (its URI and the error), or ``None``."""
+        files = getattr(self.dataset, "files", None) or []
+        found = unreadable_file(files, self.dataset.filesystem)
+        return None if found is None else (self.file_uri(found[0]), found[1])
 
     def column_types(self) -> list[dict[str, Any]]:
         """Union of the table's column types as seen in the window."""
@@ -443,14 +488,22 @@ class ChangeSetReader:
                     f"change set {self.uri!r}: manifest lists table {name!r} with {expected} rows "
                     f"but {directory!r} holds no Parquet files"
                 )
-            dataset = pa_ds.dataset(sorted(files), format=_PARQUET, filesystem=self._fs)
-            if expected is not None:
-                actual = dataset.count_rows()
-                if actual != expected:
-                    raise ChangeSetError(
-                        f"change set {self.uri!r}: table {name!r} has {actual} rows, manifest says {expected}"
-                    )
-            result.append(ChangeSetTable(name, expected, dataset))
+            try:
+                dataset = pa_ds.dataset(sorted(files), format=_PARQUET, filesystem=self._fs)
+                actual = dataset.count_rows() if expected is not None else None
+            except READ_ERRORS as exc:
+                found = unreadable_file(sorted(files), self._fs)
+                path, cause = found if found is not None else (directory, exc)
+                where = _file_uri(self.uri, path)
+                raise ChangeSetError(
+                    f"change set {self.uri!r}: table {name!r}: file {where!r} cannot be read "
+                    f"({describe_read_error(cause)})"
+                ) from exc
+            if expected is not None and actual != expected:
+                raise ChangeSetError(
+                    f"change set {self.uri!r}: table {name!r} has {actual} rows, manifest says {expected}"
+                )
+            result.append(ChangeSetTable(name, expected, dataset, self.uri))
         return result
 
 

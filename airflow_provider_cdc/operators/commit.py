@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow_provider_cdc._compat import AirflowException, BaseOperator
+from airflow_provider_cdc._errors import metastore_errors, require_absolute
 from airflow_provider_cdc.domain.timestamps import coerce_timestamp, format_timestamp
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
@@ -39,7 +40,8 @@ class CdcCommitWindowOperator(BaseOperator):
     :param read_summaries: the readers' summaries (XCom), summed into the window's counts.
     :param changeset_root: where the merge job wrote the window's change set; the tables its
         manifest names get watermarks (as do all tables already applied by the pipeline).
-    :param lake_root: root of the Delta tables the upsert wrote (local path or ``gs://`` URI).
+    :param lake_root: root of the Delta tables the upsert wrote (absolute local path or ``gs://`` URI;
+        like ``changeset_root``, a relative path is refused).
     :param gcp_conn_id: Google Cloud connection for a ``gs://`` lake (as the upsert's).
     """
 
@@ -83,6 +85,12 @@ class CdcCommitWindowOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         pipeline = self.pipeline_id or context["ti"].dag_id
         window = Window(coerce_timestamp(self.window_start), coerce_timestamp(self.window_end))
+        require_absolute("changeset_root", self.changeset_root)
+        require_absolute("lake_root", self.lake_root)
+        with metastore_errors(f"window {window} of pipeline {pipeline!r}: committing the window"):
+            return self._commit(pipeline, window)
+
+    def _commit(self, pipeline: str, window: Window) -> dict[str, Any]:
         changed = self._changed_tables(window)  # before the window is marked applied
         store = CdcMetastoreHook(self.metastore_conn_id).metastore
         record = store.get_window(pipeline, window.start, window.end)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_cdc._compat import AirflowFailException, BaseOperator
+from airflow_provider_cdc._errors import metastore_errors, require_absolute
 from airflow_provider_cdc.domain.timestamps import coerce_timestamp
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
@@ -22,6 +23,14 @@ def reader_owner(context: Any) -> str:
 
 
 class _ChangeStreamWindowOperator(BaseOperator):
+    """Fields shared by the open and read operators (see :class:`SpannerChangeStreamHook`).
+
+    ``staging_root`` is a ``gs://`` URI or an absolute local path (a relative one is refused: tasks
+    run in other working directories). ``retention`` (templated; ``timedelta``, seconds or Spanner
+    duration text such as ``'7d'``) overrides the stream's ``retention_period``; a window older than
+    the retention fails, one older than 80% of it logs a warning.
+    """
+
     template_fields: Sequence[str] = (
         "instance_id",
         "database_id",
@@ -31,6 +40,7 @@ class _ChangeStreamWindowOperator(BaseOperator):
         "window_start",
         "window_end",
         "pipeline_id",
+        "retention",
     )
 
     def __init__(
@@ -48,6 +58,7 @@ class _ChangeStreamWindowOperator(BaseOperator):
         impersonation_chain: str | Sequence[str] | None = None,
         metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
         heartbeat_ms: int = 10_000,
+        retention: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -63,6 +74,7 @@ class _ChangeStreamWindowOperator(BaseOperator):
         self.impersonation_chain = impersonation_chain
         self.metastore_conn_id = metastore_conn_id
         self.heartbeat_ms = heartbeat_ms
+        self.retention = retention
 
     def hook(self) -> SpannerChangeStreamHook:
         from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
@@ -70,6 +82,7 @@ class _ChangeStreamWindowOperator(BaseOperator):
         return SpannerChangeStreamHook.from_fields(self)
 
     def window(self) -> Window:
+        require_absolute("staging_root", self.staging_root)
         return Window(coerce_timestamp(self.window_start), coerce_timestamp(self.window_end))
 
     def pipeline(self, context: Any) -> str:
@@ -100,11 +113,12 @@ class SpannerChangeStreamOpenWindowOperator(_ChangeStreamWindowOperator):
             raise ValueError(f"readers must be at least 1, got {self.readers}")
         window = self.window()
         pipeline = self.pipeline(context)
-        store = CdcMetastoreHook(self.metastore_conn_id).metastore
         first = coerce_timestamp(self.first_window_start) if self.first_window_start else window.start
-        recorded = store.record_pipeline(pipeline, first)
+        with metastore_errors(f"window {window} of pipeline {pipeline!r}: recording the pipeline"):
+            store = CdcMetastoreHook(self.metastore_conn_id).metastore
+            recorded = store.record_pipeline(pipeline, first)
+            error = store.predecessor_error(pipeline, window.start, window.end)
         self.log.info("Pipeline %s starts with the window at %s", pipeline, recorded.first_window_start)
-        error = store.predecessor_error(pipeline, window.start, window.end)
         if error is not None and error.never_run:
             raise AirflowFailException(str(error))
         tokens = self.hook().open_window(

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from airflow_provider_cdc._errors import metastore_errors, require_absolute
 from airflow_provider_cdc.domain.timestamps import parse_timestamp, to_micros
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
@@ -138,7 +139,8 @@ def _window_of(changeset: str, context: Mapping[str, Any]) -> Window:
 class SparkUpsertWindowOperator(SparkSubmitOperator):
     """Apply a window's change set to the Delta Lake tables with ``jobs/upsert_job.py``.
 
-    :param lake_root: root of the Delta tables (local path or ``gs://`` URI). Templated.
+    :param lake_root: root of the Delta tables (``gs://`` URI or absolute local path; relative local
+        paths, here and in ``changeset_uri``/``changeset_root``, are refused). Templated.
     :param pipeline_id: pipeline id; names the Delta app transaction that makes applies
         idempotent. Templated.
     :param changeset_uri: change set of the window, ``{changeset_root}/{window_id}``. Templated.
@@ -209,6 +211,8 @@ class SparkUpsertWindowOperator(SparkSubmitOperator):
         return f"{str(self.changeset_root).rstrip('/')}/{to_micros(start)}-{to_micros(end)}"
 
     def build_application_args(self, context: Mapping[str, Any]) -> list[str]:
+        for field in ("lake_root", "changeset_uri", "changeset_root"):
+            require_absolute(field, getattr(self, field))
         changeset = self.resolve_changeset(context)
         args = [
             "--changeset",
@@ -221,10 +225,11 @@ class SparkUpsertWindowOperator(SparkSubmitOperator):
             str(window_version_micros(self.window_version, context)),
         ]
         if self.metastore_conn_id:
-            store = CdcMetastoreHook(self.metastore_conn_id).metastore
             window = _window_of(changeset, context)
-            store.require_predecessor_applied(str(self.pipeline_id), window.start, window.end)
-            args += ["--expected-versions", store.table_versions(str(self.pipeline_id)).to_json()]
+            with metastore_errors(f"window {window} of pipeline {self.pipeline_id!r}: checking it can apply"):
+                store = CdcMetastoreHook(self.metastore_conn_id).metastore
+                store.require_predecessor_applied(str(self.pipeline_id), window.start, window.end)
+                args += ["--expected-versions", store.table_versions(str(self.pipeline_id)).to_json()]
         return args
 
     def runs_locally(self, master: str | None) -> bool:

@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_cdc._compat import AirflowException, AirflowFailException, BaseSensorOperator
+from airflow_provider_cdc._errors import metastore_errors
 from airflow_provider_cdc.domain.timestamps import coerce_timestamp
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
@@ -35,6 +36,11 @@ class SpannerChangeStreamPartitionsDrainedSensor(BaseSensorOperator):
     window run before its predecessor fails at once, naming the window it waits for and its state,
     instead of waiting for partitions nobody reads (and holding a run slot); when that window was
     never run the failure skips retries.
+
+    While partitions lag, a window (or ``timestamp``) older than the stream's retention fails the
+    sensor: those changes can no longer be read. ``retention`` (``timedelta``, seconds or Spanner
+    duration text such as ``'7d'``; templated) overrides the stream's ``retention_period`` as
+    :class:`~airflow_provider_cdc.hooks.spanner_change_stream.SpannerChangeStreamHook` reads it.
     """
 
     template_fields: Sequence[str] = (
@@ -46,6 +52,7 @@ class SpannerChangeStreamPartitionsDrainedSensor(BaseSensorOperator):
         "window_start",
         "window_end",
         "pipeline_id",
+        "retention",
     )
     ui_color = "#e8f0fe"
 
@@ -63,6 +70,7 @@ class SpannerChangeStreamPartitionsDrainedSensor(BaseSensorOperator):
         metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
         deferrable: bool = False,
         pipeline_id: str | None = None,
+        retention: Any = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("poke_interval", 5.0)
@@ -78,6 +86,7 @@ class SpannerChangeStreamPartitionsDrainedSensor(BaseSensorOperator):
         self.metastore_conn_id = metastore_conn_id
         self.deferrable = deferrable
         self.pipeline_id = pipeline_id
+        self.retention = retention
 
     def _hook(self) -> SpannerChangeStreamHook:
         from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
@@ -93,17 +102,20 @@ class SpannerChangeStreamPartitionsDrainedSensor(BaseSensorOperator):
         window = self._window() or Window(
             coerce_timestamp(self.timestamp), coerce_timestamp(context["data_interval_end"])
         )
-        error = CdcMetastoreHook(self.metastore_conn_id).metastore.predecessor_error(
-            str(self.pipeline_id), window.start, window.end
-        )
+        with metastore_errors(f"window {window} of pipeline {self.pipeline_id!r}: checking its predecessor"):
+            error = CdcMetastoreHook(self.metastore_conn_id).metastore.predecessor_error(
+                str(self.pipeline_id), window.start, window.end
+            )
         if error is not None:
             raise AirflowFailException(str(error)) if error.never_run else error
 
     def poke(self, context: Any) -> bool:
         if self.pipeline_id:
             self._require_predecessor_applied(context)
-        lagging = self._hook().lagging_partitions(coerce_timestamp(self.timestamp), self._window())
+        hook, timestamp, window = self._hook(), coerce_timestamp(self.timestamp), self._window()
+        lagging = hook.lagging_partitions(timestamp, window)
         if lagging:
+            hook.check_retention(window or timestamp)  # changes past retention can never be drained
             self.log.info("Waiting for %s to be drained: %s", self.timestamp, describe_lagging(lagging))
             return False
         self.log.info("Every partition of %s alive at %s is drained to it", self.stream, self.timestamp)
@@ -118,6 +130,7 @@ class SpannerChangeStreamPartitionsDrainedSensor(BaseSensorOperator):
 
         hook = self._hook()
         window = self._window()
+        retention = hook.retention_argument
         self.defer(
             trigger=PartitionsDrainedTrigger(
                 instance_id=self.instance_id,
@@ -130,6 +143,7 @@ class SpannerChangeStreamPartitionsDrainedSensor(BaseSensorOperator):
                 gcp_conn_id=self.gcp_conn_id,
                 metastore_conn_id=self.metastore_conn_id,
                 poll_interval=float(self.poke_interval),
+                retention=None if retention is None else retention.total_seconds(),
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=float(self.timeout)),

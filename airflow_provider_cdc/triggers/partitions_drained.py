@@ -10,7 +10,11 @@ from airflow_provider_cdc._compat import BaseTrigger, TriggerEvent
 
 
 class PartitionsDrainedTrigger(BaseTrigger):
-    """Fires once every partition alive at ``timestamp`` (and every partition of the window) is drained."""
+    """Fires once every partition alive at ``timestamp`` (and every partition of the window) is drained.
+
+    ``retention`` (seconds or Spanner duration text; default the stream's ``retention_period``) makes it
+    fire an error when the partitions lag and the window is older than that.
+    """
 
     def __init__(
         self,
@@ -25,6 +29,7 @@ class PartitionsDrainedTrigger(BaseTrigger):
         gcp_conn_id: str = "google_cloud_default",
         metastore_conn_id: str = "cdc_metastore_default",
         poll_interval: float = 5.0,
+        retention: float | str | None = None,
     ) -> None:
         super().__init__()
         self.instance_id = instance_id
@@ -37,6 +42,8 @@ class PartitionsDrainedTrigger(BaseTrigger):
         self.gcp_conn_id = gcp_conn_id
         self.metastore_conn_id = metastore_conn_id
         self.poll_interval = poll_interval
+        self.retention = retention
+        self._hook: Any = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -52,6 +59,7 @@ class PartitionsDrainedTrigger(BaseTrigger):
                 "gcp_conn_id": self.gcp_conn_id,
                 "metastore_conn_id": self.metastore_conn_id,
                 "poll_interval": self.poll_interval,
+                "retention": self.retention,
             },
         )
 
@@ -60,11 +68,15 @@ class PartitionsDrainedTrigger(BaseTrigger):
         from airflow_provider_cdc.domain.window import Window
         from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
 
-        hook = SpannerChangeStreamHook.from_fields(self)
+        hook = self._hook = self._hook or SpannerChangeStreamHook.from_fields(self)  # one client per trigger
         window = None
         if self.window_start and self.window_end:
             window = Window(coerce_timestamp(self.window_start), coerce_timestamp(self.window_end))
-        return hook.lagging_partitions(coerce_timestamp(self.timestamp), window)
+        timestamp = coerce_timestamp(self.timestamp)
+        lagging = hook.lagging_partitions(timestamp, window)
+        if lagging:
+            hook.check_retention(window or timestamp)  # changes past retention can never be drained
+        return lagging
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_provider_cdc.sensors.partitions_drained import describe_lagging

@@ -227,6 +227,22 @@ class Database:
             self._stream(statement.name)
             del self.streams[statement.name]
 
+    def change_stream_options(self) -> list[dict[str, str]]:
+        """Rows of ``INFORMATION_SCHEMA.CHANGE_STREAM_OPTIONS``: the options streams' DDL sets, as written."""
+        with self.lock:
+            return [
+                {
+                    "change_stream_catalog": "",
+                    "change_stream_schema": "",
+                    "change_stream_name": stream.name,
+                    "option_name": name,
+                    "option_type": "BOOL" if value.lower() in ("true", "false") else "STRING",
+                    "option_value": value,
+                }
+                for stream in sorted(self.streams.values(), key=lambda s: s.name)
+                for name, value in sorted(stream.definition.options.items())
+            ]
+
     def _table(self, name: str) -> Table:
         table = self.tables.get(name)
         if table is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -97,3 +98,71 @@ def _literal(text: str, params: Any, name: str) -> Any:
     if re.fullmatch(r"-?\d+", text):
         return int(text)
     raise EmulatorError(grpc.StatusCode.INVALID_ARGUMENT, f"Cannot parse {name} value {text!r}")
+
+
+# ----- INFORMATION_SCHEMA.CHANGE_STREAM_OPTIONS and CURRENT_TIMESTAMP() --------------------------
+
+#: Columns of ``INFORMATION_SCHEMA.CHANGE_STREAM_OPTIONS``, in Spanner's order.
+OPTIONS_COLUMNS = (
+    "change_stream_catalog",
+    "change_stream_schema",
+    "change_stream_name",
+    "option_name",
+    "option_type",
+    "option_value",
+)
+_OPTIONS_QUERY = re.compile(
+    r"^\s*SELECT\s+(.+?)\s+FROM\s+INFORMATION_SCHEMA\.CHANGE_STREAM_OPTIONS(?:\s+WHERE\s+(.+?))?\s*;?\s*$",
+    re.IGNORECASE | re.DOTALL,
+)
+_CONDITION = re.compile(r"([A-Za-z_]+)\s*=\s*(@[A-Za-z_][A-Za-z0-9_]*|'[^']*'|\"[^\"]*\")", re.DOTALL)
+_CURRENT_TIMESTAMP = re.compile(
+    r"^\s*SELECT\s+CURRENT_TIMESTAMP\s*\(\s*\)(?:\s+AS\s+([A-Za-z_][A-Za-z0-9_]*))?\s*;?\s*$", re.IGNORECASE
+)
+
+
+@dataclass(frozen=True)
+class OptionsQuery:
+    """``SELECT <columns> FROM INFORMATION_SCHEMA.CHANGE_STREAM_OPTIONS [WHERE col = value AND …]``."""
+
+    columns: tuple[tuple[str, str], ...]  # (column, output name as written)
+    filters: tuple[tuple[str, str | None], ...]  # (column, value); NULL matches nothing
+
+    def rows(self, options: list[dict[str, str]]) -> list[list[str]]:
+        """The selected columns of the option rows that pass every filter."""
+        return [
+            [row[column] for column, _ in self.columns]
+            for row in options
+            if all(value is not None and row[column] == value for column, value in self.filters)
+        ]
+
+
+def parse_options_query(sql: str, params: Any) -> OptionsQuery | None:
+    """The query when ``sql`` reads ``INFORMATION_SCHEMA.CHANGE_STREAM_OPTIONS``, else ``None``."""
+    match = _OPTIONS_QUERY.match(sql)
+    if not match:
+        return None
+    invalid = grpc.StatusCode.INVALID_ARGUMENT
+    selected = [item.strip() for item in match.group(1).split(",")]
+    if selected == ["*"]:
+        columns = tuple((c, c.upper()) for c in OPTIONS_COLUMNS)
+    else:
+        columns = tuple((name.lower(), name) for name in selected)
+    filters: list[tuple[str, str | None]] = []
+    if match.group(2):
+        for condition in re.split(r"\s+AND\s+", match.group(2).strip(), flags=re.IGNORECASE):
+            found = _CONDITION.fullmatch(condition.strip())
+            if not found:
+                raise EmulatorError(invalid, f"unsupported condition on CHANGE_STREAM_OPTIONS: {condition!r}")
+            value = _literal(found.group(2), params, found.group(1))
+            filters.append((found.group(1).lower(), None if value is None else str(value)))
+    for column in [c for c, _ in columns] + [c for c, _ in filters]:
+        if column not in OPTIONS_COLUMNS:
+            raise EmulatorError(invalid, f"Unrecognized name: {column}")
+    return OptionsQuery(columns, tuple(filters))
+
+
+def parse_current_timestamp_query(sql: str) -> tuple[str] | None:
+    """``(output name,)`` when ``sql`` is ``SELECT CURRENT_TIMESTAMP() [AS name]``, else ``None``."""
+    match = _CURRENT_TIMESTAMP.match(sql)
+    return (match.group(1) or "",) if match else None

@@ -17,12 +17,17 @@ from google.cloud.spanner_v1.types import commit_response, result_set, spanner, 
 from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2, struct_pb2, timestamp_pb2
 
-from airflow_provider_cdc.domain.timestamps import from_micros
+from airflow_provider_cdc.domain.timestamps import format_timestamp, from_micros
 
 from . import wire
 from .clock import Clock, ManualClock, WallClock
 from .database import FLUSH, Database, EmulatorError, PartitionSchedule
-from .query import is_change_stream_query, parse_change_stream_query
+from .query import (
+    is_change_stream_query,
+    parse_change_stream_query,
+    parse_current_timestamp_query,
+    parse_options_query,
+)
 
 log = logging.getLogger(__name__)
 
@@ -134,12 +139,16 @@ class SpannerEmulator:
         self.database(database_path).merge()
 
     def inject_stream_faults(self, count: int = 1, code: str = "UNAVAILABLE", after_rows: int = 0) -> None:
-        """Make the next ``count`` change-stream reads fail with ``code`` after ``after_rows`` rows."""
-        status = {"UNAVAILABLE": grpc.StatusCode.UNAVAILABLE, "ABORTED": grpc.StatusCode.ABORTED}.get(
-            code.upper()
-        )
-        if status is None:
-            raise ValueError(f"unsupported fault code {code!r}: use UNAVAILABLE or ABORTED")
+        """Make the next ``count`` change-stream reads fail with ``code`` after ``after_rows`` rows.
+
+        ``code`` is the name of any gRPC status code but ``OK`` (``UNAVAILABLE``, ``RESOURCE_EXHAUSTED``,
+        ``PERMISSION_DENIED`` …), in any case.
+        """
+        name = str(code).strip().upper()
+        status = grpc.StatusCode.__members__.get(name)
+        if status is None or status is grpc.StatusCode.OK:
+            names = ", ".join(c.name for c in grpc.StatusCode if c is not grpc.StatusCode.OK)
+            raise ValueError(f"unsupported fault code {code!r}: use a gRPC status code name but OK ({names})")
         with self._lock:
             self._fault = _Fault(count, status, after_rows)
 
@@ -360,7 +369,7 @@ class SpannerEmulator:
                     "Change stream queries are not supported in read-write transactions",
                 )
             if not is_change_stream_query(request.sql):
-                yield from self._simple_query(request.sql)
+                yield from self._simple_query(database, request.sql, raw.params)
                 return
             query = parse_change_stream_query(request.sql, raw.params)
             skip = int(raw.resume_token.decode() or 0) if raw.resume_token else 0
@@ -369,20 +378,38 @@ class SpannerEmulator:
         except EmulatorError as exc:
             context.abort(exc.code, exc.message)
 
-    def _simple_query(self, sql: str) -> Iterator[bytes]:
-        if sql.strip().rstrip(";").upper() != "SELECT 1":
-            raise EmulatorError(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                "the emulator serves change-stream queries on READ_<stream>(...) "
-                f"and SELECT 1; unsupported: {sql[:120]!r}",
-            )
+    def _simple_query(self, database: Database, sql: str, params: Any) -> Iterator[bytes]:
+        """``SELECT 1``, ``SELECT CURRENT_TIMESTAMP()`` (the clock's now) and reads of
+        ``INFORMATION_SCHEMA.CHANGE_STREAM_OPTIONS``; anything else is refused."""
         from google.cloud.spanner_v1 import StructType, Type, TypeCode
 
-        metadata = result_set.ResultSetMetadata(
-            row_type=StructType(fields=[StructType.Field(name="", type_=Type(code=TypeCode.INT64))])
+        def result(names: list[str], code: Any, rows: list[list[str]]) -> bytes:
+            metadata = result_set.ResultSetMetadata(
+                row_type=StructType(
+                    fields=[StructType.Field(name=name, type_=Type(code=code)) for name in names]
+                )
+            )
+            values = [struct_pb2.Value(string_value=v).SerializeToString() for row in rows for v in row]
+            return wire.partial_result_set(values, b"", result_set.ResultSetMetadata.serialize(metadata))
+
+        if sql.strip().rstrip(";").upper() == "SELECT 1":
+            yield result([""], TypeCode.INT64, [["1"]])
+            return
+        current = parse_current_timestamp_query(sql)
+        if current is not None:
+            now = format_timestamp(from_micros(self.clock.now_us()))
+            yield result(list(current), TypeCode.TIMESTAMP, [[now]])
+            return
+        options = parse_options_query(sql, params)
+        if options is not None:
+            names = [name for _, name in options.columns]
+            yield result(names, TypeCode.STRING, options.rows(database.change_stream_options()))
+            return
+        raise EmulatorError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "the emulator serves change-stream queries on READ_<stream>(...), SELECT 1, CURRENT_TIMESTAMP() "
+            f"and reads of INFORMATION_SCHEMA.CHANGE_STREAM_OPTIONS; unsupported: {sql[:120]!r}",
         )
-        value = struct_pb2.Value(string_value="1").SerializeToString()
-        yield wire.partial_result_set([value], b"", result_set.ResultSetMetadata.serialize(metadata))
 
     def _take_fault(self) -> _Fault | None:
         with self._lock:
