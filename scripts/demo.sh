@@ -15,6 +15,8 @@ export CDC_DEMO_HOME="$root/.demo/cdc"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__DAGS_FOLDER="$root/airflow_provider_cdc/example_dags"
 export PATH="$root/.venv/bin:$PATH"
+# The demo's windows are fixed (10 minutes from 2026-01-01): settings of another run must not apply.
+unset CDC_WINDOW_SECONDS CDC_START_DATE CDC_WINDOW_MINUTES
 rm -rf "$root/.demo" && mkdir -p "$AIRFLOW_HOME" "$CDC_DEMO_HOME"
 
 log() { printf '\n[demo] %s\n' "$*" >&2; }

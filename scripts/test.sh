@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up the project (scripts/setup.sh, with the Airflow 2.11 virtualenv) and runs the whole test suite,
-# the end-to-end DAG tests on Airflow 3 and 2.11 included.
+# the end-to-end DAG tests on Airflow 3 and 2.11 and the tests against Google's Cloud Spanner emulator
+# (found through CDC_SPANNER_EMULATOR_BIN, the Google Cloud CLI's install path or PATH) included.
 # PostgreSQL tests run when CDC_TEST_POSTGRES_URL is set (and skip with a reason otherwise); when it is
 # unset and a server answers on 127.0.0.1:5432 as user postgres, that server is used.
 # Extra arguments go to pytest, e.g. scripts/test.sh -k metastore
@@ -12,33 +13,53 @@ if [ -z "${CDC_TEST_POSTGRES_URL:-}" ] && command -v pg_isready >/dev/null 2>&1 
   export CDC_TEST_POSTGRES_URL="postgresql+psycopg2://postgres@127.0.0.1:5432/postgres"
 fi
 echo "[test] PostgreSQL tests: ${CDC_TEST_POSTGRES_URL:-skipped (CDC_TEST_POSTGRES_URL not set)}" >&2
+google_emulator=$(.venv/bin/python -c \
+  "from airflow_provider_cdc.testing.google_emulator import find_binary; print(find_binary() or '')" || true)
+echo "[test] Google's Cloud Spanner emulator tests: ${google_emulator:-skipped (emulator_main not found)}" >&2
 # The Airflow 3 end-to-end DAG tests (tests/test_example_dag.py) run here; a bare `pytest` skips them
 # unless CDC_E2E_TESTS=1. CDC_E2E_TESTS=0 scripts/test.sh leaves them out.
 export CDC_E2E_TESTS="${CDC_E2E_TESTS:-1}"
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$(pwd)/.cache/airflow-test-home}"
 mkdir -p "$AIRFLOW_HOME"
 .venv/bin/ruff check --quiet .
+# Test files that run alongside the rest (whole suite only), each in a pytest process and Airflow home
+# of its own: the Airflow 2.11 backfill tests (about 3 minutes, mostly subprocesses waiting on each
+# other) and the tests against Google's Cloud Spanner emulator (about 4 minutes, mostly waiting for
+# real-time windows to pass; they skip, naming the reason, where the emulator is not installed).
+side_names=() side_pids=() side_logs=()
+run_alongside() {  # NAME FILE...
+  local name=$1 log
+  shift
+  log=$(mktemp)
+  mkdir -p "$AIRFLOW_HOME-$name"
+  AIRFLOW_HOME="$AIRFLOW_HOME-$name" .venv/bin/python -m pytest -p no:cacheprovider "$@" >"$log" 2>&1 &
+  side_names+=("$name: $*") side_pids+=("$!") side_logs+=("$log")
+}
 set +e
-if [ "$#" -eq 0 ] && [ -x .venv-airflow2/bin/airflow ]; then
-  # The whole suite: the Airflow 2.11 backfill tests (about 3 minutes, mostly subprocesses waiting on
-  # each other) run alongside the rest, in a pytest process and Airflow home of their own.
-  airflow2_log=$(mktemp)
-  mkdir -p "$AIRFLOW_HOME-airflow2"
-  AIRFLOW_HOME="$AIRFLOW_HOME-airflow2" .venv/bin/python -m pytest -p no:cacheprovider \
-    tests/test_airflow2.py >"$airflow2_log" 2>&1 &
-  airflow2_pid=$!
-  trap 'kill "$airflow2_pid" 2>/dev/null' INT TERM
-  .venv/bin/python -m pytest --ignore=tests/test_airflow2.py
-  status=$?
-  wait "$airflow2_pid"
-  airflow2_status=$?
-  echo "[test] tests/test_airflow2.py (run alongside the rest):"
-  cat "$airflow2_log"
-  rm -f "$airflow2_log"
-  # the worse of the two: a failure (1) over "nothing selected" (5) over success (0)
-  if [ "$airflow2_status" -ne 0 ] && [ "$airflow2_status" -ne 5 ]; then
-    [ "$status" -eq 0 ] || [ "$status" -eq 5 ] && status=$airflow2_status
+if [ "$#" -eq 0 ]; then
+  ignored=()
+  if [ -x .venv-airflow2/bin/airflow ]; then
+    run_alongside airflow2 tests/test_airflow2.py
+    ignored+=(--ignore=tests/test_airflow2.py)
   fi
+  run_alongside google tests/test_google_emulator_read.py tests/test_example_dag_google.py
+  ignored+=(--ignore=tests/test_google_emulator_read.py --ignore=tests/test_example_dag_google.py)
+  trap 'kill "${side_pids[@]}" 2>/dev/null' INT TERM
+  .venv/bin/python -m pytest "${ignored[@]}"
+  statuses=("$?")
+  for i in "${!side_pids[@]}"; do
+    wait "${side_pids[$i]}"
+    statuses+=("$?")
+    echo "[test] ${side_names[$i]} (run alongside the rest):"
+    cat "${side_logs[$i]}"
+    rm -f "${side_logs[$i]}"
+  done
+  # the worst of them: the first failure, else success (0) over "nothing selected" (5)
+  status=5
+  for s in "${statuses[@]}"; do
+    if [ "$s" -ne 0 ] && [ "$s" -ne 5 ]; then status=$s; break; fi
+    [ "$s" -eq 0 ] && status=0
+  done
 else
   .venv/bin/python -m pytest "$@"
   status=$?

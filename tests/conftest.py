@@ -117,6 +117,69 @@ def start_emulator() -> Iterator[Callable[..., Any]]:
         emulator.stop()
 
 
+@pytest.fixture(scope="session")
+def google_spanner_emulator() -> Iterator[Any]:
+    """Google's Cloud Spanner emulator (``emulator_main``, real clock) on a free loopback port for
+    the session, stopped by its PID; skips where the binary is not installed."""
+    from airflow_provider_cdc.testing.google_emulator import GoogleEmulatorUnavailable, GoogleSpannerEmulator
+
+    try:
+        emulator = GoogleSpannerEmulator()
+        emulator.start()
+    except GoogleEmulatorUnavailable as error:
+        pytest.skip(str(error))
+    try:
+        yield emulator
+    finally:
+        emulator.stop()
+
+
+@pytest.fixture(scope="session")
+def google_spanner_instance(google_spanner_emulator: Any) -> Any:
+    """The instance ``test-instance`` on Google's emulator, created through the client."""
+    return create_emulator_instance(emulator_client(google_spanner_emulator.host))
+
+
+@pytest.fixture(scope="session")
+def new_google_database(google_spanner_instance: Any) -> Callable[..., Any]:
+    """Factory: a fresh database with the given DDL on Google's emulator."""
+
+    def create(ddl: Sequence[str], prefix: str = "db") -> Any:
+        name = f"{prefix}{next(_database_ids)}"
+        database = google_spanner_instance.database(name, ddl_statements=list(ddl))
+        database.create().result(60)
+        return database
+
+    return create
+
+
+def google_emulator_database(
+    host: str, project: str, instance_id: str, database_id: str, ddl: Sequence[str]
+) -> Any:
+    """Create ``projects/<project>/instances/<instance_id>/databases/<database_id>`` with ``ddl`` on
+    Google's emulator at ``host``; returns the database."""
+    from google.cloud.spanner_v1 import Client
+
+    from airflow_provider_cdc.testing.google_emulator import INSTANCE_CONFIG
+
+    previous = os.environ.get("SPANNER_EMULATOR_HOST")
+    os.environ["SPANNER_EMULATOR_HOST"] = host  # read when the client is constructed
+    try:
+        client = Client(project=project, disable_builtin_metrics=True)
+    finally:
+        if previous is None:
+            os.environ.pop("SPANNER_EMULATOR_HOST", None)
+        else:
+            os.environ["SPANNER_EMULATOR_HOST"] = previous
+    instance = client.instance(
+        instance_id, configuration_name=f"projects/{project}/instanceConfigs/{INSTANCE_CONFIG}", node_count=1
+    )
+    instance.create().result(60)
+    database = instance.database(database_id, ddl_statements=list(ddl))
+    database.create().result(60)
+    return database
+
+
 # =============================================================================================
 # Metastore fixtures: a SQLite file per test and, when CDC_TEST_POSTGRES_URL points at a
 # reachable server, a freshly created PostgreSQL database per test (dropped afterwards).
@@ -184,6 +247,7 @@ import json  # noqa: E402
 import socket  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from datetime import timedelta  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -274,18 +338,15 @@ def example_dag_environment(
     return env
 
 
-@pytest.fixture(scope="session")
-def example_dag_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExampleDagHome]:
-    """The demo database (12 windows, 200 changes each) on an emulator, and an Airflow 3 home for the DAG.
-
-    The emulator serves from this process for the whole session; Airflow commands and tasks run as
-    subprocesses with :attr:`ExampleDagHome.env`.
-    """
+@contextmanager
+def example_dag_home_at(root: Path, windows: int, changes_per_window: int) -> Iterator[ExampleDagHome]:
+    """An example DAG home in ``root``: the demo database (``windows`` windows of ``changes_per_window``
+    changes) on an emulator served from this process until the context ends, a metastore, a lake
+    and an Airflow 3 home with a migrated metadata database and the DAG serialized."""
     from airflow_provider_cdc.testing.demo import DemoSettings, load_demo
     from airflow_provider_cdc.testing.spanner_emulator import ManualClock, SpannerEmulator
 
-    root = tmp_path_factory.mktemp("example-dag")
-    settings = DemoSettings(windows=EXAMPLE_DAG_WINDOWS, changes_per_window=EXAMPLE_DAG_CHANGES_PER_WINDOW)
+    settings = DemoSettings(windows=windows, changes_per_window=changes_per_window)
     emulator = SpannerEmulator(ManualClock(settings.start - timedelta(minutes=1)))
     host = emulator.start()
     try:
@@ -306,3 +367,15 @@ def example_dag_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Examp
         yield home
     finally:
         emulator.stop()
+
+
+@pytest.fixture(scope="session")
+def example_dag_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExampleDagHome]:
+    """The demo database (12 windows, 200 changes each) on an emulator, and an Airflow 3 home for the DAG.
+
+    The emulator serves from this process for the whole session; Airflow commands and tasks run as
+    subprocesses with :attr:`ExampleDagHome.env`.
+    """
+    root = tmp_path_factory.mktemp("example-dag")
+    with example_dag_home_at(root, EXAMPLE_DAG_WINDOWS, EXAMPLE_DAG_CHANGES_PER_WINDOW) as home:
+        yield home

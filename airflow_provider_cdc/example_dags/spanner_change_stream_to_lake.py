@@ -7,9 +7,10 @@ nothing configured: the change-stream emulator's demo database (``SPANNER_EMULAT
 metastore under ``$AIRFLOW_HOME``, Spark ``local[*]`` and Delta tables under ``$AIRFLOW_HOME/cdc-demo``.
 On Cloud Composer set the params to your instance, database and change stream and the roots to
 ``gs://`` URIs; ``google_cloud_default`` carries the credentials and ``cdc_metastore_default`` the
-metastore (PostgreSQL). Two settings shape the DAG itself and are read when it is parsed: the window
-length in minutes (``CDC_WINDOW_MINUTES``, default 10) and the readers per window (``CDC_READERS``,
-default 2).
+metastore (PostgreSQL). Settings that shape the DAG itself are read from the environment when it is
+parsed: the window length in minutes (``CDC_WINDOW_MINUTES``, default 10) or in seconds
+(``CDC_WINDOW_SECONDS``, which takes precedence), the first window's start (``CDC_START_DATE``, RFC 3339,
+default 2026-01-01T00:00:00Z) and the readers per window (``CDC_READERS``, default 2).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ except ImportError:  # Airflow 2.11
 
 from airflow.timetables.interval import DeltaDataIntervalTimetable
 
+from airflow_provider_cdc.domain.timestamps import parse_timestamp
 from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
 from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
 from airflow_provider_cdc.operators.spanner_change_stream import (
@@ -46,10 +48,32 @@ def _positive_int_env(name: str, default: int) -> int:
     return int(text)
 
 
+def _window_from_env() -> timedelta:
+    """The window length: ``CDC_WINDOW_SECONDS`` if set, else ``CDC_WINDOW_MINUTES`` (default 10)."""
+    if os.environ.get("CDC_WINDOW_SECONDS", "").strip():
+        return timedelta(seconds=_positive_int_env("CDC_WINDOW_SECONDS", 600))
+    return timedelta(minutes=_positive_int_env("CDC_WINDOW_MINUTES", 10))
+
+
+def _start_date_from_env(name: str, default: datetime) -> datetime:
+    """An RFC 3339 timestamp from the environment variable ``name`` (``default`` when unset), in UTC."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        return parse_timestamp(text)
+    except ValueError as exc:
+        raise ValueError(
+            f"environment variable {name} must be an RFC 3339 timestamp such as 2026-01-01T00:00:00Z, "
+            f"got {text!r} ({exc})"
+        ) from None
+
+
 DEMO_HOME = os.environ.get("CDC_DEMO_HOME") or str(
     Path(os.environ.get("AIRFLOW_HOME", "~/airflow")).expanduser() / "cdc-demo"
 )
-WINDOW = timedelta(minutes=_positive_int_env("CDC_WINDOW_MINUTES", 10))
+WINDOW = _window_from_env()
+START_DATE = _start_date_from_env("CDC_START_DATE", datetime(2026, 1, 1, tzinfo=timezone.utc))
 # Parallel readers per window. The mapped readers expand over this fixed list rather than over
 # open_window's output: Airflow 2's `airflow dags backfill` never expands a task mapped over the
 # output of a task that is not a root of the DAG (the backfill stops as deadlocked).
@@ -58,7 +82,7 @@ READERS = _positive_int_env("CDC_READERS", 2)
 with DAG(
     dag_id=DAG_ID,
     description="Spanner change stream to Delta Lake, one window per data interval",
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    start_date=START_DATE,
     schedule=DeltaDataIntervalTimetable(WINDOW),  # data intervals [start, start + WINDOW)
     catchup=True,
     max_active_runs=1,  # windows apply in order
@@ -94,11 +118,16 @@ with DAG(
     wait_parents = SpannerChangeStreamPartitionsDrainedSensor(
         task_id="wait_parents",
         timestamp="{{ data_interval_start }}",
+        # The window before this one must be applied: a window run out of order, or after a window
+        # that failed for good, fails here at once naming the window it waits for.
+        pipeline_id="{{ params.pipeline_id }}",
         poke_interval=5,
         timeout=3600,
         **spanner,
     )
-    open_window = SpannerChangeStreamOpenWindowOperator(task_id="open_window", readers=READERS, **window)
+    open_window = SpannerChangeStreamOpenWindowOperator(
+        task_id="open_window", readers=READERS, first_window_start=START_DATE.isoformat(), **window
+    )
     read = SpannerChangeStreamReadWindowOperator.partial(task_id="read", **window).expand(
         reader_index=list(range(READERS))
     )
@@ -127,6 +156,7 @@ with DAG(
         pipeline_id="{{ params.pipeline_id }}",
         read_summaries=read.output,
         changeset_root="{{ params.changeset_root }}",
+        lake_root="{{ params.lake_root }}",
     )
 
     wait_parents >> open_window >> read >> drained >> merge >> upsert >> commit
