@@ -1,15 +1,22 @@
 """Read-window throughput and memory: the provider's reader against the raw client, same queries, same run.
 
-    .venv/bin/python benchmarks/read_window.py                 # windows of 100k and 1M changes
-    .venv/bin/python benchmarks/read_window.py --sizes 20000   # a quick look
+    .venv/bin/python benchmarks/read_window.py                            # 100k and 1M changes, 5 repeats
+    .venv/bin/python benchmarks/read_window.py --sizes 20000 --repeat 3   # a quick look
 
 For each size an emulator process is loaded with a bulk workload (one window, partitions splitting and
-merging inside it). Then, each in a fresh process so that peak memory is its own:
-  raw  - the google-cloud-spanner client runs the same change-stream queries in lineage order and only
-         iterates the rows (the floor any reader pays);
-  ours - SpannerChangeStreamHook.read_window: records parsed, staged to Parquet, lineage and progress
-         in a SQLite metastore.
-Printed: change rows/s of each, their ratio (goal >= 0.9), and peak RSS of each (goal: flat in size).
+merging inside it). Then raw and reader runs alternate, ``--repeat`` times each, every run in a fresh
+process so that its peak memory is its own:
+  raw    - the google-cloud-spanner client runs the same change-stream queries in lineage order and
+           only iterates the rows (the floor any reader pays);
+  reader - the provider's WindowReader (what SpannerChangeStreamHook.read_window runs in a task):
+           the window opened in a SQLite metastore, partitions claimed with leases in lineage order,
+           records decoded and validated, staged to Parquet, watermarks and lineage recorded, progress
+           logged. Both build the Spanner client the same way. ``--hook`` reads through
+           SpannerChangeStreamHook instead, which also loads Airflow into the reader's process.
+Printed per size: the median of each side's change rows/s and peak RSS with their spread (min-max over
+the repeats), the ratios of the medians (goals: reader rows/s >= 1.0x raw, reader peak RSS <= 2x raw),
+each process's CPU seconds (imports included), and the growth of the reader's peak RSS from the
+first size to the last (goal: flat in window size).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import json
 import multiprocessing
 import os
 import resource
+import statistics
 import sys
 import tempfile
 import time
@@ -105,17 +113,45 @@ def _raw(host: str, start: str, end: str, conn: Any) -> None:
                             seen.add(child[0])
                             queue.append((child[0], child_start))
     seconds = time.perf_counter() - started
-    conn.send(
-        {
-            "rows": mods,
-            "seconds": seconds,
-            "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        }
-    )
+    conn.send({"rows": mods, "seconds": seconds, **_usage()})
 
 
-def _ours(host: str, start: str, end: str, workdir: str, conn: Any) -> None:
-    """Child: the provider's hook reads the window into Parquet staging with a SQLite metastore."""
+def _usage() -> dict[str, float]:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return {"max_rss_mb": usage.ru_maxrss / 1024, "cpu_seconds": usage.ru_utime + usage.ru_stime}
+
+
+def _reader(host: str, start: str, end: str, workdir: str, conn: Any) -> None:
+    """Child: the provider's window reader reads the window into Parquet staging, SQLite metastore."""
+    os.environ["SPANNER_EMULATOR_HOST"] = host
+    from google.cloud.spanner_v1 import Client
+
+    from airflow_provider_cdc.domain.timestamps import coerce_timestamp
+    from airflow_provider_cdc.domain.window import Window
+    from airflow_provider_cdc.metastore import Metastore
+    from airflow_provider_cdc.spanner.change_stream_query import ChangeStreamQuery
+    from airflow_provider_cdc.spanner.window_reader import WindowReader
+
+    database = Client(project=PROJECT, disable_builtin_metrics=True).instance(INSTANCE).database(DATABASE)
+    store = Metastore(f"sqlite:///{workdir}/metastore.db")
+    store.create_schema()
+    stream_key = f"{database.name}/{STREAM}"
+    staging = f"{workdir}/staging"
+    query = ChangeStreamQuery(database, STREAM)
+    reader = WindowReader(query, store, stream_key, staging, owner="bench-reader")
+    window = Window(coerce_timestamp(start), coerce_timestamp(end))
+    started = time.perf_counter()
+    # as SpannerChangeStreamHook.open_window and read_window do
+    store.open_window("bench", stream_key, window.start, window.end, staging_uri=staging)
+    store.reset_window_partitions(stream_key, window.start, window.end)
+    reader.prepare(window)
+    summary = reader.read(window)
+    seconds = time.perf_counter() - started
+    conn.send({"rows": summary.rows, "records": summary.data_records, "seconds": seconds, **_usage()})
+
+
+def _hook(host: str, start: str, end: str, workdir: str, conn: Any) -> None:
+    """Child: as :func:`_reader`, through the Airflow hook (Airflow loaded, the hook's own client)."""
     os.environ["SPANNER_EMULATOR_HOST"] = host
     os.environ["AIRFLOW_CONN_CDC_METASTORE_DEFAULT"] = json.dumps(
         {"conn_type": "cdc_metastore", "extra": {"sqlalchemy_url": f"sqlite:///{workdir}/metastore.db"}}
@@ -137,14 +173,7 @@ def _ours(host: str, start: str, end: str, workdir: str, conn: Any) -> None:
     hook.open_window("bench", window, staging, "bench-reader")
     summary = hook.read_window(window, staging, "bench-reader")
     seconds = time.perf_counter() - started
-    conn.send(
-        {
-            "rows": summary.rows,
-            "seconds": seconds,
-            "partitions": len(summary.spans),
-            "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        }
-    )
+    conn.send({"rows": summary.rows, "records": summary.data_records, "seconds": seconds, **_usage()})
 
 
 def _in_child(target: Any, *args: Any) -> dict:
@@ -152,9 +181,17 @@ def _in_child(target: Any, *args: Any) -> dict:
     parent, child = context.Pipe()
     process = context.Process(target=target, args=(*args, child))
     process.start()
+    while not parent.poll(1.0):
+        if not process.is_alive():
+            raise RuntimeError(f"{target.__name__} exited with code {process.exitcode} and no result")
     result = parent.recv()
     process.join(60)
     return result
+
+
+def _spread(values: list[float], digits: str = ",.0f") -> str:
+    """``median (min-max)`` of ``values``."""
+    return f"{statistics.median(values):{digits}} ({min(values):{digits}}-{max(values):{digits}})"
 
 
 def main() -> int:
@@ -163,9 +200,13 @@ def main() -> int:
     )
     parser.add_argument("--sizes", default="100000,1000000", help="changes per window, comma-separated")
     parser.add_argument("--rows-per-commit", type=int, default=200)
-    parser.add_argument("--repeat", type=int, default=2, help="measurements per size (best is kept)")
+    parser.add_argument("--repeat", type=int, default=5, help="runs of each side per size (medians kept)")
+    parser.add_argument("--hook", action="store_true", help="read through SpannerChangeStreamHook")
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     sizes = [int(s) for s in args.sizes.split(",")]
+    reader_target = _hook if args.hook else _reader
     results = []
     for size in sizes:
         context = multiprocessing.get_context("spawn")
@@ -174,32 +215,63 @@ def main() -> int:
         server.start()
         print(f"[{size:,} changes] loading the emulator ...", file=sys.stderr, flush=True)
         info = parent.recv()
-        raw_runs, our_runs = [], []
-        for _ in range(args.repeat):
-            raw_runs.append(_in_child(_raw, info["host"], info["start"], info["end"]))
-            with tempfile.TemporaryDirectory() as workdir:
-                our_runs.append(_in_child(_ours, info["host"], info["start"], info["end"], workdir))
+        raw_runs: list[dict] = []
+        our_runs: list[dict] = []
+        for attempt in range(args.repeat):
+            # alternate which side goes first, so that drift on a shared machine hits both alike
+            order = ("raw", "reader") if attempt % 2 == 0 else ("reader", "raw")
+            for side in order:
+                if side == "raw":
+                    raw_runs.append(_in_child(_raw, info["host"], info["start"], info["end"]))
+                    run = raw_runs[-1]
+                else:
+                    with tempfile.TemporaryDirectory() as workdir:
+                        our_runs.append(
+                            _in_child(reader_target, info["host"], info["start"], info["end"], workdir)
+                        )
+                    run = our_runs[-1]
+                print(
+                    f"[{size:,} changes] {side:>6} run {attempt + 1}: {run['rows'] / run['seconds']:,.0f} "
+                    f"rows/s, {run['seconds']:.2f} s, CPU {run['cpu_seconds']:.2f} s, "
+                    f"peak RSS {run['max_rss_mb']:.0f} MB",
+                    file=sys.stderr,
+                    flush=True,
+                )
         parent.send("stop")
         server.join(60)
-        raw = min(raw_runs, key=lambda r: r["seconds"])
-        ours = min(our_runs, key=lambda r: r["seconds"])
-        if raw["rows"] != ours["rows"]:
-            print(f"MISMATCH: raw iterated {raw['rows']} change rows, the reader staged {ours['rows']}")
-            return 1
-        results.append((size, raw, ours))
+        for run in raw_runs + our_runs:
+            if run["rows"] != raw_runs[0]["rows"]:
+                print(f"MISMATCH: runs of {size:,} changes saw {run['rows']} and {raw_runs[0]['rows']} rows")
+                return 1
+        results.append((size, raw_runs, our_runs))
+    side = "hook" if args.hook else "reader"
     print(
-        f"{'changes':>10} {'raw rows/s':>12} {'ours rows/s':>12} {'ratio':>6} "
-        f"{'raw RSS MB':>11} {'ours RSS MB':>12}"
+        f"read a window: medians of {args.repeat} interleaved runs per side, each in a fresh process "
+        f"(spread min-max); {args.rows_per_commit} changes per commit"
     )
-    for size, raw, ours in results:
-        raw_rate, our_rate = raw["rows"] / raw["seconds"], ours["rows"] / ours["seconds"]
+    print(
+        f"{'changes':>10} {'records':>8} {'raw rows/s':>24} {side + ' rows/s':>24} {'ratio':>6} "
+        f"{'raw RSS MB':>14} {side + ' RSS MB':>14} {'RSS ratio':>9} {'CPU s raw/' + side:>16}"
+    )
+    for size, raw_runs, our_runs in results:
+        raw_rates = [run["rows"] / run["seconds"] for run in raw_runs]
+        our_rates = [run["rows"] / run["seconds"] for run in our_runs]
+        raw_rss = [run["max_rss_mb"] for run in raw_runs]
+        our_rss = [run["max_rss_mb"] for run in our_runs]
+        cpu = (
+            f"{statistics.median(r['cpu_seconds'] for r in raw_runs):.1f}/"
+            f"{statistics.median(r['cpu_seconds'] for r in our_runs):.1f}"
+        )
         print(
-            f"{size:>10,} {raw_rate:>12,.0f} {our_rate:>12,.0f} {our_rate / raw_rate:>6.2f} "
-            f"{raw['max_rss_mb']:>11.0f} {ours['max_rss_mb']:>12.0f}"
+            f"{size:>10,} {our_runs[0]['records']:>8,} {_spread(raw_rates):>24} {_spread(our_rates):>24} "
+            f"{statistics.median(our_rates) / statistics.median(raw_rates):>6.2f} "
+            f"{_spread(raw_rss):>14} {_spread(our_rss):>14} "
+            f"{statistics.median(our_rss) / statistics.median(raw_rss):>9.2f} {cpu:>16}"
         )
     if len(results) > 1:
-        first, last = results[0][2]["max_rss_mb"], results[-1][2]["max_rss_mb"]
-        print(f"reader peak RSS growth {results[0][0]:,} -> {results[-1][0]:,} changes: {last / first:.2f}x")
+        first = statistics.median(run["max_rss_mb"] for run in results[0][2])
+        last = statistics.median(run["max_rss_mb"] for run in results[-1][2])
+        print(f"{side} peak RSS growth {results[0][0]:,} -> {results[-1][0]:,} changes: {last / first:.2f}x")
     return 0
 
 

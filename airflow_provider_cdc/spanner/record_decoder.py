@@ -2,9 +2,11 @@
 
 The client is asked for undecoded rows (``execute_sql(..., lazy_decode=True)``, a public option of
 ``google-cloud-spanner``); data change records, nearly all of a busy stream, are turned into staged
-rows here in one pass without building intermediate Python objects. Anything that does not have the
-expected shape, and every heartbeat or child-partitions record, goes through the client's own decoder
-and :func:`airflow_provider_cdc.domain.records.parse_change_record_row`, which also produces the
+rows here in one pass, column-wise, without building intermediate Python objects; JSON texts are
+parsed and re-encoded canonically with the C scanner and encoder of the standard ``json`` module,
+called directly. Anything that does not have the expected shape, and every heartbeat or
+child-partitions record, goes through the client's own decoder and
+:func:`airflow_provider_cdc.domain.records.parse_change_record_row`, which also produces the
 precise error for a malformed record. Tests check both paths stage identical rows.
 """
 
@@ -14,6 +16,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from json.decoder import JSONDecoder
 from typing import Any
 
 from airflow_provider_cdc.domain.change_row import STAGED_CHANGE_COLUMNS
@@ -28,10 +31,49 @@ from airflow_provider_cdc.domain.timestamps import parse_timestamp, to_micros
 
 _MOD_TYPES = frozenset(m.value for m in ModType)
 _CAPTURE_TYPES = frozenset(v.value for v in ValueCaptureType)
-_dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":")).encode
 _loads = json.loads
-assert STAGED_CHANGE_COLUMNS[:5] == ("partition_token", "commit_timestamp", "server_transaction_id",
-                                     "record_sequence", "mod_index")  # fmt: skip
+_scan_once = JSONDecoder().scan_once  # the C scanner where available: no per-call Python layers
+assert STAGED_CHANGE_COLUMNS == (
+    "partition_token", "commit_timestamp", "server_transaction_id", "record_sequence", "mod_index",
+    "table_name", "mod_type", "keys_json", "new_values_json", "old_values_json", "column_types_json",
+    "value_capture_type", "number_of_records_in_transaction", "number_of_partitions_in_transaction",
+    "is_last_record_in_transaction_in_partition", "change_sequence_number",
+)  # fmt: skip
+
+
+def _make_dumps() -> Callable[[Any], str]:
+    """``json.dumps(value, sort_keys=True, separators=(",", ":"))``, calling the C encoder directly.
+
+    ``JSONEncoder.encode`` builds a new C encoder on every call; values parsed from JSON text hold no
+    reference cycles, so one encoder without a cycle check serves every call.
+    """
+    encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
+    make_encoder = getattr(json.encoder, "c_make_encoder", None)
+    if make_encoder is None:  # pragma: no cover - Python without the C accelerator
+        return encoder.encode
+    encode = make_encoder(
+        None, encoder.default, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True
+    )
+    join = "".join
+
+    def dumps(value: Any) -> str:
+        return join(encode(value, 0))
+
+    return dumps
+
+
+_dumps = _make_dumps()
+
+
+def _parse(text: str) -> Any:
+    """The JSON value of ``text`` (no surrounding whitespace allowed: that goes the general way)."""
+    try:
+        value, end = _scan_once(text, 0)
+    except StopIteration as exc:
+        raise _NotFast from exc
+    if end != len(text):
+        raise _NotFast
+    return value
 
 
 class _NotFast(Exception):
@@ -40,14 +82,21 @@ class _NotFast(Exception):
 
 @dataclass(frozen=True, slots=True)
 class DataRecordRows:
-    """A data change record decoded into staged rows (tuples in ``STAGED_CHANGE_COLUMNS`` order)."""
+    """A data change record decoded into staged rows, held column-wise: one list per
+    ``STAGED_CHANGE_COLUMNS`` entry, one value per mod (what :meth:`StagingWriter.write_columns` takes).
+    """
 
     commit_timestamp: datetime
     server_transaction_id: str
     record_sequence: str
     is_last_record_in_transaction_in_partition: bool
     number_of_partitions_in_transaction: int
-    rows: list[tuple]
+    columns: list[list[Any]]
+
+    @property
+    def rows(self) -> list[tuple]:
+        """The staged rows as tuples in ``STAGED_CHANGE_COLUMNS`` order."""
+        return list(zip(*self.columns, strict=True))
 
 
 class ChangeRecordDecoder:
@@ -114,22 +163,29 @@ class ChangeRecordDecoder:
                 fingerprint = self._fingerprints[transaction] = fingerprint64(transaction)
             prefix = f"{micros:016X}/{fingerprint:016X}/{int(sequence):016X}/"
             is_last = f[3].bool_value
-            token = self.partition_token
-            rows = []
-            for index, mod in enumerate(mods):
+            keys_json: list[str] = []
+            new_values_json: list[str] = []
+            old_values_json: list[str] = []
+            for mod in mods:
                 parts = mod.list_value.values
                 if len(parts) != 3:
                     raise _NotFast
-                keys = _loads(parts[0].string_value)
+                keys = _parse(parts[0].string_value)
                 if type(keys) is not dict or not keys:
                     raise _NotFast
-                rows.append((
-                    token, commit_timestamp, transaction, sequence, index, table, mod_type,
-                    _dumps(keys), _object_text(parts[1]), _object_text(parts[2]), column_types_json, capture,
-                    records_in_transaction, partitions_in_transaction, is_last, f"{prefix}{index:016X}",
-                ))  # fmt: skip
+                keys_json.append(_dumps(keys))
+                new_values_json.append(_object_text(parts[1]))
+                old_values_json.append(_object_text(parts[2]))
+            count = len(keys_json)
+            columns = [
+                [self.partition_token] * count, [commit_timestamp] * count, [transaction] * count,
+                [sequence] * count, list(range(count)), [table] * count, [mod_type] * count, keys_json,
+                new_values_json, old_values_json, [column_types_json] * count, [capture] * count,
+                [records_in_transaction] * count, [partitions_in_transaction] * count, [is_last] * count,
+                [f"{prefix}{index:016X}" for index in range(count)],
+            ]  # fmt: skip
             return DataRecordRows(
-                commit_timestamp, transaction, sequence, is_last, partitions_in_transaction, rows
+                commit_timestamp, transaction, sequence, is_last, partitions_in_transaction, columns
             )
         except (ValueError, IndexError, AttributeError, TypeError) as exc:
             raise _NotFast from exc
@@ -172,7 +228,10 @@ def _object_text(value: Any) -> str:
     """Canonical JSON text of a JSON-object column that may be NULL (then ``{}``)."""
     if value.WhichOneof("kind") == "null_value":
         return "{}"
-    parsed = _loads(value.string_value)
+    text = value.string_value
+    if text == "{}":
+        return text
+    parsed = _parse(text)
     if parsed is None:
         return "{}"
     if type(parsed) is not dict:

@@ -308,7 +308,7 @@ class WindowReader:
                             if ts < resume_at or (ts == resume_at and ident in seen_at_resume):
                                 continue  # delivered before the resume
                             if isinstance(record, DataRecordRows):
-                                result.rows += writer.write_tuples(record.rows)
+                                result.rows += writer.write_columns(record.columns)
                             else:
                                 result.rows += writer.write_record(record)
                             result.data_records += 1

@@ -5,30 +5,38 @@ are deterministic and a writer clears its partition's directory when it opens, s
 replaces the earlier attempt's files instead of adding to them; a resuming writer keeps them and
 continues the numbering. ``root`` is a local path or a URI (``gs://bucket/prefix``); on a local
 file system every file is written under a hidden temporary name and renamed into place, on object
-stores each file is one atomic object write. Memory is bounded by ``rows_per_file``.
+stores each file is one atomic object write. Rows are kept as Python values for at most
+``BATCH_ROWS`` rows, then become an Arrow record batch: on a local file system each batch is written
+at once as a row group of the file being written, so memory is bounded by ``BATCH_ROWS``; for an
+object store a file's batches are held until it is full (memory bounded by ``rows_per_file``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from airflow_provider_cdc.domain.change_row import STAGED_CHANGE_COLUMNS, change_rows
 from airflow_provider_cdc.domain.identifiers import validate_identifier
 from airflow_provider_cdc.domain.records import DataChangeRecord
+from airflow_provider_cdc.domain.timestamps import to_micros
 from airflow_provider_cdc.domain.window import Window
+
+if TYPE_CHECKING:  # pyarrow.dataset imports pandas: loaded only where staging is read back
+    import pyarrow.dataset as ds
 
 _TYPES: dict[str, pa.DataType] = {
     "partition_token": pa.string(),
@@ -67,6 +75,16 @@ _PYTHON_TYPES: dict[str, type] = {
 }
 
 DEFAULT_ROWS_PER_FILE = 50_000
+#: Rows buffered as Python values before they become an Arrow record batch (and, on a local file
+#: system, a row group): a reader's peak memory grows by about 4 KB per row of a batch.
+BATCH_ROWS = 4_096
+# Columns with few distinct values get dictionary encoding; the per-change ones (keys, images,
+# sequence numbers) rarely repeat, so a dictionary for them is built only to be discarded.
+_DICTIONARY_COLUMNS = [
+    name
+    for name in STAGED_CHANGE_COLUMNS
+    if name not in ("keys_json", "new_values_json", "old_values_json", "change_sequence_number", "mod_index")
+]
 _PART_FILE = re.compile(r"part-([0-9]{5,})\.parquet")
 _PARTITION_DIR = "partition="
 
@@ -131,7 +149,13 @@ class StagingWriter:
         self._on_file_written = on_file_written
         self._local = _is_local(self.filesystem)
         self._columns: dict[str, list[Any]] = {name: [] for name in STAGED_CHANGE_COLUMNS}
-        self._buffered = 0
+        self._column_lists = list(self._columns.values())
+        self._pending = 0  # rows in self._columns
+        self._batches: list[pa.RecordBatch] = []  # object stores: the file's sealed batches
+        self._file: pq.ParquetWriter | None = None  # local file system: the file being written
+        self._buffered = 0  # rows of the next file: in self._columns, self._batches or self._file
+        self._min_timestamp: datetime | None = None
+        self._max_timestamp: datetime | None = None
         self._next_index = 0
         self._state = "new"
 
@@ -203,18 +227,41 @@ class StagingWriter:
 
     def write_tuples(self, rows: Iterable[tuple]) -> int:
         """Stage rows given as tuples in ``STAGED_CHANGE_COLUMNS`` order, built by a decoder that
-        already validated them (the read hot path); types are still enforced when a file is written.
+        already validated them; types are still enforced when the rows become an Arrow batch.
         """
         self._require_open()
-        columns = list(self._columns.values())
+        columns = self._column_lists
         count = 0
         for row in rows:
             for values, value in zip(columns, row, strict=True):
                 values.append(value)
             count += 1
-            self._buffered += 1
-            if self._buffered >= self.rows_per_file:
-                self.flush()
+            self._added(1)
+        return count
+
+    def write_columns(self, columns: Sequence[Sequence[Any]]) -> int:
+        """Stage rows given column-wise: one sequence per ``STAGED_CHANGE_COLUMNS`` entry, all of one
+        length (the read hot path: a decoded data change record); returns the number of rows added.
+        Values were validated by the decoder; types are still enforced when the rows become an
+        Arrow batch.
+        """
+        self._require_open()
+        if len(columns) != len(self._column_lists):
+            raise ValueError(f"expected {len(self._column_lists)} columns, got {len(columns)}")
+        count = len(columns[0])
+        if any(len(values) != count for values in columns):
+            raise ValueError("staged change columns differ in length")
+        done = 0
+        while done < count:
+            take = min(count - done, self.rows_per_file - self._buffered, BATCH_ROWS - self._pending)
+            if done == 0 and take == count:
+                for values, given in zip(self._column_lists, columns, strict=True):
+                    values.extend(given)
+            else:
+                for values, given in zip(self._column_lists, columns, strict=True):
+                    values.extend(given[done : done + take])
+            done += take
+            self._added(take)
         return count
 
     def write_row(self, row: Mapping[str, Any]) -> None:
@@ -242,24 +289,73 @@ class StagingWriter:
             )
         for name, values in self._columns.items():
             values.append(row[name])
-        self._buffered += 1
+        self._added(1)
+
+    def _added(self, count: int) -> None:
+        """Account for ``count`` rows appended to the column lists; seal a batch, write a full file."""
+        self._pending += count
+        self._buffered += count
+        if self._pending >= BATCH_ROWS:
+            self._seal()
         if self._buffered >= self.rows_per_file:
             self.flush()
+
+    def _seal(self) -> None:
+        """Turn the rows held as Python values into an Arrow record batch (types checked here)."""
+        if not self._pending:
+            return
+        batch = _record_batch(self._columns)
+        timestamps = self._columns["commit_timestamp"]
+        low, high = min(timestamps), max(timestamps)
+        if self._min_timestamp is None or low < self._min_timestamp:
+            self._min_timestamp = low
+        if self._max_timestamp is None or high > self._max_timestamp:
+            self._max_timestamp = high
+        for values in self._column_lists:
+            values.clear()
+        self._pending = 0
+        if not self._local:
+            self._batches.append(batch)
+            return
+        if self._file is None:
+            self.filesystem.create_dir(self.directory, recursive=True)
+            self._file = pq.ParquetWriter(
+                self._temporary_path(),
+                STAGED_CHANGE_SCHEMA,
+                filesystem=self.filesystem,
+                use_dictionary=_DICTIONARY_COLUMNS,
+                memory_pool=_memory_pool(),
+            )
+        self._file.write_batch(batch)
+        # The Parquet writer's page and encoder buffers come from Arrow's default pool, whose
+        # allocator (mimalloc or jemalloc) keeps freed pages: hand them back after each row group.
+        pa.default_memory_pool().release_unused()
 
     def flush(self) -> StagedFile | None:
         """Write the buffered rows as the next file; returns it, or ``None`` if nothing was buffered."""
         self._require_open()
         if not self._buffered:
             return None
-        table = pa.Table.from_pydict(self._columns, schema=STAGED_CHANGE_SCHEMA)
-        path = f"{self.directory}/part-{self._next_index:05d}.parquet"
-        self._write(table, path)
-        timestamps = self._columns["commit_timestamp"]
+        self._seal()
+        path = self._path()
+        if self._local:
+            file, self._file = self._file, None
+            assert file is not None
+            try:
+                file.close()
+                self.filesystem.move(self._temporary_path(), path)
+            except BaseException:
+                _delete_quietly(self.filesystem, self._temporary_path())
+                raise
+        else:
+            table = pa.Table.from_batches(self._batches, schema=STAGED_CHANGE_SCHEMA)
+            pq.write_table(table, path, filesystem=self.filesystem, use_dictionary=_DICTIONARY_COLUMNS)
+        assert self._min_timestamp is not None and self._max_timestamp is not None
         staged = StagedFile(
             path=path,
             rows=self._buffered,
-            min_commit_timestamp=min(timestamps),
-            max_commit_timestamp=max(timestamps),
+            min_commit_timestamp=self._min_timestamp,
+            max_commit_timestamp=self._max_timestamp,
         )
         self._next_index += 1
         self._clear_buffer()
@@ -268,28 +364,81 @@ class StagingWriter:
             self._on_file_written(staged)
         return staged
 
-    def _write(self, table: pa.Table, path: str) -> None:
-        if not self._local:
-            pq.write_table(table, path, filesystem=self.filesystem)
-            return
-        self.filesystem.create_dir(self.directory, recursive=True)
-        temporary = f"{self.directory}/.{os.path.basename(path)}.tmp"
-        try:
-            pq.write_table(table, temporary, filesystem=self.filesystem)
-            self.filesystem.move(temporary, path)
-        except BaseException:
-            _delete_quietly(self.filesystem, temporary)
-            raise
+    def _path(self) -> str:
+        return f"{self.directory}/part-{self._next_index:05d}.parquet"
+
+    def _temporary_path(self) -> str:
+        return f"{self.directory}/.part-{self._next_index:05d}.parquet.tmp"
 
     def _clear_buffer(self) -> None:
-        for values in self._columns.values():
+        """Drop the rows not yet in a committed file (a local file being written is deleted)."""
+        for values in self._column_lists:
             values.clear()
-        self._buffered = 0
+        self._batches.clear()
+        self._pending = self._buffered = 0
+        self._min_timestamp = self._max_timestamp = None
+        if self._file is not None:
+            file, self._file = self._file, None
+            with contextlib.suppress(Exception):  # the rows are dropped anyway; keep the first error
+                file.close()
+            _delete_quietly(self.filesystem, self._temporary_path())
 
     def _require_open(self) -> None:
         if self._state != "open":
             state = "not opened (use it in a with block)" if self._state == "new" else "closed"
             raise RuntimeError(f"staging writer for {self.directory} is {state}")
+
+
+# -- Python values to Arrow --------------------------------------------------------------------
+#
+# ``pa.array`` and ``RecordBatch.from_pydict`` look for pandas objects among their input, which
+# imports pandas (tens of MB) into a process that never uses it. Staged columns have four simple
+# types, built here from their buffers instead, with the same checks: a value of the wrong type
+# raises ``TypeError``, an out-of-range integer ``OverflowError``, a missing value ``ValueError``.
+
+_ARRAY_CODES = {pa.int32(): "i", pa.int64(): "q"}
+assert array("i").itemsize == 4 and array("q").itemsize == 8
+
+
+def _memory_pool() -> pa.MemoryPool:
+    """The allocator for staging buffers: the system's, which returns a written batch's memory,
+    where Arrow's default (mimalloc or jemalloc) keeps freed pages for reuse (tens of MB of RSS)."""
+    return pa.system_memory_pool()
+
+
+def _record_batch(columns: Mapping[str, list[Any]]) -> pa.RecordBatch:
+    """Staged rows held column-wise as Python values, as a record batch of ``STAGED_CHANGE_SCHEMA``."""
+    arrays = [_array(columns[field.name], field) for field in STAGED_CHANGE_SCHEMA]
+    return pa.RecordBatch.from_arrays(arrays, schema=STAGED_CHANGE_SCHEMA)
+
+
+def _array(values: list[Any], field: pa.Field) -> pa.Array:
+    type_, count = field.type, len(values)
+    if type_ == pa.string():
+        builder = pa.lib.StringBuilder(_memory_pool())
+        builder.append_values(values)
+        result = builder.finish()
+        if result.null_count:
+            raise ValueError(f"staged change column {field.name!r} must not be null")
+        return result
+    if type_ == pa.bool_():
+        if not all(type(value) is bool for value in values):
+            raise TypeError(f"staged change column {field.name!r} expects bool values")
+        bits = bytearray((count + 7) // 8)
+        for index, value in enumerate(values):
+            if value:
+                bits[index >> 3] |= 1 << (index & 7)
+        return pa.Array.from_buffers(type_, count, [None, pa.py_buffer(bits)])
+    if pa.types.is_timestamp(type_):
+        micros: dict[datetime, int] = {}
+        for value in dict.fromkeys(values):
+            if not isinstance(value, datetime):
+                raise TypeError(f"staged change column {field.name!r} expects datetime, got {value!r}")
+            micros[value] = to_micros(value)
+        buffer = array("q", map(micros.__getitem__, values))
+    else:
+        buffer = array(_ARRAY_CODES[type_], values)
+    return pa.Array.from_buffers(type_, count, [None, pa.py_buffer(buffer)])
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -314,6 +463,8 @@ def read_staged_changes(
     root: str, stream: str, window: Window, filesystem: pafs.FileSystem | None = None
 ) -> ds.Dataset:
     """The window's staged change rows as a dataset (empty if nothing was staged)."""
+    import pyarrow.dataset as ds
+
     fs, _ = _resolve(root, filesystem)
     paths = staged_files(root, stream, window, fs)
     return ds.dataset(paths, schema=STAGED_CHANGE_SCHEMA, format="parquet", filesystem=fs)
