@@ -18,7 +18,12 @@ def get_provider_info() -> dict:
                 "integration-name": "Google Cloud Spanner change streams",
                 "external-doc-url": "https://cloud.google.com/spanner/docs/change-streams",
                 "tags": ["gcp"],
-            }
+            },
+            {
+                "integration-name": "Google BigQuery CDC",
+                "external-doc-url": "https://cloud.google.com/bigquery/docs/change-data-capture",
+                "tags": ["gcp"],
+            },
         ],
         "hooks": [
             {
@@ -27,7 +32,11 @@ def get_provider_info() -> dict:
                     "airflow_provider_cdc.hooks.spanner_change_stream",
                     "airflow_provider_cdc.hooks.metastore",
                 ],
-            }
+            },
+            {
+                "integration-name": "Google BigQuery CDC",
+                "python-modules": ["airflow_provider_cdc.hooks.bigquery_cdc"],
+            },
         ],
         "operators": [
             {
@@ -38,7 +47,11 @@ def get_provider_info() -> dict:
                     "airflow_provider_cdc.operators.upsert",
                     "airflow_provider_cdc.operators.commit",
                 ],
-            }
+            },
+            {
+                "integration-name": "Google BigQuery CDC",
+                "python-modules": ["airflow_provider_cdc.operators.bigquery_upsert"],
+            },
         ],
         "sensors": [
             {

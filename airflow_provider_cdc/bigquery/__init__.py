@@ -1,0 +1,1 @@
+"""BigQuery CDC target: change sets written through the Storage Write API default stream."""
