@@ -7,6 +7,7 @@ import json
 import multiprocessing
 import os
 import threading
+import time
 from collections import Counter
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -424,3 +425,52 @@ def test_errors_name_the_window_token_and_cause(history: tuple, airflow_env: str
     message = str(caught.value)
     assert str(window) in message and "initial query" in message and "NOT_FOUND" in message
     assert "NoSuchStream" in message
+
+
+def test_a_reader_that_lost_its_lease_changes_nothing(airflow_env: str, history: Any, tmp_path: Path) -> None:
+    """Reader A pauses past its lease, B reads and completes the partition, A wakes, writes, clears
+    and completes: B's rows stay intact and count once; A's completion is refused."""
+    import pyarrow.parquet as pq
+
+    from airflow_provider_cdc.staging import StagingWriter, staged_files
+
+    database, workload, begin = history
+    window = _windows(begin)[1]
+    assert _expected(workload, window), "the window must hold changes"
+    hook = _hook(database)
+    staging = str(tmp_path / "staging")
+    hook.open_window("fenced", window, staging, "opener")
+    store, key = hook.metastore, hook.stream_key
+    token = store.claim_window_partition(key, window.start, window.end, "reader-a", 0.05, claim_id="a1")
+    assert token is not None
+    time.sleep(0.2)  # A stalls past its lease
+
+    summary = hook.read_window(window, staging, "reader-b")
+    claims = {item.token: item.claim_id for item in store.window_partitions(key, window.start, window.end)}
+    assert claims[token] not in (None, "a1")
+    recorded = staged_files(staging, ALL_CHANGES_STREAM, window, claims=claims)
+    contents = {path: Path(path).read_bytes() for path in recorded}
+    assert recorded and sum(pq.read_metadata(p).num_rows for p in recorded) == summary.rows
+
+    # A wakes up: it opens its writer (clearing what it staged before), writes, and completes.
+    rows = [{**row, "partition_token": token} for row in pq.read_table(recorded[0]).to_pylist()[:3]]
+    with StagingWriter(staging, ALL_CHANGES_STREAM, window, token, claim_id="a1") as writer:
+        writer.write_rows(rows)
+    assert not store.complete_window_partition(
+        key, window.start, window.end, token, "reader-a", rows=3, transactions=1, claim_id="a1",
+        output_files=1,
+    )
+
+    assert {path: Path(path).read_bytes() for path in recorded} == contents  # B's output is intact
+    staged = Counter()
+    for path in staged_files(staging, ALL_CHANGES_STREAM, window, claims=claims):
+        for row in pq.read_table(path).to_pylist():
+            spec = TABLES_BY_NAME[row["table_name"]]
+            staged[_canonical([row["commit_timestamp"].isoformat(), row["table_name"], row["mod_type"],
+                               spec.decode_values(json.loads(row["keys_json"])),
+                               spec.decode_values(json.loads(row["new_values_json"])),
+                               spec.decode_values(json.loads(row["old_values_json"]))])] += 1
+    expected = _expected(workload, window)
+    assert staged == expected, _difference(staged, expected)  # each change once, none of A's
+    item = next(i for i in store.window_partitions(key, window.start, window.end) if i.token == token)
+    assert item.is_done and item.claim_id == claims[token]

@@ -19,6 +19,7 @@ from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.staging import (
     STAGED_CHANGE_SCHEMA,
     StagingWriter,
+    discard_other_claims,
     iter_staged_batches,
     partition_key,
     read_staged_changes,
@@ -129,6 +130,29 @@ def test_round_trip_with_deterministic_file_names(tmp_path):
     table = read_staged_changes(str(tmp_path), STREAM, WINDOW).to_table()
     assert table.schema == STAGED_CHANGE_SCHEMA
     assert sorted(table.to_pylist(), key=sort_key) == sorted(expected_rows(records, "token-A"), key=sort_key)
+
+
+def test_claims_write_folders_of_their_own_and_readers_read_the_recorded_one(tmp_path):
+    stale, winner = [make_record(i) for i in range(2)], [make_record(i) for i in range(2, 5)]
+    for claim, records in (("stale1", stale), ("winner1", winner)):
+        with StagingWriter(str(tmp_path), STREAM, WINDOW, "token-A", claim_id=claim) as writer:
+            for record in records:
+                writer.write_record(record)
+    with StagingWriter(str(tmp_path), STREAM, WINDOW, "token-B", claim_id="b1") as other:
+        other.write_record(make_record(9))
+    key = partition_key("token-A")
+    assert writer.directory == f"{partition_dir(tmp_path, 'token-A')}/claim=winner1"
+    claims = {"token-A": "winner1", "token-B": "b1"}
+    table = read_staged_changes(str(tmp_path), STREAM, WINDOW, claims=claims).to_table()
+    expected = expected_rows(winner, "token-A") + expected_rows([make_record(9)], "token-B")
+    assert sorted(table.to_pylist(), key=sort_key) == sorted(expected, key=sort_key)
+    assert len(staged_files(str(tmp_path), STREAM, WINDOW)) == 3  # unrecorded claims too, without claims
+    # The recorded claim's writer removes what other claims staged; its own files stay.
+    assert discard_other_claims(writer) == 1
+    assert [p.split(f"partition={key}/")[1] for p in staged_files(str(tmp_path), STREAM, WINDOW)
+            if f"partition={key}/" in p] == ["claim=winner1/part-00000.parquet"]
+    with pytest.raises(ValueError, match="claim id must be letters and digits"):
+        StagingWriter(str(tmp_path), STREAM, WINDOW, "token-A", claim_id="../x")
 
 
 def test_layout_and_partition_key(tmp_path):

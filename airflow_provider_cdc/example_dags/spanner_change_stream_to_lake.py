@@ -144,6 +144,9 @@ with DAG(
         task_id="merge",
         staging_uri="{{ params.staging_root }}/{{ params.stream }}/{window_id}",
         changeset_uri="{{ params.changeset_root }}/{window_id}",
+        # Read only each partition's recorded output (the claim that completed it).
+        stream_key="projects/{{ params.project_id }}/instances/{{ params.instance_id }}"
+        "/databases/{{ params.database_id }}/{{ params.stream }}",
     )
     upsert = SparkUpsertWindowOperator(
         task_id="upsert",

@@ -57,14 +57,12 @@ from airflow_provider_cdc.domain.collapse import (
     collapse_chain,
 )
 from airflow_provider_cdc.domain.identifiers import InvalidIdentifierError, validate_identifier
+from airflow_provider_cdc.domain.layout import MANIFEST_NAME, claim_folder
 from airflow_provider_cdc.domain.spanner_types import SpannerTypeError, column_types_json, union_column_types
 from airflow_provider_cdc.domain.timestamps import format_timestamp, parse_timestamp, to_micros
 
-MANIFEST_NAME = "_manifest.json"
 TABLE_PARTITION_COLUMN = "table"
-#: Staging layout: {window folder}/partition=<key>/claim=<claim id>/part-*.parquet
-STAGED_PARTITION_PREFIX = "partition="
-STAGED_CLAIM_PREFIX = "claim="
+
 INCOMPLETE_TRANSACTIONS_SHOWN = 5
 CONCURRENT_TABLE_WRITERS = 16
 #: Changes per collapse task: bounds each task's sort (about 50 MB of rows) whatever the window size.
@@ -494,7 +492,7 @@ def _read_staging(spark: Any, uri: str, files: _HadoopFiles, claims: dict[str, s
     paths = [
         path
         for key, claim in sorted(claims.items())
-        if files.exists(path := f"{uri}/{STAGED_PARTITION_PREFIX}{key}/{STAGED_CLAIM_PREFIX}{claim}")
+        if files.exists(path := claim_folder(uri, key, claim))
     ]
     _log(f"reading the recorded output of {len(paths)} of {len(claims)} partition(s) "
          "(the others staged no rows)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,7 +29,12 @@ from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.metastore import Metastore, PartitionSpec
 from airflow_provider_cdc.spanner.change_stream_query import ChangeStreamQuery
 from airflow_provider_cdc.spanner.record_decoder import ChangeRecordDecoder, DataRecordRows
-from airflow_provider_cdc.staging.parquet import DEFAULT_ROWS_PER_FILE, StagingWriter, window_location
+from airflow_provider_cdc.staging.parquet import (
+    DEFAULT_ROWS_PER_FILE,
+    StagingWriter,
+    discard_other_claims,
+    window_location,
+)
 
 # Errors worth retrying from the last record received (the client already resumes UNAVAILABLE
 # transparently with resume tokens; these are what reach us).
@@ -189,8 +195,11 @@ class WindowReader:
         if not self.metastore.window_partitions(self.stream_key, window.start, window.end):
             self.prepare(window)
         while True:
+            # Each claim writes a folder of its own and only the claim that completes the partition
+            # counts: a reader that lost its lease and wakes up later changes nothing.
+            claim_id = uuid.uuid4().hex
             token = self.metastore.claim_window_partition(
-                self.stream_key, window.start, window.end, self.owner, self.lease_seconds
+                self.stream_key, window.start, window.end, self.owner, self.lease_seconds, claim_id=claim_id
             )
             if token is None:
                 pending = [
@@ -206,7 +215,7 @@ class WindowReader:
             # finished partition re-read for a past window cannot be leased and needs no lease.
             leased = self.metastore.claim_partition(self.stream_key, token, self.owner, self.lease_seconds)
             try:
-                result = self._read_partition(window, token)
+                result = self._read_partition(window, token, claim_id)
             finally:
                 if leased is not None:
                     self.metastore.release(self.stream_key, token, self.owner)
@@ -226,12 +235,12 @@ class WindowReader:
         )
         return summary
 
-    def _read_partition(self, window: Window, token: str) -> PartitionResult:
+    def _read_partition(self, window: Window, token: str, claim_id: str) -> PartitionResult:
         partition = self.metastore.get_partition(self.stream_key, token)
         start = max(window.start, partition.start_timestamp)
         result = PartitionResult(token, started=time.monotonic())
         if start > window.query_end:
-            self._complete(window, token, result)
+            self._complete(window, token, result, claim_id, output_files=0)
             return result
         writer = StagingWriter(
             self.staging_root,
@@ -240,6 +249,7 @@ class WindowReader:
             token,
             rows_per_file=self.rows_per_file,
             filesystem=self.filesystem,
+            claim_id=claim_id,
         )
         with writer:
             self._drain(window, token, start, writer, result)
@@ -260,10 +270,15 @@ class WindowReader:
                 self.metastore.add_window_partitions(self.stream_key, window.start, window.end, in_window)
         else:
             self.metastore.advance_watermark(self.stream_key, token, window.end, records=result.rows)
-        self._complete(window, token, result)
+        self._complete(window, token, result, claim_id, output_files=len(writer.files))
+        removed = discard_other_claims(writer)
+        if removed:
+            self.log.info("Partition %s: removed %d file(s) other claims staged", token, removed)
         return result
 
-    def _complete(self, window: Window, token: str, result: PartitionResult) -> None:
+    def _complete(
+        self, window: Window, token: str, result: PartitionResult, claim_id: str, *, output_files: int
+    ) -> None:
         result.finished = time.monotonic()
         done = self.metastore.complete_window_partition(
             self.stream_key,
@@ -273,6 +288,8 @@ class WindowReader:
             self.owner,
             rows=result.rows,
             transactions=result.transactions,
+            claim_id=claim_id,
+            output_files=output_files,
         )
         if not done:
             raise ChangeStreamReadError(

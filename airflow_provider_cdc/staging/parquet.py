@@ -1,7 +1,12 @@
 """Parquet staging of change rows, one directory per (stream, window, partition).
 
-Layout: ``{root}/{stream}/{window_id}/partition={partition_key}/part-{n:05d}.parquet``. File names
-are deterministic and a writer clears its partition's directory when it opens, so a retried read
+Layout (``domain.layout``): ``{root}/{stream}/{window_id}/partition={partition_key}/claim={claim_id}/
+part-{n:05d}.parquet``. Each claim of a partition (one reading of it, see the metastore's
+``claim_window_partition``) writes a folder of its own, so a reader that lost its lease and wakes up
+later writes and clears only its own folder, never the output of the claim that completed the
+partition; the metastore records that claim, and readers of the staging read only recorded claims
+(``staged_files(..., claims=...)``). Without a claim id a writer uses the partition's folder itself.
+File names are deterministic and a writer clears its folder when it opens, so a retried write
 replaces the earlier attempt's files instead of adding to them; a resuming writer keeps them and
 continues the numbering. ``root`` is a local path or a URI (``gs://bucket/prefix``); on a local
 file system every file is written under a hidden temporary name and renamed into place, on object
@@ -14,7 +19,6 @@ object store a file's batches are held until it is full (memory bounded by ``row
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 from array import array
@@ -31,6 +35,12 @@ import pyarrow.parquet as pq
 
 from airflow_provider_cdc.domain.change_row import STAGED_CHANGE_COLUMNS, change_rows
 from airflow_provider_cdc.domain.identifiers import validate_identifier
+from airflow_provider_cdc.domain.layout import (
+    CLAIM_DIR_PREFIX,
+    PARTITION_DIR_PREFIX,
+    claim_folder,
+    partition_key,
+)
 from airflow_provider_cdc.domain.records import DataChangeRecord
 from airflow_provider_cdc.domain.timestamps import to_micros
 from airflow_provider_cdc.domain.window import Window
@@ -86,14 +96,7 @@ _DICTIONARY_COLUMNS = [
     if name not in ("keys_json", "new_values_json", "old_values_json", "change_sequence_number", "mod_index")
 ]
 _PART_FILE = re.compile(r"part-([0-9]{5,})\.parquet")
-_PARTITION_DIR = "partition="
-
-
-def partition_key(partition_token: str) -> str:
-    """Directory key of a partition: the first 16 hex digits of the SHA-256 of its token."""
-    if not isinstance(partition_token, str) or not partition_token:
-        raise ValueError(f"partition token must be a non-empty string, got {partition_token!r}")
-    return hashlib.sha256(partition_token.encode("utf-8")).hexdigest()[:16]
+_PARTITION_DIR = PARTITION_DIR_PREFIX
 
 
 def window_location(root: str, stream: str, window: Window) -> str:
@@ -134,6 +137,7 @@ class StagingWriter:
         *,
         resume: bool = False,
         on_file_written: Callable[[StagedFile], None] | None = None,
+        claim_id: str | None = None,
     ) -> None:
         if isinstance(rows_per_file, bool) or not isinstance(rows_per_file, int) or rows_per_file < 1:
             raise ValueError(f"rows_per_file must be a positive integer, got {rows_per_file!r}")
@@ -144,7 +148,17 @@ class StagingWriter:
         self.rows_per_file = rows_per_file
         self.resume = resume
         self.filesystem, base = _resolve(root, filesystem)
-        self.directory = f"{base}/{self.stream}/{self.window.window_id}/{_PARTITION_DIR}{self.partition_key}"
+        self.partition_directory = (
+            f"{base}/{self.stream}/{self.window.window_id}/{_PARTITION_DIR}{self.partition_key}"
+        )
+        if claim_id is not None and not (claim_id.isascii() and claim_id.isalnum()):
+            raise ValueError(f"claim id must be letters and digits, got {claim_id!r}")
+        self.claim_id = claim_id
+        self.directory = (
+            self.partition_directory
+            if claim_id is None
+            else f"{self.partition_directory}/{CLAIM_DIR_PREFIX}{claim_id}"
+        )
         self.files: list[StagedFile] = []
         self._on_file_written = on_file_written
         self._local = _is_local(self.filesystem)
@@ -445,28 +459,67 @@ def _array(values: list[Any], field: pa.Field) -> pa.Array:
 
 
 def staged_files(
-    root: str, stream: str, window: Window, filesystem: pafs.FileSystem | None = None
+    root: str,
+    stream: str,
+    window: Window,
+    filesystem: pafs.FileSystem | None = None,
+    *,
+    claims: Mapping[str, str] | None = None,
 ) -> list[str]:
-    """Paths of the window's staged Parquet files, in partition and file order."""
+    """Paths of the window's staged Parquet files, in partition and file order.
+
+    ``claims`` (partition token → the claim the metastore recorded as its output) limits them to
+    those claims' files; without it every staged file is listed, whoever wrote it.
+    """
     validate_identifier(stream, "change stream")
     fs, base = _resolve(root, filesystem)
     window_dir = f"{base}/{stream}/{_window(window).window_id}"
+    if claims is not None:
+        return sorted(
+            info.path
+            for token, claim in claims.items()
+            for info in _list_files(fs, claim_folder(window_dir, partition_key(token), claim))
+            if _PART_FILE.fullmatch(info.base_name)
+        )
     paths = []
     for info in _list_files(fs, window_dir, recursive=True):
-        parent = info.path[: -len(info.base_name) - 1]
-        if _PART_FILE.fullmatch(info.base_name) and parent.rsplit("/", 1)[-1].startswith(_PARTITION_DIR):
+        parents = info.path[: -len(info.base_name) - 1].rsplit("/", 2)[-2:]
+        if _PART_FILE.fullmatch(info.base_name) and (
+            parents[-1].startswith(_PARTITION_DIR)
+            or (parents[-1].startswith(CLAIM_DIR_PREFIX) and parents[0].startswith(_PARTITION_DIR))
+        ):
             paths.append(info.path)
     return sorted(paths)
 
 
+def discard_other_claims(writer: StagingWriter) -> int:
+    """Delete the files other claims of ``writer``'s partition staged (readers that lost the
+    partition); call only once the metastore recorded ``writer``'s claim as the output. Returns
+    how many files went. A stale reader still writing may leave files behind: never read, since
+    readers of the staging read recorded claims only."""
+    removed = 0
+    own = writer.directory.rstrip("/") + "/"
+    for info in _list_files(writer.filesystem, writer.partition_directory, recursive=True):
+        if not info.path.startswith(own):
+            _delete_quietly(writer.filesystem, info.path)
+            removed += 1
+    return removed
+
+
 def read_staged_changes(
-    root: str, stream: str, window: Window, filesystem: pafs.FileSystem | None = None
+    root: str,
+    stream: str,
+    window: Window,
+    filesystem: pafs.FileSystem | None = None,
+    *,
+    claims: Mapping[str, str] | None = None,
 ) -> ds.Dataset:
-    """The window's staged change rows as a dataset (empty if nothing was staged)."""
+    """The window's staged change rows as a dataset (empty if nothing was staged); ``claims`` as
+    in :func:`staged_files`."""
     import pyarrow.dataset as ds
 
     fs, _ = _resolve(root, filesystem)
-    paths = staged_files(root, stream, window, fs)
+    paths = staged_files(root, stream, window, fs, claims=claims)
     return ds.dataset(paths, schema=STAGED_CHANGE_SCHEMA, format="parquet", filesystem=fs)
 
 
@@ -478,9 +531,10 @@ def iter_staged_batches(
     *,
     batch_size: int = 10_000,
     columns: Sequence[str] | None = None,
+    claims: Mapping[str, str] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Record batches of the window's staged rows, reading one file at a time."""
-    dataset = read_staged_changes(root, stream, window, filesystem)
+    dataset = read_staged_changes(root, stream, window, filesystem, claims=claims)
     yield from dataset.to_batches(
         columns=list(columns) if columns is not None else None,
         batch_size=batch_size,
