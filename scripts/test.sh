@@ -24,8 +24,9 @@ mkdir -p "$AIRFLOW_HOME"
 .venv/bin/ruff check --quiet .
 # Test files that run alongside the rest (whole suite only), each in a pytest process and Airflow home
 # of its own: the Airflow 2.11 backfill tests (about 3 minutes, mostly subprocesses waiting on each
-# other) and the tests against Google's Cloud Spanner emulator (about 4 minutes, mostly waiting for
-# real-time windows to pass; they skip, naming the reason, where the emulator is not installed).
+# other), the tests against Google's Cloud Spanner emulator (about 4 minutes, mostly waiting for
+# real-time windows to pass; they skip, naming the reason, where the emulator is not installed) and the
+# crash campaign (about 7 minutes: SIGKILLs at 20 seeded points, CDC_CRASH_POINTS for more).
 side_names=() side_pids=() side_logs=()
 run_alongside() {  # NAME FILE...
   local name=$1 log
@@ -44,6 +45,8 @@ if [ "$#" -eq 0 ]; then
   fi
   run_alongside google tests/test_google_emulator_read.py tests/test_example_dag_google.py
   ignored+=(--ignore=tests/test_google_emulator_read.py --ignore=tests/test_example_dag_google.py)
+  run_alongside crash tests/test_crash_campaign.py
+  ignored+=(--ignore=tests/test_crash_campaign.py)
   trap 'kill "${side_pids[@]}" 2>/dev/null' INT TERM
   .venv/bin/python -m pytest "${ignored[@]}"
   statuses=("$?")
