@@ -193,3 +193,24 @@ def test_repair_names_a_change_set_that_is_gone_and_changes_nothing(pipeline: Pi
     assert code == 1
     assert window(1).window_id in capsys.readouterr().out
     assert pipeline.rows("Orders") == restored
+
+
+def test_wait_parents_fails_at_once_when_the_window_before_is_not_applied(pipeline: Pipeline) -> None:
+    from airflow_provider_cdc._compat import AirflowFailException
+    from airflow_provider_cdc.sensors.partitions_drained import SpannerChangeStreamPartitionsDrainedSensor
+
+    def poke(n: int) -> bool:
+        sensor = SpannerChangeStreamPartitionsDrainedSensor(
+            task_id="wait_parents", instance_id="i", database_id="d", stream="Orders", project_id="p",
+            timestamp=window(n).start, pipeline_id=PIPELINE, metastore_conn_id="cdc_ledger",
+        )
+        return sensor.poke({"data_interval_end": window(n).end})
+
+    pipeline.run(0)
+    # Triggered out of order: the window before was never run, so waiting cannot help (no retries).
+    with pytest.raises(AirflowFailException, match=r"waits for the window ending at .*which was never run"):
+        poke(2)
+    # The window before failed (it is still reading): fail with its state; retries may find it applied.
+    pipeline.store.open_window(PIPELINE, STREAM, window(1).start, window(1).end)
+    with pytest.raises(WindowOrderError, match="which is reading, attempt 1"):
+        poke(2)
