@@ -34,7 +34,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -78,9 +78,14 @@ def crash_points() -> int:
     return max(DEFAULT_POINTS, int(os.environ.get("CDC_CRASH_POINTS", "").strip() or DEFAULT_POINTS))
 
 
+#: Windows of history kept for kill points that missed their step (it ended before the kill, on a
+#: loaded machine): they are tried again, sooner within the step, in the next window.
+SPARE_WINDOWS = 2
+
+
 def crash_windows(points: int) -> int:
-    """Windows of the campaign's history: a clean one, then the killed ones."""
-    return 1 + math.ceil(points / KILLS_PER_WINDOW)
+    """Windows of the campaign's history: a clean one, the killed ones, and spares for missed points."""
+    return 1 + math.ceil(points / KILLS_PER_WINDOW) + SPARE_WINDOWS
 
 
 # =============================================================================================
@@ -552,8 +557,9 @@ def crash_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def test_sigkill_at_random_points_loses_and_duplicates_nothing(crash_home: Any) -> None:
     seed, points = crash_seed(), crash_points()
     windows = crash_windows(points)
-    plan = plan_kill_points(seed, points, range(1, windows))
-    print(f"[campaign] seed {seed}, {points} kill points over windows 1-{windows - 1}", flush=True)
+    planned = windows - SPARE_WINDOWS
+    plan = plan_kill_points(seed, points, range(1, planned))
+    print(f"[campaign] seed {seed}, {points} kill points over windows 1-{planned - 1}", flush=True)
     pipeline = CrashPipeline(crash_home)
     campaign = Campaign(pipeline)
     try:
@@ -561,16 +567,25 @@ def test_sigkill_at_random_points_loses_and_duplicates_nothing(crash_home: Any) 
         campaign.assert_applied(0)
         campaign.measure(clean)
         print(f"[campaign] typical step durations: {campaign.typical}", flush=True)
-        for index in range(1, windows):
-            campaign.run_window(index, [p for p in plan if p.window == index])
+        missed: list[KillPoint] = []
+        index = 1
+        while index < windows and (index < planned or missed):
+            # A point whose step ended before its kill is tried again in this window, sooner.
+            again = [replace(p, window=index, fraction=round(p.fraction / 2, 3)) for p in missed]
+            here = sorted([p for p in plan if p.window == index] + again, key=lambda p: STEPS.index(p.step))
+            before = len(campaign.records)
+            campaign.run_window(index, here)
             campaign.assert_applied(index)
+            missed = [r.point for r in campaign.records[before:] if r.delay is None]
+            index += 1
+        windows = index
     finally:
         pipeline.stop_runners()
         summary = [asdict(r) | {"step_hit": r.step_hit} for r in campaign.records]
         (crash_home.root / "kill-points.json").write_text(json.dumps(summary, indent=1))
         print(f"[campaign] window durations: {[round(d) for d in campaign.durations]}", flush=True)
 
-    assert len(campaign.records) == points
+    assert len(campaign.records) >= points
     hits = Counter(r.step_hit for r in campaign.records)
     print(f"[campaign] kill points hit per step: {dict(hits)}", flush=True)
     wanted = max(2, points // len(STEPS) - 2)
