@@ -22,6 +22,7 @@ import pyarrow.dataset as pa_ds
 import pyarrow.fs as pa_fs
 
 from airflow_provider_cdc.domain.identifiers import validate_identifier
+from airflow_provider_cdc.domain.layout import MANIFEST_NAME, TABLE_DIR_PREFIX
 from airflow_provider_cdc.domain.spanner_types import (
     ColumnType,
     SpannerValueError,
@@ -30,9 +31,6 @@ from airflow_provider_cdc.domain.spanner_types import (
     parse_column_types,
 )
 
-MANIFEST_NAME = "_manifest.json"
-#: A change set holds one folder ``table={name}`` per table.
-TABLE_FOLDER_PREFIX = "table="
 KEYS_JSON = "_keys_json"
 VALUES_JSON = "_values_json"
 PRESENT_COLUMNS = "_present_columns"
@@ -441,9 +439,9 @@ class ChangeSetReader:
         """Names of the ``table=*`` folders the change set holds."""
         infos = self._fs.get_file_info(pa_fs.FileSelector(self._root, allow_not_found=True))
         return sorted(
-            info.base_name[len(TABLE_FOLDER_PREFIX):]
+            info.base_name[len(TABLE_DIR_PREFIX):]
             for info in infos
-            if info.type == pa_fs.FileType.Directory and info.base_name.startswith(TABLE_FOLDER_PREFIX)
+            if info.type == pa_fs.FileType.Directory and info.base_name.startswith(TABLE_DIR_PREFIX)
         )
 
     def tables(self) -> list[ChangeSetTable]:
@@ -458,8 +456,9 @@ class ChangeSetReader:
         listed = manifest_tables(manifest, self.uri)
         unlisted = sorted(set(self.table_folders()) - set(listed))
         if unlisted:
+            folders = ", ".join(TABLE_DIR_PREFIX + name for name in unlisted)
             raise ChangeSetError(
-                f"change set {self.uri!r}: folder(s) {', '.join(f'table={n}' for n in unlisted)} hold "
+                f"change set {self.uri!r}: folder(s) {folders} hold "
                 f"table(s) {', '.join(repr(n) for n in unlisted)} that {MANIFEST_NAME} does not list "
                 f"(it lists {', '.join(repr(n) for n in sorted(listed)) or 'no table'}); refusing to apply it"
             )
@@ -474,7 +473,7 @@ class ChangeSetReader:
             )
         result = []
         for name in sorted(listed):
-            directory = self._path(f"{TABLE_FOLDER_PREFIX}{name}")
+            directory = self._path(f"{TABLE_DIR_PREFIX}{name}")
             files = [
                 info.path
                 for info in self._fs.get_file_info(pa_fs.FileSelector(directory, allow_not_found=True))

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_cdc.domain.identifiers import validate_identifier
+from airflow_provider_cdc.domain.layout import MANIFEST_NAME, TABLE_DIR_PREFIX
 from airflow_provider_cdc.domain.spanner_types import (
     canonical_spanner_json,
     parse_column_types,
@@ -29,7 +30,6 @@ from airflow_provider_cdc.lake.change_set import (
     COMMIT_TIMESTAMP,
     FULL_IMAGE,
     KEYS_JSON,
-    MANIFEST_NAME,
     PRESENT_COLUMNS,
     VALUES_JSON,
     ChangeSetError,
@@ -128,7 +128,7 @@ def write_change_set(
     manifest: dict[str, Any] = {"window_id": uri.rstrip("/").rsplit("/", 1)[-1], "tables": {}}
     for name, table in sorted(tables.items()):
         validate_identifier(name, "table")
-        directory = path(f"table={name}")
+        directory = path(f"{TABLE_DIR_PREFIX}{name}")
         filesystem.create_dir(directory, recursive=True)
         table = table.select(CHANGE_SET_SCHEMA.names).cast(CHANGE_SET_SCHEMA)
         for index, start in enumerate(range(0, max(table.num_rows, 1), rows_per_file)):

@@ -20,7 +20,6 @@ from airflow_provider_cdc.domain.timestamps import from_micros
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.metastore.errors import MetastoreError
 from airflow_provider_cdc.metastore.model import (
-    WindowRecord,
     WindowState,
     timestamp_micros,
     validate_count,
@@ -183,7 +182,3 @@ class PipelineLedger:
         if recorded is not None and recorded.tables_recorded_from is not None:
             recorded_from = timestamp_micros(recorded.tables_recorded_from, "tables recorded from")
         return TableVersions(tables, recorded_from)
-
-    def applied_windows(self, pipeline: str) -> list[WindowRecord]:
-        """The pipeline's applied windows in order."""
-        return self.list_windows(pipeline, state=WindowState.APPLIED)  # type: ignore[attr-defined]
