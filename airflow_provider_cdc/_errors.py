@@ -1,4 +1,8 @@
-"""Errors of the Airflow surface that carry their context: local paths, metastore failures."""
+"""The provider's errors, which carry their context: local paths, metastore failures, change streams.
+
+They derive from :class:`CdcError`, not from Airflow's exceptions: Airflow retries them like any other
+task failure. Only :class:`RelativePathError` fails a task without retries (``AirflowFailException``).
+"""
 
 from __future__ import annotations
 
@@ -7,19 +11,40 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from airflow_provider_cdc._compat import AirflowException, AirflowFailException
+from airflow_provider_cdc._compat import AirflowFailException
 
 # user:password@ in a URL, and password=… in a DSN: never shown in a message.
 _URL_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*):[^@\s]*@")
 _DSN_PASSWORD = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
 
 
-class RelativePathError(AirflowFailException):
-    """A local location given as a relative path (tasks run in other working directories)."""
+class CdcError(Exception):
+    """Base of the errors this provider raises."""
 
 
-class MetastoreUnavailableError(AirflowException):
+class ChangeStreamConfigError(CdcError):
+    """A change stream setting is invalid: a Spanner id, the stream name, a retention, the project."""
+
+
+class ChangeStreamError(CdcError):
+    """Spanner or the metastore refused a step of reading a change stream; the original error is the
+    cause."""
+
+
+class RetentionExpiredError(CdcError):
+    """A window starts outside its change stream's retention period: its changes can no longer be read."""
+
+
+class DrainWaitError(CdcError):
+    """The deferred wait for drained partitions ended with an error reported by the trigger."""
+
+
+class MetastoreUnavailableError(CdcError):
     """The metastore's database could not be reached or used; the original error is the cause."""
+
+
+class RelativePathError(AirflowFailException, CdcError):
+    """A local location given as a relative path (tasks run in other working directories)."""
 
 
 def require_absolute(field: str, value: object) -> None:

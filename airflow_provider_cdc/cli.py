@@ -77,11 +77,10 @@ def status(args: argparse.Namespace) -> int:
         "rows",
         "transactions",
         "opened → applied",
-        "error",
     ]
     rows = [
         [_ts(w.start), _ts(w.end), w.state.value, w.attempt, _count(w.record_count),
-         _count(w.transaction_count), _seconds(w.opened_at, w.applied_at), (w.error or "")[:60]]
+         _count(w.transaction_count), _seconds(w.opened_at, w.applied_at)]
         for w in windows
     ]  # fmt: skip
     print(_table(headers, rows))
@@ -202,13 +201,13 @@ def timings(args: argparse.Namespace) -> int:
 
 def compare(args: argparse.Namespace) -> int:
     """Do the Delta tables equal the ground truth written by the demo emulator?"""
+    from airflow_provider_cdc.lake.compare import compare_lake_to_rows
     from airflow_provider_cdc.lake.delta import DeltaLakeTarget
-    from airflow_provider_cdc.testing.lake_check import compare_lake_to_truth
 
     with open(args.truth) as handle:
         recorded = json.load(handle)
     truth = recorded["state"] if args.windows is None else recorded["state_after_window"][args.windows - 1]
-    results = compare_lake_to_truth(DeltaLakeTarget(args.lake_root), truth)
+    results = compare_lake_to_rows(DeltaLakeTarget(args.lake_root), truth)
     for r in results:
         verdict = "equal" if r.equal else "DIFFERENT"
         print(f"{r.table}: lake {r.lake_rows} rows, committed history {r.truth_rows} rows: {verdict}")

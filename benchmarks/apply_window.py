@@ -194,7 +194,7 @@ def _apply_once(method: str, lake: str, changeset: str) -> tuple[float, float]:
         updates = {n: f"source.{n}" for n in names if n != "OrderId"}
         guard = ""
         if method == "guarded":
-            from airflow_provider_cdc.lake.delta import _carried_columns
+            from airflow_provider_cdc.lake.delta_merge import carried_columns as _carried_columns
 
             seq = "_change_sequence_number"
             guard = f" AND (target.{seq} IS NULL OR source.{seq} > target.{seq})"
@@ -224,7 +224,7 @@ def _decode_once(changeset: str) -> float:
     """Wall seconds of what the upsert does before its MERGE and the plain MERGE does not do:
     column types, reading and decoding the change set, the duplicate-key and image checks."""
     from airflow_provider_cdc.lake.change_set import ChangeSetReader
-    from airflow_provider_cdc.lake.delta import _carried_columns
+    from airflow_provider_cdc.lake.delta_merge import carried_columns as _carried_columns
 
     (part,) = ChangeSetReader(changeset).tables()
     with _Clock() as clock:

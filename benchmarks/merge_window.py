@@ -193,13 +193,10 @@ def run_child(staging: Path, changeset: Path, cores: int) -> dict:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from airflow_provider_cdc.jobs.merge_job import (
-        COLLAPSE_INPUT_COLUMNS,
-        MergeArguments,
-        _collapse_partitions,
-        _spark_session,
-        merge_window,
-    )
+    from airflow_provider_cdc.domain.window import Window
+    from airflow_provider_cdc.jobs.merge_job import MergeArguments, _spark_session, merge_window
+    from airflow_provider_cdc.jobs.merge_kernels import COLLAPSE_INPUT_COLUMNS
+    from airflow_provider_cdc.jobs.merge_plan import collapse_partitions
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     with PeakMemory() as memory:
@@ -216,7 +213,7 @@ def run_child(staging: Path, changeset: Path, cores: int) -> dict:
         began = time.monotonic()
         (
             staged.select(F.xxhash64("table_name", "keys_json").alias("_key_hash"), *COLLAPSE_INPUT_COLUMNS)
-            .repartition(_collapse_partitions(rows, spark.sparkContext.defaultParallelism), "_key_hash")
+            .repartition(collapse_partitions(rows, spark.sparkContext.defaultParallelism), "_key_hash")
             .sortWithinPartitions("_key_hash", "table_name", "keys_json", "change_sequence_number")
             .drop("_key_hash")
             .write.mode("overwrite")
@@ -224,8 +221,8 @@ def run_child(staging: Path, changeset: Path, cores: int) -> dict:
         )
         floor_seconds = time.monotonic() - began
         shutil.rmtree(str(changeset) + "-floor", ignore_errors=True)
-        args = MergeArguments(staging=str(staging), changeset=str(changeset),
-                              window_start=WINDOW_START, window_end=WINDOW_END)
+        args = MergeArguments(window=Window(WINDOW_START, WINDOW_END), staging=str(staging),
+                              changeset=str(changeset))
         began = time.monotonic()
         manifest = merge_window(spark, args)
         merge_seconds = time.monotonic() - began

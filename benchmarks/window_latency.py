@@ -136,7 +136,7 @@ def airflow_environment(workdir: Path, emulator_host: str) -> dict[str, str]:
     env.update(
         AIRFLOW_HOME=str(workdir / "airflow"),
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
-        AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "airflow_provider_cdc" / "example_dags"),
+        AIRFLOW__CORE__DAGS_FOLDER=str(ROOT / "example_dags"),
         CDC_DEMO_HOME=str(workdir / "cdc"),
         SPANNER_EMULATOR_HOST=emulator_host,
         PATH=os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")]),
@@ -267,7 +267,7 @@ def dag_runner(log_path: str) -> int:
     warm_up = Path(bundles[1]["kwargs"]["path"]) / f"{WARM_UP_DAG_ID}.py"
     runpy.run_path(str(warm_up))["dag"].test()
     answers.write(json.dumps({"warm_up_seconds": time.monotonic() - began}) + "\n")
-    from airflow_provider_cdc.example_dags.spanner_change_stream_to_lake import dag
+    dag = runpy.run_path(str(ROOT / "example_dags" / "spanner_change_stream_to_lake.py"))["dag"]
 
     for line in sys.stdin:
         end = FIRST_WINDOW_START + WINDOW * (int(line) + 1)

@@ -13,7 +13,7 @@ root=$(pwd)
 export AIRFLOW_HOME="$root/.demo/airflow"
 export CDC_DEMO_HOME="$root/.demo/cdc"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
-export AIRFLOW__CORE__DAGS_FOLDER="$root/airflow_provider_cdc/example_dags"
+export AIRFLOW__CORE__DAGS_FOLDER="$root/example_dags"
 export PATH="$root/.venv/bin:$PATH"
 # The demo's windows are fixed (10 minutes from 2026-01-01): settings of another run must not apply.
 unset CDC_WINDOW_SECONDS CDC_START_DATE CDC_WINDOW_MINUTES

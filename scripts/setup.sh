@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets up everything the project needs on a fresh machine, idempotently:
 #   - Java (for Spark): checks `java`, installs OpenJDK 17 with apt-get when it is missing and we are root;
-#   - .venv with Airflow 3 and everything in requirements/airflow3.lock, plus this package (editable);
-#   - with --airflow2: .venv-airflow2 with Airflow 2.11 (requirements/airflow2.lock).
+#   - .venv with Airflow 3 and everything in requirements/airflow3.lock, plus this package (editable) with
+#     its `test` extra (the `testing`, `spark` and `bigquery` extras and the test tools), held to the lock;
+#   - with --airflow2: .venv-airflow2 the same way with Airflow 2.11 (requirements/airflow2.lock).
 # Usage: scripts/setup.sh [--airflow2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,7 +51,7 @@ make_venv() {  # make_venv DIR LOCKFILE
   "$dir/bin/python" -m pip install -q --upgrade pip uv 2>/dev/null || "$dir/bin/python" -m pip install --upgrade pip uv
   log "installing $(grep -c '==' "$lock") pinned packages into $dir (first time: a few minutes)"
   "$dir/bin/uv" pip install --python "$dir/bin/python" -q --compile-bytecode -r "$lock"
-  "$dir/bin/uv" pip install --python "$dir/bin/python" -q --no-deps -e "$root"
+  "$dir/bin/uv" pip install --python "$dir/bin/python" -q --compile-bytecode -c "$lock" -e "$root[test]"
   echo "$want" > "$stamp"
   log "$dir ready"
 }

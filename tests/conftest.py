@@ -252,7 +252,7 @@ from dataclasses import dataclass  # noqa: E402
 from datetime import timedelta  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-EXAMPLE_DAGS_FOLDER = Path(__file__).resolve().parents[1] / "airflow_provider_cdc" / "example_dags"
+EXAMPLE_DAGS_FOLDER = Path(__file__).resolve().parents[1] / "example_dags"
 EXAMPLE_DAG_WINDOWS = 12
 EXAMPLE_DAG_CHANGES_PER_WINDOW = 200
 

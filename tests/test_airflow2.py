@@ -36,7 +36,7 @@ from airflow_provider_cdc.testing.workload import TABLES_BY_NAME, State
 REPO = Path(__file__).resolve().parents[1]
 AIRFLOW2_VENV = REPO / ".venv-airflow2"
 AIRFLOW2 = AIRFLOW2_VENV / "bin" / "airflow"
-DAGS_FOLDER = REPO / "airflow_provider_cdc" / "example_dags"
+DAGS_FOLDER = REPO / "example_dags"
 DAG_ID = "spanner_change_stream_to_lake"
 EXECUTOR = os.environ.get("CDC_AIRFLOW2_EXECUTOR", "DebugExecutor")
 

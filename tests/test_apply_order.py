@@ -15,11 +15,12 @@ from airflow_provider_cdc import cli
 from airflow_provider_cdc.domain.apply_order import TableVersions, version_problem
 from airflow_provider_cdc.domain.timestamps import to_micros
 from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.hooks.pipeline import LakeNotAppliedError
 from airflow_provider_cdc.jobs import upsert_job
 from airflow_provider_cdc.lake.change_set_writer import Change, change_set_table, write_change_set
 from airflow_provider_cdc.lake.delta import DeltaLakeTarget
 from airflow_provider_cdc.metastore import Metastore, WindowOrderError, WindowState
-from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator, LakeNotAppliedError
+from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
 
 PIPELINE = "shop"
 STREAM = "projects/p/instances/i/databases/d/Orders"
@@ -86,7 +87,8 @@ class Pipeline:
     def commit(self, n: int) -> dict[str, Any]:
         return CdcCommitWindowOperator(
             task_id="commit", pipeline_id=PIPELINE, window_start=window(n).start, window_end=window(n).end,
-            changeset_root=str(self.changesets), lake_root=str(self.lake), metastore_conn_id="cdc_ledger",
+            locations={"changeset_root": str(self.changesets), "lake_root": str(self.lake)},
+            metastore_conn_id="cdc_ledger",
         ).execute({})
 
     def run(self, n: int, tables: tuple[str, ...] = TABLES) -> None:

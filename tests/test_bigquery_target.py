@@ -33,11 +33,12 @@ from airflow_provider_cdc.bigquery.schema import (
 )
 from airflow_provider_cdc.bigquery.writer import AppendError, DefaultStreamWriter, default_stream
 from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.hooks.bigquery_cdc import ledger_id
 from airflow_provider_cdc.lake.change_set import ChangeSetReader
 from airflow_provider_cdc.lake.change_set_writer import Change, change_set_table, write_change_set
 from airflow_provider_cdc.lake.delta import DeltaLakeTarget
 from airflow_provider_cdc.metastore import Metastore
-from airflow_provider_cdc.operators.bigquery_upsert import BigQueryCdcUpsertOperator, ledger_id
+from airflow_provider_cdc.operators.bigquery_upsert import BigQueryCdcUpsertOperator
 from airflow_provider_cdc.testing.bigquery_fake import FakeBigQuery
 
 PROJECT = "demo-project"
@@ -229,12 +230,12 @@ def _operator(
 ) -> BigQueryCdcUpsertOperator:
     return BigQueryCdcUpsertOperator(
         task_id="bigquery_upsert",
-        changeset_root=str(changesets),
+        locations={"changeset_root": str(changesets), "lake_root": lake_root},
         dataset=DATASET,
         project_id=PROJECT,
         pipeline_id=PIPELINE,
-        window_id=window.window_id,
-        lake_root=lake_root,
+        window_start=window.start,
+        window_end=window.end,
         api_endpoint=fake.rest_endpoint,
         write_endpoint=fake.write_endpoint,
         metastore_conn_id=CONN_ID,
@@ -609,11 +610,12 @@ def test_real_bigquery_applies_a_window(
     write_change_set(str(tmp_path / window.window_id), {table: change_set_table(ORDERS[:2], changes)})
     op = BigQueryCdcUpsertOperator(
         task_id="bq",
-        changeset_root=str(tmp_path),
+        locations={"changeset_root": str(tmp_path)},
         dataset=dataset,
         project_id=project,
         pipeline_id=PIPELINE,
-        window_id=window.window_id,
+        window_start=window.start,
+        window_end=window.end,
         metastore_conn_id=CONN_ID,
         max_staleness=None,
     )

@@ -7,7 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_provider_cdc.domain.change_row import STAGED_CHANGE_COLUMNS, canonical_json, change_rows
+from airflow_provider_cdc.domain.change_row import canonical_json, change_rows
+from airflow_provider_cdc.domain.contract.staged_rows import STAGED_CHANGE_COLUMNS
 from airflow_provider_cdc.domain.records import HeartbeatRecord, parse_record_dict
 from airflow_provider_cdc.domain.sequence_number import ChangeSequenceNumber, spanner_change_sequence_number
 from airflow_provider_cdc.domain.timestamps import format_timestamp, to_micros

@@ -10,14 +10,10 @@ from pathlib import Path
 import pytest
 
 from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.hooks.pipeline import StaleTablesError, WindowStepError, stale_tables
 from airflow_provider_cdc.lake.change_set_writer import Change, change_set_table, write_change_set
 from airflow_provider_cdc.metastore import Metastore, WindowState
-from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator, stale_tables
-
-try:
-    from airflow.providers.common.compat.sdk import AirflowException
-except ImportError:  # older common-compat providers (Airflow 2.11)
-    from airflow.exceptions import AirflowException  # type: ignore[no-redef]
+from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
 
 PIPELINE = "shop"
 STREAM = "OrdersStream"
@@ -56,13 +52,13 @@ def _commit(
 ) -> CdcCommitWindowOperator:
     return CdcCommitWindowOperator(
         task_id="commit", pipeline_id=PIPELINE, window_start=start, window_end=end,
-        changeset_root=changeset_root, metastore_conn_id=CONN_ID, **kwargs,
+        locations={"changeset_root": changeset_root}, metastore_conn_id=CONN_ID, **kwargs,
     )
 
 
 def test_commit_applies_the_window_and_advances_the_watermarks(store: Metastore, tmp_path: Path) -> None:
     store.open_window(PIPELINE, STREAM, START, END)
-    store.transition_window(PIPELINE, START, END, WindowState.READING, WindowState.DRAINED)
+    assert store.get_window(PIPELINE, START, END).state is WindowState.READING
     root = _changeset(tmp_path, ["Orders", "Customers"])
     summaries = [{"rows": 30, "transactions": 2.5}, {"rows": 12, "transactions": 1.5}, "not a summary"]
     result = _commit(root, read_summaries=summaries).execute({})
@@ -125,7 +121,7 @@ def test_a_window_reopened_while_committing_fails_the_commit(
     store.open_window(PIPELINE, STREAM, START, END)
     other_run = Metastore(store.engine.url.render_as_string(hide_password=False))
     _commit_racing(store, monkeypatch, lambda: other_run.reopen_window(PIPELINE, START, END))
-    with pytest.raises(AirflowException, match=r"changed state to reading \(attempt 2\)"):
+    with pytest.raises(WindowStepError, match=r"changed state to reading \(attempt 2\)"):
         _commit(_changeset(tmp_path, ["Orders"])).execute({})
     assert store.get_window(PIPELINE, START, END).state is WindowState.READING
     assert store.table_watermarks(PIPELINE) == {}
@@ -137,7 +133,7 @@ def test_max_staleness_fails_the_run_naming_the_lagging_table(store: Metastore, 
     fresh = _commit(root, max_staleness=timedelta(hours=1), staleness_reference=END + timedelta(minutes=59))
     assert fresh.execute({})["watermarks"] == {"Orders": "2026-03-01T12:10:00.000000Z"}
     late = _commit(root, max_staleness=timedelta(hours=1), staleness_reference=END + timedelta(hours=2))
-    with pytest.raises(AirflowException, match=r"max_staleness=1:00:00: Orders lags 2:00:00"):
+    with pytest.raises(StaleTablesError, match=r"max_staleness=1:00:00: Orders lags 2:00:00"):
         late.execute({})
     # The window stays applied: staleness is reported, nothing is undone.
     assert store.get_window(PIPELINE, START, END).state is WindowState.APPLIED

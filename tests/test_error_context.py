@@ -133,31 +133,38 @@ def test_apply_path_operators_refuse_relative_roots(tmp_path: Path, monkeypatch:
         "data_interval_end": datetime(2026, 1, 1, 0, 10, tzinfo=timezone.utc),
         "ti": SimpleNamespace(dag_id="cdc"),
     }
+    key = "projects/p/instances/i/databases/d/s"
     merge = SparkMergeWindowOperator(
-        task_id="m", staging_uri="staging/s/{window_id}", changeset_uri="/abs/c/{window_id}", **window
+        task_id="m", locations={"staging_root": "staging", "changeset_root": "/abs/c"}, stream_key=key,
+        **window,
     )
-    _expect_relative_refused(lambda: merge.execute(context), "staging_uri", "staging/s/{window_id}")
+    _expect_relative_refused(lambda: merge.execute(context), "locations['staging_root']", "staging")
     merge = SparkMergeWindowOperator(
-        task_id="m", staging_uri="gs://b/s/{window_id}", changeset_uri="changesets/{window_id}", **window
+        task_id="m", locations={"staging_root": "gs://b/s", "changeset_root": "changesets"}, stream_key=key,
+        **window,
     )
-    _expect_relative_refused(lambda: merge.execute(context), "changeset_uri", "changesets/{window_id}")
-    upsert = SparkUpsertWindowOperator(task_id="u", lake_root="lake", changeset_root="/c", pipeline_id="p")
-    _expect_relative_refused(lambda: upsert.execute(context), "lake_root", "lake")
+    _expect_relative_refused(lambda: merge.execute(context), "locations['changeset_root']", "changesets")
     upsert = SparkUpsertWindowOperator(
-        task_id="u", lake_root="gs://b/l", changeset_root="./cs", pipeline_id="p"
+        task_id="u", locations={"lake_root": "lake", "changeset_root": "/c"}, pipeline_id="p", **window
     )
-    _expect_relative_refused(lambda: upsert.execute(context), "changeset_root", "./cs")
-    commit = CdcCommitWindowOperator(task_id="c", pipeline_id="p", changeset_root="cs", **window)
-    _expect_relative_refused(lambda: commit.execute(context), "changeset_root", "cs")
+    _expect_relative_refused(lambda: upsert.execute(context), "locations['lake_root']", "lake")
+    upsert = SparkUpsertWindowOperator(
+        task_id="u", locations={"lake_root": "gs://b/l", "changeset_root": "./cs"}, pipeline_id="p", **window
+    )
+    _expect_relative_refused(lambda: upsert.execute(context), "locations['changeset_root']", "./cs")
     commit = CdcCommitWindowOperator(
-        task_id="c", pipeline_id="p", changeset_root="/cs", lake_root="lk", **window
+        task_id="c", pipeline_id="p", locations={"changeset_root": "cs"}, **window
     )
-    _expect_relative_refused(lambda: commit.execute(context), "lake_root", "lk")
+    _expect_relative_refused(lambda: commit.execute(context), "locations['changeset_root']", "cs")
+    commit = CdcCommitWindowOperator(
+        task_id="c", pipeline_id="p", locations={"changeset_root": "/cs", "lake_root": "lk"}, **window
+    )
+    _expect_relative_refused(lambda: commit.execute(context), "locations['lake_root']", "lk")
     # absolute paths and URIs pass the check
     merge = SparkMergeWindowOperator(
-        task_id="m", staging_uri="/s/{window_id}", changeset_uri="gs://b/c/{window_id}", **window
+        task_id="m", locations={"staging_root": "/s", "changeset_root": "gs://b/c"}, stream_key=key, **window
     )
-    assert merge.merge_arguments()[1].startswith("/s/")
+    assert merge.merge_arguments()[1].startswith("/s/s/")
 
 
 # ----- the upsert job: unreadable change sets, failed Delta writes --------------------------------
@@ -302,7 +309,8 @@ def test_metastore_failures_name_the_window_and_operation(
     _expect_metastore_failure(lambda: sensor.poke({}), f"window {window}: checking which partitions")
     interval = {"data_interval_start": window.start, "data_interval_end": window.end}
     upsert = SparkUpsertWindowOperator(
-        task_id="upsert", lake_root=str(tmp_path / "lake"), changeset_root=str(tmp_path), pipeline_id="orders"
+        task_id="upsert", locations={"lake_root": str(tmp_path / "lake"), "changeset_root": str(tmp_path)},
+        pipeline_id="orders", window_start=window.start, window_end=window.end,
     )
     _expect_metastore_failure(lambda: upsert.execute(interval), f"window {window} of pipeline 'orders'")
     commit = CdcCommitWindowOperator(
@@ -310,11 +318,14 @@ def test_metastore_failures_name_the_window_and_operation(
     )
     _expect_metastore_failure(lambda: commit.execute(context), "committing the window")
     merge = SparkMergeWindowOperator(
-        task_id="merge", staging_uri=f"{tmp_path}/staging/{{window_id}}",
-        changeset_uri=f"{tmp_path}/changesets/{{window_id}}", window_start=format_timestamp(window.start),
-        window_end=format_timestamp(window.end), stream_key="projects/p/instances/i/databases/d/Everything",
+        task_id="merge",
+        locations={"staging_root": f"{tmp_path}/staging", "changeset_root": f"{tmp_path}/cs"},
+        window_start=format_timestamp(window.start), window_end=format_timestamp(window.end),
+        stream_key="projects/p/instances/i/databases/d/Everything",
     )
-    _expect_metastore_failure(merge.merge_arguments, f"window {window} of projects/p/instances/i/databases/d")
+    _expect_metastore_failure(
+        lambda: merge.execute(context), f"window {window} of projects/p/instances/i/databases/d"
+    )
 
 
 def test_credentials_are_removed_from_metastore_messages() -> None:

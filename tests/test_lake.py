@@ -550,7 +550,7 @@ def test_a_crash_before_the_commit_then_a_rerun_gives_the_same_table(tmp_path: P
         "--pipeline-id",
         "p",
     ]
-    env = {**os.environ, "CDC_LAKE_STORAGE_OPTIONS": ""}
+    env = {**os.environ, "CDC_STORAGE_OPTIONS": ""}
     subprocess.run([*job, "--changeset", str(changesets / window1)], check=True, env=env, capture_output=True)
 
     table = lake / "Employees"

@@ -23,11 +23,15 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_cdc.domain.collapse import CHANGE_SET_COLUMNS, CollapseError, collapse_window
+from airflow_provider_cdc.domain.collapse import CollapseError, collapse_window
+from airflow_provider_cdc.domain.contract.change_set import CHANGE_SET_COLUMNS, change_set_schema
+from airflow_provider_cdc.domain.contract.locations import MANIFEST_NAME
+from airflow_provider_cdc.domain.contract.staged_rows import DEDUPLICATION_KEY
 from airflow_provider_cdc.domain.sequence_number import spanner_change_sequence_number
 from airflow_provider_cdc.domain.spanner_types import column_types_json, parse_column_types
 from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, format_timestamp, to_micros
-from airflow_provider_cdc.jobs import merge_job
+from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.jobs import merge_kernels
 from airflow_provider_cdc.staging import STAGED_CHANGE_SCHEMA
 
 START = datetime(2024, 6, 1, 12, 0, tzinfo=timezone.utc)
@@ -179,23 +183,22 @@ def spark_order(rows: list[dict]) -> list[dict]:
 
     def key(row: dict) -> tuple:
         digest = hashlib.blake2b(f"{row['table_name']}/{row['keys_json']}".encode(), digest_size=8).digest()
-        return (digest, row["table_name"], row["keys_json"], row["change_sequence_number"],
-                row["server_transaction_id"], row["record_sequence"], row["mod_index"])
+        return (digest, *(row[column] for column in merge_kernels.SORT_COLUMNS))
 
     return sorted(rows, key=key)
 
 
 def run_batches(rows: list[dict], rng: random.Random) -> list[dict]:
     table = pa.Table.from_pylist(spark_order(rows), schema=STAGED_CHANGE_SCHEMA).select(
-        list(merge_job.COLLAPSE_INPUT_COLUMNS)
+        list(merge_kernels.COLLAPSE_INPUT_COLUMNS)
     )
     batches, offset = [], 0
     while offset < table.num_rows:
         size = rng.randint(1, 9)
         batches.extend(table.slice(offset, size).to_batches())
         offset += size
-    out = merge_job.collapse_sorted_batches(batches)
-    return pa.Table.from_batches(list(out), merge_job.COLLAPSED_ARROW_SCHEMA).to_pylist()
+    out = merge_kernels.collapse_sorted_batches(batches)
+    return pa.Table.from_batches(list(out), merge_kernels.COLLAPSED_ARROW_SCHEMA).to_pylist()
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -247,7 +250,7 @@ def test_several_mods_of_one_row_in_one_record_keep_the_last() -> None:
 
 
 def test_arrow_batch_collapse_of_nothing_is_nothing() -> None:
-    assert list(merge_job.collapse_sorted_batches([])) == []
+    assert list(merge_kernels.collapse_sorted_batches([])) == []
 
 
 @pytest.mark.parametrize("chained", [False, True])
@@ -268,6 +271,38 @@ def test_arrow_batch_collapse_names_bad_json_in_a_chain() -> None:
         run_batches(rows, random.Random(0))
 
 
+def test_kernels_import_without_spark() -> None:
+    check = (
+        "import sys; sys.modules['pyspark'] = None;"
+        "import airflow_provider_cdc.jobs.merge_kernels;"
+        "loaded = sorted(m for m in sys.modules if m.startswith('airflow_provider_cdc.'));"
+        "allowed = ('airflow_provider_cdc.domain', 'airflow_provider_cdc.jobs');"
+        "assert all(m.startswith(allowed) for m in loaded), loaded;"
+        "assert [m for m in loaded if m.startswith('airflow_provider_cdc.jobs.')] == "
+        "['airflow_provider_cdc.jobs.merge_kernels'], loaded"
+    )
+    subprocess.run([sys.executable, "-c", check], check=True)
+
+
+def test_collapse_yields_the_change_set_columns_it_computes() -> None:
+    schema = merge_kernels.COLLAPSED_ARROW_SCHEMA
+    assert schema.names == [merge_kernels.TABLE_PARTITION_COLUMN, *merge_kernels.COLLAPSED_COLUMNS]
+    assert merge_kernels.TABLE_PARTITION_COLUMN == "table"
+    assert set(merge_kernels.COLLAPSED_COLUMNS) < set(CHANGE_SET_COLUMNS)
+    for name in merge_kernels.COLLAPSED_COLUMNS:
+        assert schema.field(name) == change_set_schema().field(name)
+
+
+def test_collapse_order_is_the_key_then_the_change_order() -> None:
+    assert merge_kernels.SORT_COLUMNS == (
+        "table_name", "keys_json", "change_sequence_number", "server_transaction_id", "record_sequence",
+        "mod_index",
+    )
+    assert set(DEDUPLICATION_KEY) <= set(merge_kernels.SORT_COLUMNS)
+    assert set(merge_kernels.SORT_COLUMNS) <= set(merge_kernels.COLLAPSE_INPUT_COLUMNS)
+    assert set(merge_kernels.COLLAPSE_INPUT_COLUMNS) <= set(STAGED_CHANGE_SCHEMA.names)
+
+
 # ------------------------------------------------------------------------------------------
 # Arguments
 
@@ -279,9 +314,11 @@ def arguments(**overrides: str) -> list[str]:
 
 
 def test_arguments_are_parsed() -> None:
-    args = merge_job.parse_arguments(arguments(**{"--staging": "gs://b/staging/s/1-2/"}))
+    from airflow_provider_cdc.jobs.merge_job import parse_arguments
+
+    args = parse_arguments(arguments(**{"--staging": "gs://b/staging/s/1-2/"}))
     assert (args.staging, args.changeset) == ("gs://b/staging/s/1-2", "/c/x")
-    assert (args.window_start, args.window_end, args.window_id) == (START, END, WINDOW_ID)
+    assert args.window == Window(START, END) and args.window.window_id == WINDOW_ID
     assert not args.transfer_through_driver
 
 
@@ -295,9 +332,96 @@ def test_arguments_are_parsed() -> None:
     ],
 )
 def test_bad_arguments_are_refused_naming_the_argument(overrides: dict, problem: str, capsys) -> None:
+    from airflow_provider_cdc.jobs.merge_job import parse_arguments
+
     with pytest.raises(SystemExit):
-        merge_job.parse_arguments(arguments(**overrides))
+        parse_arguments(arguments(**overrides))
     assert problem in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------
+# The manifest and the transfers through the driver (without Spark)
+
+
+def test_the_manifest_records_the_window_the_tables_and_the_source_counts() -> None:
+    from airflow_provider_cdc.domain.contract.change_set import manifest_bytes, manifest_tables
+    from airflow_provider_cdc.jobs.merge_plan import change_set_manifest
+
+    tables = {"Orders": {"rows": 2, "source_changes": 5}, "Accounts": {"rows": 1, "source_changes": 1}}
+    manifest = change_set_manifest(Window(START, END), "gs://b/staging/s/w", tables, transactions=4,
+                                   records=5, dropped=3)
+    assert manifest == {
+        "window_id": WINDOW_ID,
+        "window_start": format_timestamp(START),
+        "window_end": format_timestamp(END),
+        "staging": "gs://b/staging/s/w",
+        "tables": {"Accounts": {"rows": 1, "source_changes": 1}, "Orders": {"rows": 2, "source_changes": 5}},
+        "rows": 3,
+        "keys": 3,
+        "source_records": 5,
+        "source_changes": 6,
+        "transactions": 4,
+        "dropped_out_of_window": 3,
+    }
+    assert manifest_tables(json.loads(manifest_bytes(manifest))) == {"Accounts": 1, "Orders": 2}
+    empty = change_set_manifest(Window(START, END), "/s", {}, 0, 0, 0)
+    assert (empty["tables"], empty["rows"], empty["keys"], empty["source_changes"]) == ({}, 0, 0, 0)
+
+
+def test_transfers_through_the_driver_copy_the_staging_in_and_replace_the_change_set(tmp_path: Path) -> None:
+    from airflow_provider_cdc.jobs.merge_files import download_tree, upload_change_set
+
+    staging = tmp_path / "remote" / "staging"
+    for relative in ("partition=p1/claim=c1/part-00000.parquet", "partition=p2/part-00000.parquet"):
+        (staging / relative).parent.mkdir(parents=True, exist_ok=True)
+        (staging / relative).write_bytes(relative.encode())
+    copy = tmp_path / "local" / "staging"
+    assert download_tree(staging.as_uri(), str(copy))
+    assert sorted(p.relative_to(copy).as_posix() for p in copy.rglob("*") if p.is_file()) == [
+        "partition=p1/claim=c1/part-00000.parquet", "partition=p2/part-00000.parquet"
+    ]
+    assert (copy / "partition=p2" / "part-00000.parquet").read_bytes() == b"partition=p2/part-00000.parquet"
+    assert not download_tree(str(tmp_path / "remote" / "missing"), str(tmp_path / "local" / "missing"))
+
+    written = tmp_path / "local" / "changeset"
+    (written / "table=Orders").mkdir(parents=True)
+    (written / "table=Orders" / "part-0.parquet").write_bytes(b"rows")
+    (written / "table=Orders" / ".part-0.parquet.crc").write_bytes(b"crc")
+    (written / "_SUCCESS").write_bytes(b"")
+    changeset = tmp_path / "remote" / "changeset"
+    (changeset / "table=Gone").mkdir(parents=True)
+    (changeset / "table=Gone" / "part-0.parquet").write_bytes(b"stale")
+    upload_change_set(str(written), str(changeset), b"{}\n")
+    assert sorted(p.relative_to(changeset).as_posix() for p in changeset.rglob("*") if p.is_file()) == [
+        MANIFEST_NAME, "table=Orders/part-0.parquet"
+    ]
+    assert (changeset / MANIFEST_NAME).read_bytes() == b"{}\n"
+
+
+def test_transfers_use_the_storage_options_of_the_environment(monkeypatch, tmp_path: Path) -> None:
+    from airflow_provider_cdc import filesystems
+    from airflow_provider_cdc.jobs import merge_files
+    from airflow_provider_cdc.jobs.merge_job import _storage_options
+    from airflow_provider_cdc.jobs.merge_plan import MergeJobError
+
+    monkeypatch.setenv(filesystems.STORAGE_OPTIONS_ENV, '{"google_service_account": "/keys/lake.json"}')
+    options = _storage_options()
+    assert options == {"google_service_account": "/keys/lake.json"}
+    seen = []
+
+    def resolve(location: str, storage_options: Any = None) -> tuple[pafs.FileSystem, str]:
+        seen.append((location, storage_options))
+        return filesystems.resolve(location)
+
+    monkeypatch.setattr(merge_files, "resolve", resolve)
+    merge_files.download_tree(str(tmp_path / "staging"), str(tmp_path / "copy"), options)
+    merge_files.upload_change_set(str(tmp_path / "copy"), str(tmp_path / "changeset"), b"{}", options)
+    assert seen == [(str(tmp_path / "staging"), options), (str(tmp_path / "changeset"), options)]
+
+    monkeypatch.setenv(filesystems.STORAGE_OPTIONS_ENV, '{"google_service_account_key": "s3cr3t"')
+    with pytest.raises(MergeJobError) as info:
+        _storage_options()
+    assert "s3cr3t" not in str(info.value)
 
 
 # ------------------------------------------------------------------------------------------
@@ -311,14 +435,14 @@ def test_operator_renders_the_window_and_fills_the_window_id() -> None:
 
     op = SparkMergeWindowOperator(
         task_id="merge",
-        staging_uri="gs://bucket/staging/{{ params.stream }}/{window_id}",
-        changeset_uri="gs://bucket/changesets/{window_id}",
+        locations={"staging_root": "gs://bucket/staging", "changeset_root": "gs://bucket/changesets"},
+        stream_key="projects/p/instances/i/databases/d/{{ params.stream }}",
         params={"stream": "orders_stream"},
     )
     assert op.application == MERGE_JOB_PATH and Path(MERGE_JOB_PATH).is_file()
     assert set(SparkSubmitOperator.template_fields) < set(op.template_fields)
-    assert {"staging_uri", "changeset_uri", "window_start", "window_end"} < set(op.template_fields)
-    assert op._conn_id == "spark_default"
+    assert {"locations", "stream_key", "window_start", "window_end"} < set(op.template_fields)
+    assert op.spark_conn_id == "spark_default"
     op.render_template_fields({"data_interval_start": START, "data_interval_end": END,
                                "params": {"stream": "orders_stream"}})
     assert op.merge_arguments() == [
@@ -334,13 +458,15 @@ def test_operator_renders_the_window_and_fills_the_window_id() -> None:
     [
         ({"window_start": "None"}, "window_start must be an RFC 3339 timestamp, got 'None'"),
         ({"window_end": "2024-06-01T11:00:00Z"}, "is not before window_end"),
-        ({"staging_uri": " "}, "staging_uri must be a non-empty location"),
+        ({"locations": {"changeset_root": "/c"}}, r"locations lacks \['staging_root'\]"),
+        ({"stream_key": " "}, "stream_key must name the stream"),
     ],
 )
 def test_operator_refuses_a_bad_window_before_submitting(fields: dict, problem: str) -> None:
     from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
 
-    values = {"staging_uri": "/s/{window_id}", "changeset_uri": "/c/{window_id}",
+    values = {"locations": {"staging_root": "/s", "changeset_root": "/c"},
+              "stream_key": "projects/p/instances/i/databases/d/s", "metastore_conn_id": None,
               "window_start": format_timestamp(START), "window_end": format_timestamp(END), **fields}
     op = SparkMergeWindowOperator(task_id="merge", **values)
     with pytest.raises(ValueError, match=problem):
@@ -356,7 +482,8 @@ def test_domain_zip_imports_without_airflow(tmp_path: Path) -> None:
     names = zipfile.ZipFile(archive).namelist()
     assert "airflow_provider_cdc/__init__.py" in names
     assert "airflow_provider_cdc/domain/collapse.py" in names
-    assert all(name.startswith("airflow_provider_cdc/domain/") for name in names if name.count("/") > 1)
+    shipped = ("airflow_provider_cdc/domain/", "airflow_provider_cdc/jobs/")  # the domain, the job's modules
+    assert all(name.startswith(shipped) for name in names if name.count("/") > 1)
     check = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
         "from airflow_provider_cdc.domain.collapse import collapse_key;"
@@ -454,7 +581,7 @@ def operator_run(tmp_path_factory) -> dict[str, Any]:
     stale = root / "changesets" / WINDOW_ID
     (stale / "table=Gone").mkdir(parents=True)
     (stale / "table=Gone" / "part-0.parquet").write_text("stale")
-    (stale / merge_job.MANIFEST_NAME).write_text("{}")
+    (stale / MANIFEST_NAME).write_text("{}")
 
     with pytest.MonkeyPatch.context() as patch, captured_logs() as records:
         patch.delenv("AIRFLOW_CONN_CDC_MERGE_NO_SUCH_CONNECTION", raising=False)
@@ -462,8 +589,9 @@ def operator_run(tmp_path_factory) -> dict[str, Any]:
         SparkMergeWindowOperator(
             task_id="merge",
             conn_id="cdc_merge_no_such_connection",
-            staging_uri=str(root / "staging" / "stream" / "{window_id}"),
-            changeset_uri=str(root / "changesets" / "{window_id}"),
+            locations={"staging_root": str(root / "staging"), "changeset_root": str(root / "changesets")},
+            stream_key="projects/p/instances/i/databases/d/stream",
+            metastore_conn_id=None,  # staging written without a metastore: every claim's files
             window_start=format_timestamp(START),
             window_end=format_timestamp(END),
             conf={"spark.ui.enabled": "false"},
@@ -495,7 +623,7 @@ def test_operator_run_writes_a_manifest_with_the_counts(operator_run: dict) -> N
     rows = in_window(operator_run["rows"])
     files = staging_files(operator_run["rows"])
     staged = [row for parts in files.values() for part in parts for row in part]
-    manifest = json.loads((operator_run["changeset"] / merge_job.MANIFEST_NAME).read_text())
+    manifest = json.loads((operator_run["changeset"] / MANIFEST_NAME).read_text())
     expected = reference(operator_run["rows"])
     assert manifest["window_id"] == WINDOW_ID
     assert manifest["tables"] == {
@@ -765,7 +893,7 @@ def test_bad_staging_fails_with_a_message_naming_the_problem(
     result = harness_run["results"][name]
     assert result["code"] != 0
     assert problem in result["stderr"]
-    assert not (harness_run["root"] / name / "changeset" / merge_job.MANIFEST_NAME).exists()
+    assert not (harness_run["root"] / name / "changeset" / MANIFEST_NAME).exists()
 
 
 AIRFLOW2_PYTHON = Path(__file__).resolve().parents[1] / ".venv-airflow2" / "bin" / "python"
@@ -777,7 +905,8 @@ def test_operator_imports_and_builds_arguments_under_airflow_2() -> None:
     check = (
         "import airflow, json;"
         "from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator as Op;"
-        "op = Op(task_id='m', staging_uri='/s/{window_id}', changeset_uri='/c/{window_id}',"
+        "op = Op(task_id='m', locations={'staging_root': '/s', 'changeset_root': '/c'},"
+        "        stream_key='projects/p/instances/i/databases/d/st',"
         "        window_start='2024-06-01T12:00:00Z', window_end='2024-06-01T12:10:00Z');"
         "print(json.dumps([airflow.__version__, op.merge_arguments(), list(op.template_fields)]))"
     )
@@ -786,5 +915,5 @@ def test_operator_imports_and_builds_arguments_under_airflow_2() -> None:
     assert completed.returncode == 0, completed.stderr[-3000:]
     version, args, fields = json.loads(completed.stdout.strip().splitlines()[-1])
     assert version.startswith("2.")
-    assert args[:4] == ["--staging", f"/s/{WINDOW_ID}", "--changeset", f"/c/{WINDOW_ID}"]
-    assert {"application", "conf", "staging_uri", "window_end"} <= set(fields)
+    assert args[:4] == ["--staging", f"/s/st/{WINDOW_ID}", "--changeset", f"/c/{WINDOW_ID}"]
+    assert {"application", "conf", "locations", "window_end"} <= set(fields)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -26,6 +27,7 @@ from airflow_provider_cdc.metastore import (
     Metastore,
     MetastoreError,
     PartitionNotFoundError,
+    PartitionRecord,
     PartitionSpec,
     PartitionState,
     PartitionStateError,
@@ -217,7 +219,7 @@ def test_upgrade_from_version_1_keeps_data(metastore_url: str, sqlite_url: str) 
 
     store = Metastore(metastore_url)
     assert store.schema_version() == 1
-    assert store.create_schema() == [2, 3, 4]
+    assert store.create_schema() == [2, 3, 4, 5]
     assert store.create_schema() == []
     # The pipeline's first window is its earliest recorded one; none of its windows is applied.
     assert store.get_pipeline(PIPELINE) == PipelineRecord(PIPELINE, T0, None)
@@ -229,9 +231,10 @@ def test_upgrade_from_version_1_keeps_data(metastore_url: str, sqlite_url: str) 
     assert (partition.attempts, partition.record_count, partition.heartbeat_ms) == (2, 17, 1000)
     assert partition.progress_at is None
 
+    # A window recorded as drained (a state windows no longer have) is reading again.
     window = store.get_window(PIPELINE, T0, at(60))
     assert (window.state, window.staging_uri, window.record_count) == (
-        WindowState.DRAINED,
+        WindowState.READING,
         "file:///staging/w",
         42,
     )
@@ -240,14 +243,14 @@ def test_upgrade_from_version_1_keeps_data(metastore_url: str, sqlite_url: str) 
         PIPELINE,
         T0,
         at(60),
-        "drained",
-        "merged",
+        "reading",
+        "applied",
         change_set_uri="file:///cs/w",
         key_count=5,
         transaction_count=3,
     )
-    merged = store.get_window(PIPELINE, T0, at(60))
-    assert (merged.change_set_uri, merged.key_count, merged.transaction_count) == ("file:///cs/w", 5, 3)
+    applied = store.get_window(PIPELINE, T0, at(60))
+    assert (applied.change_set_uri, applied.key_count, applied.transaction_count) == ("file:///cs/w", 5, 3)
     assert store.advance_table_watermark(PIPELINE, "Orders", at(60))
     assert store.table_watermarks(PIPELINE) == {"Orders": at(60)}
 
@@ -343,9 +346,10 @@ def test_finish_records_children_and_end_once(store: Metastore) -> None:
     assert [p.token for p in store.list_partitions(STREAM) if p.token == "m"] == ["m"]
     child = store.get_partition(STREAM, "m")
     assert (child.parent_tokens, child.start_timestamp, child.watermark) == (("p1", "p2"), at(30), at(30))
-    assert [p.token for p in store.children_of(STREAM, "p1")] == ["m", "s1", "s2"]
-    assert [p.token for p in store.children_of(STREAM, "p2")] == ["m"]
     assert [p.token for p in store.parents_of(STREAM, "m")] == ["p1", "p2"]
+    for child in ("s1", "s2"):
+        assert [p.token for p in store.parents_of(STREAM, child)] == ["p1"]
+        assert store.get_partition(STREAM, child).start_timestamp == at(30)
 
     # Forward only: finishing again at the same end is a harmless retry, at another end an error.
     assert store.finish_partition(STREAM, "p1", at(30), split) is False
@@ -395,16 +399,16 @@ def test_timestamps_are_exact_microseconds(store: Metastore) -> None:
     assert p.watermark == far
 
 
-def test_children_of_matches_tokens_exactly(store: Metastore) -> None:
-    # LIKE wildcards and JSON escapes in tokens must not produce false matches.
+def test_lineage_keeps_tokens_exactly(store: Metastore) -> None:
+    # LIKE wildcards and JSON escapes in tokens must survive the stored parent list unchanged.
     store.add_partitions(
         STREAM, [PartitionSpec("a_b", T0), PartitionSpec("a%b", T0), PartitionSpec('q"x', T0)]
     )
     store.finish_partition(STREAM, "a_b", at(1), [ChildPartition("c1", ("a_b",))])
     store.finish_partition(STREAM, "a%b", at(1), [ChildPartition("c2", ("a%b", 'q"x'))])
-    assert [p.token for p in store.children_of(STREAM, "a_b")] == ["c1"]
-    assert [p.token for p in store.children_of(STREAM, "a%b")] == ["c2"]
-    assert [p.token for p in store.children_of(STREAM, 'q"x')] == ["c2"]
+    assert [p.token for p in store.parents_of(STREAM, "c1")] == ["a_b"]
+    assert [p.token for p in store.parents_of(STREAM, "c2")] == ["a%b", 'q"x']
+    assert store.get_partition(STREAM, "c2").parent_tokens == ("a%b", 'q"x')
 
 
 def test_merged_child_created_once_when_parents_race(store: Metastore, metastore_url: str) -> None:
@@ -450,14 +454,14 @@ def test_child_waits_for_all_parents(store: Metastore) -> None:
     store.add_partitions(STREAM, [PartitionSpec("p1", T0), PartitionSpec("p2", T0)])
     store.finish_partition(STREAM, "p1", at(30), [ChildPartition("m", ("p1", "p2"))])
     # p2 has not reached 00:00:30, so the merged child must not be read yet.
-    assert [p.token for p in store.waiting_on_parents(STREAM, "m")] == ["p2"]
+    assert tokens(store.lagging_partitions(STREAM, at(30))) == ["p2"]
     assert store.claim_partition(STREAM, "m", "reader-1", 30) is None
-    assert store.claim_next(STREAM, "reader-1", 30, eligible=lambda p: p.token == "m") is None
     assert store.advance_watermark(STREAM, "p2", at(29))
     assert store.claim_partition(STREAM, "m", "reader-1", 30) is None
+    assert store.get_partition(STREAM, "m").state is PartitionState.CREATED
     store.finish_partition(STREAM, "p2", at(30), [ChildPartition("m", ("p1", "p2"))])
-    assert store.waiting_on_parents(STREAM, "m") == []
-    claimed = store.claim_next(STREAM, "reader-1", 30)
+    assert store.lagging_partitions(STREAM, at(30)) == []
+    claimed = store.claim_partition(STREAM, "m", "reader-1", 30)
     assert claimed is not None and claimed.token == "m" and claimed.state is PartitionState.RUNNING
 
 
@@ -471,14 +475,16 @@ def test_lease_is_exclusive_and_expires(store: Metastore) -> None:
     assert first is not None
     assert (first.lease_owner, first.attempts, first.state) == ("reader-a", 1, PartitionState.RUNNING)
     assert store.claim_partition(STREAM, "p", "reader-b", 30) is None
-    assert store.claim_next(STREAM, "reader-b", 30) is None
-    assert not store.renew_lease(STREAM, "p", "reader-b", 30)
-    assert store.renew_lease(STREAM, "p", "reader-a", 0.3)
+    # A claim by the holder renews its lease (here to a short one) and counts an attempt.
+    renewed = store.claim_partition(STREAM, "p", "reader-a", 0.3)
+    assert renewed is not None and (renewed.lease_owner, renewed.attempts) == ("reader-a", 2)
+    assert renewed.lease_expires_at < first.lease_expires_at
+    assert store.claim_partition(STREAM, "p", "reader-b", 30) is None
 
     time.sleep(0.5)  # reader-a dies: its lease runs out
-    taken = store.claim_next(STREAM, "reader-b", 30)
-    assert taken is not None and (taken.token, taken.lease_owner, taken.attempts) == ("p", "reader-b", 2)
-    assert not store.renew_lease(STREAM, "p", "reader-a", 30)
+    taken = store.claim_partition(STREAM, "p", "reader-b", 30)
+    assert taken is not None and (taken.token, taken.lease_owner, taken.attempts) == ("p", "reader-b", 3)
+    assert store.claim_partition(STREAM, "p", "reader-a", 30) is None
     with pytest.raises(
         LeaseLostError, match="'reader-a' no longer holds the lease; it is held by 'reader-b'"
     ):
@@ -491,22 +497,8 @@ def test_lease_is_exclusive_and_expires(store: Metastore) -> None:
     assert store.release(STREAM, "p", "reader-b")
     assert store.get_partition(STREAM, "p").lease_owner is None
     again = store.claim_partition(STREAM, "p", "reader-a", 30)
-    assert again is not None and again.attempts == 3 and again.watermark == at(5)
+    assert again is not None and again.attempts == 4 and again.watermark == at(5)
     assert store.finish_partition(STREAM, "p", at(9), ["c"], owner="reader-a")
-
-
-def test_claim_next_respects_window_end_and_order(store: Metastore) -> None:
-    store.add_partitions(
-        STREAM, [PartitionSpec("late", at(100)), PartitionSpec("b", at(0)), PartitionSpec("a", at(0))]
-    )
-    store.advance_watermark(STREAM, "a", at(60))
-    # Window [0, 60): "a" is drained to 60, "late" starts after it; "b" is next.
-    got = store.claim_next(STREAM, "r1", 30, drain_to=at(60))
-    assert got is not None and got.token == "b"
-    assert store.claim_next(STREAM, "r2", 30, drain_to=at(60)) is None
-    assert store.claim_next(STREAM, "r2", 30, drain_to=at(200)).token == "a"
-    with pytest.raises(UnknownStreamError, match="OtherStream"):
-        store.claim_next(STREAM.replace("OrdersStream", "OtherStream"), "r1", 30)
 
 
 CLAIM_WORKER = """
@@ -520,7 +512,12 @@ CLAIM_WORKER = """
     sys.stdin.readline()
     claims = []
     for n in range(rounds):
-        got = store.claim_next(stream, owner, 30)
+        candidates = [p.token for p in store.list_partitions(stream)]
+        random.shuffle(candidates)
+        got = next(
+            (p for p in (store.claim_partition(stream, t, owner, 30) for t in candidates) if p is not None),
+            None,
+        )
         if got is None:
             time.sleep(0.002)
             continue
@@ -532,6 +529,17 @@ CLAIM_WORKER = """
         claims.append([owner, got.token, began, ended])
     print(json.dumps(claims))
 """
+
+
+def claim_any(store: Metastore, owner: str) -> PartitionRecord | None:
+    """Claim one of the stream's partitions, trying them in random order; None if none is free."""
+    candidates = [p.token for p in store.list_partitions(STREAM)]
+    random.shuffle(candidates)
+    for token in candidates:
+        got = store.claim_partition(STREAM, token, owner, 30)
+        if got is not None:
+            return got
+    return None
 
 
 #: How long a test reader holds a claim: long enough that, even on a loaded machine, readers hold
@@ -567,7 +575,7 @@ def test_threads_never_hold_a_partition_at_once(store: Metastore, metastore_url:
         try:
             start.wait(timeout=30)
             for _ in range(15):
-                got = metastore.claim_next(STREAM, owner, 30)
+                got = claim_any(metastore, owner)
                 if got is None:
                     time.sleep(0.002)
                     continue
@@ -629,11 +637,13 @@ def test_alive_overlapping_and_lagging(store: Metastore) -> None:
     assert [(p.token, p.watermark) for p in lagging] == [("c", at(30))]
     assert tokens(store.lagging_partitions(STREAM, at(60))) == ["c", "e"]
     assert store.lagging_partitions(STREAM, at(30)) == []
-    assert store.global_watermark(STREAM) == at(30)
+    unfinished = store.list_partitions(STREAM, state="created")
+    assert [(p.token, p.watermark) for p in unfinished] == [("c", at(30)), ("e", at(50))]
     store.advance_watermark(STREAM, "c", at(60))
     store.advance_watermark(STREAM, "e", at(60))
     assert store.lagging_partitions(STREAM, at(60)) == []
-    assert store.global_watermark(STREAM) == at(60)
+    unfinished = store.list_partitions(STREAM, state=PartitionState.CREATED)
+    assert [(p.token, p.watermark) for p in unfinished] == [("c", at(60)), ("e", at(60))]
     with pytest.raises(ValueError, match="empty interval"):
         store.partitions_overlapping(STREAM, at(5), at(5))
 
@@ -660,7 +670,7 @@ def test_unknown_stream_and_token_are_named(store: Metastore) -> None:
         lambda: store.partitions_alive_at(other, T0),
         lambda: store.lagging_partitions(other, T0),
         lambda: store.partitions_overlapping(other, T0, at(1)),
-        lambda: store.global_watermark(other),
+        lambda: store.stalled_partitions(other),
         lambda: store.list_partitions(other),
     ):
         with pytest.raises(UnknownStreamError, match=f"change stream '{other}' has no partitions"):
@@ -670,9 +680,8 @@ def test_unknown_stream_and_token_are_named(store: Metastore) -> None:
         lambda: store.get_partition(STREAM, "ghost"),
         lambda: store.advance_watermark(STREAM, "ghost", at(1)),
         lambda: store.claim_partition(STREAM, "ghost", "r", 5),
-        lambda: store.renew_lease(STREAM, "ghost", "r", 5),
         lambda: store.release(STREAM, "ghost", "r"),
-        lambda: store.children_of(STREAM, "ghost"),
+        lambda: store.finish_partition(STREAM, "ghost", at(1), ["c"]),
         lambda: store.parents_of(STREAM, "ghost"),
     ):
         with pytest.raises(
@@ -708,49 +717,47 @@ def test_window_moves_forward_only(store: Metastore) -> None:
     with pytest.raises(WindowConflictError, match="recorded for change stream"):
         store.open_window(PIPELINE, STREAM + "2", T0, at(60))
 
-    assert store.transition_window(PIPELINE, T0, at(60), "reading", "drained", record_count=10)
-    assert not store.transition_window(PIPELINE, T0, at(60), "reading", "drained", record_count=99)
-    with pytest.raises(WindowConflictError, match="only moves forward.*merged → drained"):
-        store.transition_window(PIPELINE, T0, at(60), "merged", "drained")
-    with pytest.raises(ValueError, match="invalid new window state 'done'"):
-        store.transition_window(PIPELINE, T0, at(60), "drained", "done")
     assert store.transition_window(
-        PIPELINE, T0, at(60), WindowState.DRAINED, WindowState.MERGED, change_set_uri="gs://b/cs", key_count=4
+        PIPELINE, T0, at(60), "reading", "applied", record_count=10, change_set_uri="gs://b/cs", key_count=4
     )
-    assert store.transition_window(PIPELINE, T0, at(60), "merged", "applied")
+    assert not store.transition_window(PIPELINE, T0, at(60), "reading", "applied", record_count=99)
+    with pytest.raises(WindowConflictError, match="only moves forward.*applied → reading"):
+        store.transition_window(PIPELINE, T0, at(60), "applied", "reading")
+    with pytest.raises(WindowConflictError, match="only moves forward.*applied → applied"):
+        store.transition_window(PIPELINE, T0, at(60), WindowState.APPLIED, WindowState.APPLIED)
+    for gone in ("drained", "merged", "done"):
+        invalid = f"invalid new window state '{gone}': expected one of reading, applied"
+        with pytest.raises(ValueError, match=invalid):
+            store.transition_window(PIPELINE, T0, at(60), "reading", gone)
     w = store.get_window(PIPELINE, T0, at(60))
-    assert (w.state, w.record_count, w.key_count, w.staging_uri) == (
+    assert (w.state, w.record_count, w.key_count, w.change_set_uri, w.staging_uri) == (
         WindowState.APPLIED,
         10,
         4,
+        "gs://b/cs",
         "gs://bucket/staging",
     )
-    assert w.drained_at <= w.merged_at <= w.applied_at
+    assert w.opened_at <= w.applied_at
     with pytest.raises(
         WindowNotFoundError, match=f"window 1767225660000000-1767225720000000 of pipeline '{PIPELINE}'"
     ):
-        store.transition_window(PIPELINE, at(60), at(120), "reading", "drained")
+        store.transition_window(PIPELINE, at(60), at(120), "reading", "applied")
 
 
 def test_reopen_window_for_rerun_fences_the_old_attempt(store: Metastore) -> None:
     store.open_window(PIPELINE, STREAM, T0, at(60))
-    store.transition_window(PIPELINE, T0, at(60), "reading", "drained", record_count=3)
-    store.record_window_error(PIPELINE, T0, at(60), "merge failed: disk full")
-    assert store.get_window(PIPELINE, T0, at(60)).error == "merge failed: disk full"
-    with pytest.raises(WindowConflictError, match="is drained, not applied"):
-        store.reopen_window(PIPELINE, T0, at(60), expected="applied")
-    again = store.reopen_window(PIPELINE, T0, at(60), expected="drained")
-    assert (again.state, again.attempt, again.record_count, again.error, again.drained_at) == (
-        WindowState.READING,
-        2,
-        None,
-        None,
-        None,
+    store.transition_window(
+        PIPELINE, T0, at(60), "reading", "applied", record_count=3, change_set_uri="gs://b/cs", key_count=2
     )
-    store.transition_window(PIPELINE, T0, at(60), "reading", "drained", attempt=2)
+    with pytest.raises(WindowConflictError, match="is applied, not reading"):
+        store.reopen_window(PIPELINE, T0, at(60), expected="reading")
+    again = store.reopen_window(PIPELINE, T0, at(60), expected="applied")
+    assert (again.state, again.attempt, again.applied_at) == (WindowState.READING, 2, None)
+    assert (again.record_count, again.key_count, again.change_set_uri) == (None, None, None)
     # A straggler of attempt 1 cannot move the re-run's window.
-    assert not store.transition_window(PIPELINE, T0, at(60), "drained", "merged", attempt=1)
-    assert store.transition_window(PIPELINE, T0, at(60), "drained", "merged", attempt=2)
+    assert not store.transition_window(PIPELINE, T0, at(60), "reading", "applied", attempt=1)
+    assert store.transition_window(PIPELINE, T0, at(60), "reading", "applied", attempt=2)
+    assert store.get_window(PIPELINE, T0, at(60)).state is WindowState.APPLIED
 
 
 def test_list_windows(store: Metastore) -> None:
@@ -793,7 +800,7 @@ def test_bad_input_is_named(store: Metastore) -> None:
     with pytest.raises(ValueError, match="names itself as its parent"):
         store.add_partitions(STREAM, [PartitionSpec("t", T0, ("t",))])
     with pytest.raises(ValueError, match="invalid lease_seconds 0"):
-        store.claim_next(STREAM, "r", 0)
+        store.claim_partition(STREAM, "t", "r", 0)
     with pytest.raises(ValueError, match="invalid watermark of partition token 't'"):
         store.advance_watermark(STREAM, "t", "yesterday")
     with pytest.raises(ValueError, match="end 2026-01-01 00:00:00\\+00:00 is not after start"):
@@ -836,9 +843,9 @@ def test_upgrade_from_version_2_adds_window_partitions(metastore_url: str) -> No
     store.advance_watermark(STREAM, "p", at(5), records=3)
     assert not sa.inspect(store.engine).has_table("cdc_window_partitions")
 
-    assert store.create_schema() == [3, 4]
+    assert store.create_schema() == [3, 4, 5]
     assert store.create_schema() == []
-    assert store.schema_version() == 4
+    assert store.schema_version() == CURRENT_VERSION
     p = store.get_partition(STREAM, "p")
     assert (p.start_timestamp, p.watermark, p.record_count, p.heartbeat_ms) == (T0, at(5), 3, 1000)
     assert store.add_window_partitions(STREAM, W_START, W_END, ["p"]) == ["p"]
@@ -1283,11 +1290,214 @@ def test_upgrade_to_version_4_records_existing_pipelines(metastore_url: str) -> 
         conn.execute(sa.text("INSERT INTO cdc_schema_version VALUES (3, 'v3', 1700000000000000)"))
     engine.dispose()
     store = Metastore(metastore_url)
-    windows = ((T0, at(60), "applied"), (at(60), at(120), "applied"), (at(120), at(180), "merged"))
-    for start, end, state in windows:
+    for start, end in ((T0, at(60)), (at(60), at(120)), (at(120), at(180))):
         store.open_window(PIPELINE, STREAM, start, end)
-        assert store.transition_window(PIPELINE, start, end, "reading", state)
-    assert store.create_schema() == [4]
+    for start, end in ((T0, at(60)), (at(60), at(120))):
+        assert store.transition_window(PIPELINE, start, end, "reading", "applied")
+    with store.engine.begin() as conn:  # a window merged but not applied, as version 3 recorded it
+        conn.execute(
+            sa.text("UPDATE cdc_windows SET state = 'merged' WHERE start_us = :start"),
+            {"start": to_micros(at(120))},
+        )
+    assert store.create_schema() == [4, 5]
     assert store.get_pipeline(PIPELINE) == PipelineRecord(PIPELINE, T0, at(120))
     assert store.table_versions(PIPELINE).recorded_from_us == to_micros(at(120))
+    assert [w.state.value for w in store.list_windows(PIPELINE)] == ["applied", "applied", "reading"]
+    store.dispose()
+
+
+def build_version_4(url: str) -> None:
+    """A database at schema version 4 holding windows in each state version 4 knew."""
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        schema_module.schema_version.create(conn)
+        for step in migrations.MIGRATIONS[:4]:
+            step.apply(conn)
+            conn.execute(
+                schema_module.schema_version.insert().values(
+                    version=step.version, description=step.description, applied_us=1700000000000000
+                )
+            )
+        rows = [
+            (0, "applied", 1, "file:///cs/0", None, 100, 200, 300),
+            (1, "merged", 2, "file:///cs/1", "upsert failed: disk full", 400, 500, None),
+            (2, "drained", 1, None, None, 600, None, None),
+            (3, "reading", 1, None, None, None, None, None),
+        ]
+        for n, state, attempt, change_set, error, drained, merged, applied in rows:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO cdc_windows (pipeline, start_us, end_us, stream, state, attempt, "
+                    "staging_uri, record_count, opened_us, updated_us, drained_us, merged_us, applied_us, "
+                    "change_set_uri, transaction_count, key_count, error) VALUES (:pipeline, :start, :end, "
+                    ":stream, :state, :attempt, :staging, :count, 10, 20, :drained, :merged, :applied, "
+                    ":change_set, 3, 4, :error)"
+                ),
+                {
+                    "pipeline": PIPELINE, "start": to_micros(at(60 * n)), "end": to_micros(at(60 * n + 60)),
+                    "stream": STREAM, "state": state, "attempt": attempt, "staging": f"file:///staging/{n}",
+                    "count": 10 + n, "drained": drained, "merged": merged, "applied": applied,
+                    "change_set": change_set, "error": error,
+                },
+            )
+        conn.execute(
+            sa.text("INSERT INTO cdc_pipelines VALUES (:pipeline, :first, NULL, 1)"),
+            {"pipeline": PIPELINE, "first": to_micros(T0)},
+        )
+    engine.dispose()
+
+
+def test_upgrade_from_version_4_leaves_windows_reading_or_applied(
+    metastore_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from airflow_provider_cdc import cli
+
+    build_version_4(metastore_url)
+    store = Metastore(metastore_url)
+    assert store.schema_version() == 4
+    assert cli.main(["migrate", "--metastore-url", metastore_url]) == 0
+    assert capsys.readouterr().out == f"metastore at schema version {CURRENT_VERSION} (applied [5])\n"
+    assert cli.main(["migrate", "--metastore-url", metastore_url]) == 0
+    assert capsys.readouterr().out == f"metastore at schema version {CURRENT_VERSION}\n"
+    assert store.schema_version() == CURRENT_VERSION == 5
+
+    # Drained and merged windows are reading again; everything else of every window is kept.
+    windows = store.list_windows(PIPELINE)
+    assert [(w.state, w.attempt, w.record_count, w.staging_uri, w.change_set_uri) for w in windows] == [
+        (WindowState.APPLIED, 1, 10, "file:///staging/0", "file:///cs/0"),
+        (WindowState.READING, 2, 11, "file:///staging/1", "file:///cs/1"),
+        (WindowState.READING, 1, 12, "file:///staging/2", None),
+        (WindowState.READING, 1, 13, "file:///staging/3", None),
+    ]
+    assert windows[0].applied_at == datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=300)
+    assert {(w.transaction_count, w.key_count) for w in windows} == {(3, 4)}
+    assert store.get_pipeline(PIPELINE) == PipelineRecord(PIPELINE, T0, None)
+    # They carry on as any window: a re-run of attempt 2 applies the formerly merged window.
+    assert store.transition_window(PIPELINE, at(60), at(120), "reading", "applied", attempt=2)
+    store.require_predecessor_applied(PIPELINE, at(120), at(180))
+
+    # The tables are those of a fresh database, and the database refuses the old states.
+    expected = {
+        name: {c.name: (c.type.compile(store.engine.dialect), c.nullable) for c in table.columns}
+        for name, table in schema_module.metadata.tables.items()
+    }
+    assert columns_of(store.engine) == expected
+    assert not {"error", "drained_us", "merged_us"} & set(expected["cdc_windows"])
+    pk = sa.inspect(store.engine).get_pk_constraint("cdc_windows")["constrained_columns"]
+    assert pk == ["pipeline", "start_us", "end_us"]
+    for state in ("drained", "merged"):
+        with pytest.raises(sa.exc.IntegrityError), store.engine.begin() as conn:
+            conn.execute(sa.text("UPDATE cdc_windows SET state = :state"), {"state": state})
+    assert store.open_window(PIPELINE, STREAM, at(240), at(300)).state is WindowState.READING
+    store.dispose()
+
+
+# ---------------------------------------------------------------------------------------------
+# The hook: one engine per hook, disposed by close(); the schema ensured once per process.
+
+
+@pytest.fixture
+def metastore_connection(metastore_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_CDC_METASTORE_TEST",
+        json.dumps({"conn_type": "cdc_metastore", "extra": {"sqlalchemy_url": metastore_url}}),
+    )
+    return "cdc_metastore_test"
+
+
+def count_schema_creations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record the URL of every ``create_schema`` call from now on."""
+    calls: list[str] = []
+    create_schema = Metastore.create_schema
+
+    def counting(self: Metastore) -> list[int]:
+        calls.append(repr(self))
+        return create_schema(self)
+
+    monkeypatch.setattr(Metastore, "create_schema", counting)
+    return calls
+
+
+def test_hooks_of_one_database_create_the_schema_once_per_process(
+    metastore_connection: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+
+    calls = count_schema_creations(monkeypatch)
+    with CdcMetastoreHook(metastore_connection) as first, CdcMetastoreHook(metastore_connection) as second:
+        assert first.metastore.schema_version() == CURRENT_VERSION
+        assert first.metastore is first.metastore
+        assert second.metastore is not first.metastore
+        assert second.metastore.engine is not first.metastore.engine
+        second.metastore.open_window(PIPELINE, STREAM, T0, at(60))
+        assert [w.start for w in first.metastore.list_windows(PIPELINE)] == [T0]
+    assert len(calls) == 1
+
+    # Concurrent first uses in threads still create it once.
+    hooks = [CdcMetastoreHook(metastore_connection) for _ in range(4)]
+    barrier = threading.Barrier(len(hooks))
+
+    def use(hook: CdcMetastoreHook) -> None:
+        barrier.wait(timeout=30)
+        with hook:
+            hook.metastore.list_windows(PIPELINE)
+
+    run_threads(use, hooks, timeout=60, barrier=barrier)
+    assert len(calls) == 1
+
+    # Another database is another schema; a SQLite file created anew is a new database.
+    other = tmp_path / "other.db"
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_CDC_METASTORE_OTHER",
+        json.dumps({"conn_type": "cdc_metastore", "extra": {"sqlalchemy_url": f"sqlite:///{other}"}}),
+    )
+    for _ in range(2):
+        with CdcMetastoreHook("cdc_metastore_other") as hook:
+            assert hook.metastore.list_windows(PIPELINE) == []
+    assert len(calls) == 2
+    other.unlink()
+    for suffix in ("-wal", "-shm"):
+        Path(f"{other}{suffix}").unlink(missing_ok=True)
+    with CdcMetastoreHook("cdc_metastore_other") as hook:
+        assert hook.metastore.schema_version() == CURRENT_VERSION
+    assert len(calls) == 3
+
+
+def test_hook_close_disposes_its_engine_and_a_later_use_reconnects(
+    metastore_connection: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+
+    disposed: list[sa.engine.Engine] = []
+    dispose = sa.engine.Engine.dispose
+
+    def recording_dispose(engine: sa.engine.Engine, *args: Any, **kwargs: Any) -> None:
+        disposed.append(engine)
+        dispose(engine, *args, **kwargs)
+
+    monkeypatch.setattr(sa.engine.Engine, "dispose", recording_dispose)
+    hook = CdcMetastoreHook(metastore_connection)
+    hook.close()  # nothing opened yet: nothing to dispose
+    assert disposed == []
+    store = hook.metastore
+    store.open_window(PIPELINE, STREAM, T0, at(60))
+    calls = count_schema_creations(monkeypatch)
+
+    hook.close()
+    assert disposed == [store.engine]
+    hook.close()  # harmless to repeat
+    assert disposed == [store.engine]
+    # The next use opens a new engine on the same database, without creating the schema again.
+    reopened = hook.metastore
+    assert reopened is not store and reopened.engine is not store.engine
+    assert [w.start for w in reopened.list_windows(PIPELINE)] == [T0]
+    assert calls == []
+    # A metastore taken from the hook before close() still works: its engine connects again.
+    assert store.get_window(PIPELINE, T0, at(60)).state is WindowState.READING
+
+    with hook:
+        assert hook.get_conn() is reopened
+    assert disposed == [store.engine, reopened.engine]  # leaving the block closed the hook
+    assert hook.metastore is not reopened
+    hook.close()
     store.dispose()

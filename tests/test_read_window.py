@@ -350,7 +350,7 @@ def test_the_drain_check_names_a_reader_that_stopped_reporting(
 ) -> None:
     import sqlalchemy as sa
 
-    from airflow_provider_cdc.sensors.partitions_drained import describe_lagging
+    from airflow_provider_cdc.hooks.spanner_change_stream import describe_lagging
 
     database, workload, begin = history
     window = _windows(begin)[0]
@@ -394,7 +394,7 @@ def test_operators_open_and_read_a_window_through_their_fields(
     )
     context = {"ti": SimpleNamespace(dag_id="cdc", run_id="run-1", task_id="read", map_index=0)}
     opener = SpannerChangeStreamOpenWindowOperator(task_id="open", readers=2, **fields)
-    assert opener.hook().heartbeat_ms == 2_000
+    assert opener.to_hook().heartbeat_ms == 2_000
     assert opener.execute(context) == [0, 1]
     reader = SpannerChangeStreamReadWindowOperator(task_id="read", reader_index=1, **fields)
     summary = reader.execute(context)
@@ -406,21 +406,20 @@ def test_operators_open_and_read_a_window_through_their_fields(
     "stream", ["Orders; DROP TABLE Orders", "READ_x(", "1abc", "a b", "x" * 200, "Ünïcode"]
 )
 def test_hostile_stream_names_are_rejected_before_any_sql(stream: str, airflow_env: str) -> None:
-    from airflow.exceptions import AirflowException
-
+    from airflow_provider_cdc._errors import ChangeStreamConfigError
     from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
 
-    with pytest.raises(AirflowException, match="invalid change stream name"):
+    with pytest.raises(ChangeStreamConfigError, match="invalid change stream name"):
         SpannerChangeStreamHook(project_id="p", instance_id="test-instance", database_id="db1", stream=stream)
 
 
 def test_errors_name_the_window_token_and_cause(history: tuple, airflow_env: str, tmp_path: Path) -> None:
-    from airflow.exceptions import AirflowException
+    from airflow_provider_cdc._errors import ChangeStreamError
 
     database, workload, begin = history
     hook = _hook(database, stream="NoSuchStream")
     window = _windows(begin)[0]
-    with pytest.raises(AirflowException) as caught:
+    with pytest.raises(ChangeStreamError) as caught:
         _read(hook, window, tmp_path)
     message = str(caught.value)
     assert str(window) in message and "initial query" in message and "NOT_FOUND" in message

@@ -11,18 +11,20 @@ import pytest
 from google.cloud.spanner_v1 import PartialResultSet
 from google.cloud.spanner_v1.streamed import StreamedResultSet
 
+from airflow_provider_cdc.domain.columns import ColumnType, SpannerType, SpannerTypeError, parse_column_types
+from airflow_provider_cdc.domain.record_parser import (
+    parse_change_record_json,
+    parse_change_record_row,
+    parse_record_dict,
+)
 from airflow_provider_cdc.domain.records import (
     ChildPartition,
     ChildPartitionsRecord,
-    ColumnType,
     DataChangeRecord,
     HeartbeatRecord,
     MalformedRecordError,
     Mod,
     ModType,
-    parse_change_record_json,
-    parse_change_record_row,
-    parse_record_dict,
 )
 from airflow_provider_cdc.domain.timestamps import format_timestamp, parse_timestamp
 
@@ -256,6 +258,25 @@ def test_cross_partition_transfer_from_client_row(record):
     assert type(parsed.commit_timestamp) is datetime  # not the client's DatetimeWithNanoseconds
     assert type(parsed.mods[0].keys) is dict  # not the client's JsonObject
     assert parsed.column_types[0].type == {"code": "STRING"}
+
+
+def test_record_columns_keep_the_stream_type_json_and_parse_as_column_types():
+    numeric = {"code": "NUMERIC", "type_annotation": "PG_NUMERIC"}
+    columns = [
+        {"name": "Id", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 1},
+        {"name": "Amount", "type": numeric, "is_primary_key": False, "ordinal_position": 2},
+    ]
+    record = parse_record_dict("data_change_record", {**TRANSFER_FIRST, "column_types": columns})
+    assert [c.to_json_dict() for c in record.column_types] == columns  # staged as the stream sent it
+    assert str(record.column_types[1].spanner_type) == "NUMERIC"
+    assert parse_column_types(record.column_types) == [
+        ColumnType("Id", SpannerType("INT64"), True, 1),
+        ColumnType("Amount", {"code": "NUMERIC"}, False, 2),
+    ]
+    assert len({*record.column_types, *record.column_types}) == 2
+    unknown = parse_record_dict("data_change_record", TRANSFER_FIRST).column_types
+    with pytest.raises(SpannerTypeError, match="column 'Balance': unsupported Spanner type"):
+        parse_column_types(unknown)
 
 
 def test_row_from_server_without_transaction_tag_fields():

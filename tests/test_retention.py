@@ -85,12 +85,12 @@ def test_a_two_day_old_window_of_a_seven_day_stream_is_read(
 def test_a_window_past_the_streams_retention_fails_naming_window_retention_and_source(
     emulator: Any, database: Any, airflow_env: str, tmp_path: Path
 ) -> None:
-    from airflow_provider_cdc._compat import AirflowException
+    from airflow_provider_cdc._errors import RetentionExpiredError
 
     window = _committed_window(emulator, database)
     emulator.clock.set(window.start + timedelta(days=7, minutes=5))
     hook = _hook(database.database_id)
-    with pytest.raises(AirflowException) as caught:
+    with pytest.raises(RetentionExpiredError) as caught:
         hook.open_window("pipeline", window, str(tmp_path), "reader")
     message = str(caught.value)
     assert str(window) in message, message
@@ -114,14 +114,14 @@ def test_a_window_past_most_of_the_retention_logs_a_warning(
 def test_the_argument_overrides_the_streams_retention(
     emulator: Any, database: Any, airflow_env: str, tmp_path: Path
 ) -> None:
-    from airflow_provider_cdc._compat import AirflowException
+    from airflow_provider_cdc._errors import RetentionExpiredError
 
     window = _committed_window(emulator, database)
     emulator.clock.set(window.start + timedelta(days=2))
     hook = _hook(database.database_id, retention="36h")
     assert hook.retention.period == timedelta(hours=36) and hook.retention.source == "argument"
     expected = r"retention period of 36h \(given by the retention argument\)"
-    with pytest.raises(AirflowException, match=expected):
+    with pytest.raises(RetentionExpiredError, match=expected):
         hook.open_window("pipeline", window, str(tmp_path), "reader")
     # a longer one than the stream's lets the check pass (the database still enforces its own)
     longer = _hook(database.database_id, retention=timedelta(days=3))
@@ -150,12 +150,12 @@ def test_retention_accepts_timedelta_seconds_and_duration_text(value: Any, expec
 
 @pytest.mark.parametrize("value", ["7 days", "1w", "-3600", "0s", "", "h", True, [7], float("nan"), 1e300])
 def test_a_retention_that_is_not_a_duration_is_refused(value: Any, airflow_env: str) -> None:
-    from airflow_provider_cdc._compat import AirflowException
+    from airflow_provider_cdc._errors import ChangeStreamConfigError
 
     if value == "":  # the empty text of an unset template means "discover it"
         assert _hook("anydb", retention=value).retention_argument is None
         return
-    with pytest.raises(AirflowException, match="retention"):
+    with pytest.raises(ChangeStreamConfigError, match="retention"):
         _hook("anydb", retention=value)
 
 
@@ -211,7 +211,7 @@ def test_google_emulator_reports_the_streams_retention(
 def test_operators_take_retention_as_a_templated_field(
     emulator: Any, database: Any, airflow_env: str, tmp_path: Path
 ) -> None:
-    from airflow_provider_cdc._compat import AirflowException
+    from airflow_provider_cdc._errors import RetentionExpiredError
     from airflow_provider_cdc.operators.spanner_change_stream import (
         SpannerChangeStreamOpenWindowOperator,
         SpannerChangeStreamReadWindowOperator,
@@ -235,7 +235,8 @@ def test_operators_take_retention_as_a_templated_field(
     opener = SpannerChangeStreamOpenWindowOperator(task_id="open", retention=templated, **fields)
     opener.render_template_fields({"params": {"retention": "1d"}})
     assert opener.retention == "1d"
-    with pytest.raises(AirflowException, match=r"retention period of 1d \(given by the retention argument\)"):
+    expired = r"retention period of 1d \(given by the retention argument\)"
+    with pytest.raises(RetentionExpiredError, match=expired):
         opener.execute(context)
     SpannerChangeStreamOpenWindowOperator(task_id="open", **fields).execute(context)
     reader = SpannerChangeStreamReadWindowOperator(task_id="read", retention=timedelta(days=3), **fields)
@@ -247,7 +248,7 @@ def test_sensor_and_trigger_carry_retention_and_fail_for_an_expired_window(
 ) -> None:
     from airflow.exceptions import TaskDeferred
 
-    from airflow_provider_cdc._compat import AirflowException
+    from airflow_provider_cdc._errors import DrainWaitError, RetentionExpiredError
     from airflow_provider_cdc.sensors.partitions_drained import SpannerChangeStreamPartitionsDrainedSensor
     from airflow_provider_cdc.triggers.partitions_drained import PartitionsDrainedTrigger
 
@@ -267,12 +268,12 @@ def test_sensor_and_trigger_carry_retention_and_fail_for_an_expired_window(
     assert "retention" in SpannerChangeStreamPartitionsDrainedSensor.template_fields
     assert SpannerChangeStreamPartitionsDrainedSensor(task_id="waits", **kwargs).poke({}) is False
     expired = SpannerChangeStreamPartitionsDrainedSensor(task_id="expired", retention="1d", **kwargs)
-    with pytest.raises(AirflowException, match=r"window .* retention period of 1d"):
+    with pytest.raises(RetentionExpiredError, match=r"window .* retention period of 1d"):
         expired.poke({})
     deferring = SpannerChangeStreamPartitionsDrainedSensor(
         task_id="deferring", retention="36h", deferrable=True, poke_interval=0.05, **kwargs
     )
-    with pytest.raises(AirflowException, match="36h"):
+    with pytest.raises(RetentionExpiredError, match="36h"):
         deferring.execute({})
     waiting = SpannerChangeStreamPartitionsDrainedSensor(
         task_id="deferring", retention="3d", deferrable=True, poke_interval=0.05, **kwargs
@@ -292,5 +293,34 @@ def test_sensor_and_trigger_carry_retention_and_fail_for_an_expired_window(
     assert event.payload["status"] == "error"
     message = event.payload["message"]
     assert str(window) in message and "3d (given by the retention argument)" in message, message
-    with pytest.raises(AirflowException, match="outside change stream Weekly's retention period"):
+    with pytest.raises(DrainWaitError, match="outside change stream Weekly's retention period"):
         waiting.execute_complete({}, event.payload)
+
+
+def test_a_sensor_looks_the_retention_up_once_for_all_its_pokes(
+    emulator: Any, database: Any, airflow_env: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from google.cloud.spanner_v1 import snapshot
+
+    from airflow_provider_cdc.hooks.spanner_change_stream import RETENTION_QUERY
+    from airflow_provider_cdc.sensors.partitions_drained import SpannerChangeStreamPartitionsDrainedSensor
+
+    queries: list[str] = []
+    execute_sql = snapshot._SnapshotBase.execute_sql
+
+    def recording(self: Any, sql: str, *args: Any, **kwargs: Any) -> Any:
+        queries.append(sql)
+        return execute_sql(self, sql, *args, **kwargs)
+
+    monkeypatch.setattr(snapshot._SnapshotBase, "execute_sql", recording)
+    window = _committed_window(emulator, database)
+    _hook(database.database_id).open_window("pipeline", window, str(tmp_path), "reader")  # never read
+    queries.clear()
+    sensor = SpannerChangeStreamPartitionsDrainedSensor(
+        task_id="waits", project_id="test-project", instance_id="test-instance",
+        database_id=database.database_id, stream="Weekly", timestamp=window.end,
+        window_start=window.start, window_end=window.end,
+    )
+    assert [sensor.poke({}) for _ in range(3)] == [False, False, False]
+    assert queries.count(RETENTION_QUERY) == 1, queries
+    assert queries.count("SELECT CURRENT_TIMESTAMP()") == 3, "each poke measures the age anew"

@@ -12,22 +12,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_cdc.domain.identifiers import InvalidIdentifierError
-from airflow_provider_cdc.domain.spanner_types import (
+from airflow_provider_cdc.domain.columns import (
     ColumnType,
     SpannerType,
     SpannerTypeError,
-    SpannerValueError,
+    parse_column_types,
+    parse_spanner_type,
+)
+from airflow_provider_cdc.domain.identifiers import InvalidIdentifierError
+from airflow_provider_cdc.domain.spanner_types import SpannerValueError, decode_value, write_json_value
+from airflow_provider_cdc.lake.arrow_values import (
     _decode_json_objects_fast,
     _decode_json_objects_python,
     arrow_schema,
     arrow_type,
     decode_column,
     decode_json_objects,
-    decode_value,
-    parse_column_types,
-    parse_spanner_type,
-    write_json_value,
 )
 
 SCALARS = {

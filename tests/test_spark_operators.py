@@ -21,14 +21,10 @@ from airflow_provider_cdc.lake.delta import APP_ID_PREFIX, DeltaLakeTarget
 from airflow_provider_cdc.operators._spark import (
     LOCAL_SPARK_CONF,
     LocalPythonJob,
+    SparkJobError,
     local_conf,
     spark_defaults,
 )
-
-try:
-    from airflow.providers.common.compat.sdk import AirflowException
-except ImportError:  # older common-compat providers (Airflow 2.11)
-    from airflow.exceptions import AirflowException  # type: ignore[no-redef]
 
 
 class ListLog:
@@ -136,7 +132,7 @@ def test_local_python_job_uses_the_pyspark_python_it_is_given(tmp_path: Path) ->
 def test_local_python_job_failure_raises_with_the_last_output(tmp_path: Path) -> None:
     script = _job(tmp_path, "import sys\nfor i in range(100):\n    print('line', i)\n"
                             "print('error: the change set has no manifest', file=sys.stderr)\nsys.exit(3)\n")
-    with pytest.raises(AirflowException, match="exited with status 3") as info:
+    with pytest.raises(SparkJobError, match="exited with status 3") as info:
         LocalPythonJob(str(script), []).run(ListLog())
     message = str(info.value)
     assert "error: the change set has no manifest" in message and "line 99" in message
@@ -152,7 +148,7 @@ def test_local_python_job_kill_stops_a_running_job(tmp_path: Path) -> None:
     def run() -> None:
         try:
             job.run(log)
-        except AirflowException as error:
+        except SparkJobError as error:
             errors.append(error)
 
     runner = threading.Thread(target=run)
@@ -171,11 +167,12 @@ def test_upsert_operator_runs_locally_only_on_local_masters(monkeypatch) -> None
     from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
 
     def operator(conn_id: str, **kwargs: object) -> SparkUpsertWindowOperator:
-        return SparkUpsertWindowOperator(task_id="upsert", changeset_root="/c", lake_root="/l",
-                                         pipeline_id="shop", conn_id=conn_id, **kwargs)
+        roots = {"changeset_root": "/c", "lake_root": "/l"}
+        return SparkUpsertWindowOperator(task_id="upsert", locations=roots, pipeline_id="shop",
+                                         conn_id=conn_id, **kwargs)
 
     def runs_locally(op: SparkUpsertWindowOperator) -> bool:
-        return op.runs_locally(connection_master(op._conn_id))
+        return op.runs_locally(connection_master(op.spark_conn_id))
 
     assert runs_locally(operator(_spark_connection(monkeypatch, "spark_here", "local[*]")))
     monkeypatch.delenv("AIRFLOW_CONN_SPARK_NOWHERE", raising=False)
@@ -191,8 +188,10 @@ def test_upsert_operator_applies_a_window_without_spark_submit(tmp_path: Path, m
     lake = tmp_path / "lake"
     op = SparkUpsertWindowOperator(
         task_id="upsert", conn_id=_spark_connection(monkeypatch, "spark_here", "local[*]"),
-        changeset_root=str(tmp_path / "changesets"), lake_root=str(lake), pipeline_id="shop",
+        locations={"changeset_root": str(tmp_path / "changesets"), "lake_root": str(lake)},
+        pipeline_id="shop",
     )
+    op.render_template_fields(_context())
 
     def no_spark_submit(*args: object, **kwargs: object) -> None:
         raise AssertionError("spark-submit must not run on a local master with local_python")

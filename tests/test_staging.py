@@ -309,11 +309,58 @@ def test_bad_rows_and_misuse_are_refused(tmp_path):
         writer.write_row(row)
 
 
+def test_a_root_opened_with_storage_options_uses_paths_relative_to_it(tmp_path, monkeypatch):
+    """Without a filesystem, a root is resolved with the storage options; a delta-rs object store
+    resolves to paths relative to the root (path ""), as this stand-in does."""
+    from airflow_provider_cdc import filesystems
+
+    options = {"google_service_account_key": "{}"}
+    opened = []
+
+    def resolve(location, storage_options=None):
+        opened.append((location, storage_options))
+        (tmp_path / "bucket").mkdir(exist_ok=True)
+        return pafs.SubTreeFileSystem(str(tmp_path / "bucket"), pafs.LocalFileSystem()), ""
+
+    monkeypatch.setattr(filesystems, "resolve", resolve)
+    root = "gs://bucket/cdc"
+    key = partition_key("token-A")
+    with StagingWriter(root, STREAM, WINDOW, "token-A", claim_id="a1", storage_options=options) as writer:
+        writer.write_record(make_record(0))
+    with StagingWriter(root, STREAM, WINDOW, "token-A", claim_id="a2", storage_options=options) as stale:
+        stale.write_record(make_record(1))
+    assert writer.directory == f"{STREAM}/{WINDOW.window_id}/partition={key}/claim=a1"
+    assert staged_files(root, STREAM, WINDOW, claims={"token-A": "a1"}, storage_options=options) == [
+        f"{writer.directory}/part-00000.parquet"
+    ]
+    rows = read_staged_changes(root, STREAM, WINDOW, claims={"token-A": "a1"}, storage_options=options)
+    assert sorted(rows.to_table().to_pylist(), key=sort_key) == expected_rows([make_record(0)], "token-A")
+    assert discard_other_claims(root, STREAM, WINDOW, "token-A", "a1", storage_options=options) == 1
+    remaining = staged_files(root, STREAM, WINDOW, storage_options=options)
+    assert remaining == [f"{writer.directory}/part-00000.parquet"]
+    assert {location for location, _ in opened} == {root}
+    assert all(given == options for _, given in opened)
+    assert (tmp_path / "bucket" / STREAM / WINDOW.window_id / f"partition={key}" / "claim=a1").is_dir()
+
+
+def test_an_explicit_filesystem_wins_over_storage_options(tmp_path, monkeypatch):
+    from airflow_provider_cdc import filesystems
+
+    monkeypatch.setattr(filesystems, "resolve", lambda *args: pytest.fail("the root must not be resolved"))
+    root, local, options = str(tmp_path), pafs.LocalFileSystem(), {"a": "b"}
+    with StagingWriter(root, STREAM, WINDOW, "token-A", filesystem=local, storage_options=options) as writer:
+        writer.write_record(make_record(0))
+    assert staged_files(root, STREAM, WINDOW, local, storage_options=options) == [
+        f"{partition_dir(tmp_path, 'token-A')}/part-00000.parquet"
+    ]
+
+
 # --- Google Cloud Storage (gcp-storage-emulator on loopback) ---------------------------------------
 
 
 @pytest.fixture
-def gcs():
+def gcs_endpoint():
+    """``host:port`` of a loopback Cloud Storage emulator holding the bucket ``staging-bucket``."""
     server_module = pytest.importorskip("gcp_storage_emulator.server")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -321,14 +368,19 @@ def gcs():
     server = server_module.create_server("127.0.0.1", port, in_memory=True, default_bucket="staging-bucket")
     server.start()
     try:
-        yield pafs.GcsFileSystem(
-            anonymous=True,
-            endpoint_override=f"127.0.0.1:{port}",
-            scheme="http",
-            retry_time_limit=timedelta(seconds=10),
-        )
+        yield f"127.0.0.1:{port}"
     finally:
         server.stop()
+
+
+@pytest.fixture
+def gcs(gcs_endpoint):
+    return pafs.GcsFileSystem(
+        anonymous=True,
+        endpoint_override=gcs_endpoint,
+        scheme="http",
+        retry_time_limit=timedelta(seconds=10),
+    )
 
 
 def test_gcs_round_trip_retry_and_resume(gcs):
@@ -357,3 +409,14 @@ def test_gcs_round_trip_retry_and_resume(gcs):
     expected = expected_rows([make_record(0), make_record(1)], "token-A")
     assert sorted(rows, key=sort_key) == sorted(expected, key=sort_key)
     assert sum(batch.num_rows for batch in iter_staged_batches(root, STREAM, WINDOW, gcs, batch_size=2)) == 6
+
+
+def test_gcs_root_without_a_filesystem_is_resolved_to_the_emulator(gcs_endpoint, monkeypatch):
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://{gcs_endpoint}")
+    root = "gs://staging-bucket/resolved"
+    with StagingWriter(root, STREAM, WINDOW, "token-A", rows_per_file=4) as writer:
+        writer.write_record(make_record(0))
+    prefix = f"staging-bucket/resolved/{STREAM}/{WINDOW.window_id}/partition={partition_key('token-A')}"
+    assert writer.directory == prefix
+    assert staged_files(root, STREAM, WINDOW) == [f"{prefix}/part-00000.parquet"]
+    assert read_staged_changes(root, STREAM, WINDOW).count_rows() == 3

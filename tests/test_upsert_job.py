@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from deltalake import DeltaTable
 
+from airflow_provider_cdc import filesystems
 from airflow_provider_cdc.domain.timestamps import to_micros
 from airflow_provider_cdc.jobs import upsert_job
 from airflow_provider_cdc.lake.change_set_writer import Change, change_set_table, write_change_set
@@ -66,7 +67,7 @@ def run_main(capsys, *args: str) -> tuple[int, dict]:
 
 
 def test_job_applies_every_table_and_prints_a_summary(tmp_path: Path, capsys, monkeypatch) -> None:
-    monkeypatch.delenv(upsert_job.STORAGE_OPTIONS_ENV, raising=False)
+    monkeypatch.delenv(filesystems.STORAGE_OPTIONS_ENV, raising=False)
     changeset = write_window(tmp_path / "changesets")
     lake = tmp_path / "lake"
     args = ["--changeset", str(changeset), "--lake-root", str(lake), "--pipeline-id", "shop"]
@@ -135,11 +136,11 @@ def test_job_refuses_a_window_version_that_contradicts_the_change_set(tmp_path: 
 
 
 def test_storage_options_come_from_the_environment_only(monkeypatch) -> None:
-    monkeypatch.setenv(upsert_job.STORAGE_OPTIONS_ENV, '{"google_service_account": "/keys/lake.json"}')
-    assert upsert_job.storage_options_from_env() == {"google_service_account": "/keys/lake.json"}
-    monkeypatch.setenv(upsert_job.STORAGE_OPTIONS_ENV, '{"google_service_account_key": "s3cr3t"')
-    with pytest.raises(upsert_job.UpsertJobError) as info:
-        upsert_job.storage_options_from_env()
+    monkeypatch.setenv(filesystems.STORAGE_OPTIONS_ENV, '{"google_service_account": "/keys/lake.json"}')
+    assert filesystems.storage_options_from_env() == {"google_service_account": "/keys/lake.json"}
+    monkeypatch.setenv(filesystems.STORAGE_OPTIONS_ENV, '{"google_service_account_key": "s3cr3t"')
+    with pytest.raises(filesystems.StorageOptionsError) as info:
+        filesystems.storage_options_from_env()
     assert "s3cr3t" not in str(info.value)
     options = {a.dest for a in upsert_job.build_parser()._actions}
     assert not any("option" in o or "credential" in o or "key" in o for o in options)
@@ -162,7 +163,7 @@ def gcp_connection(monkeypatch) -> str:
 
 
 def test_gcp_storage_options_from_connection_extras() -> None:
-    from airflow_provider_cdc.operators.upsert import gcp_storage_options
+    from airflow_provider_cdc.hooks.storage import gcp_storage_options
 
     assert gcp_storage_options({}) == {}
     assert gcp_storage_options({"key_path": "/keys/k.json"}) == {"google_service_account": "/keys/k.json"}
@@ -190,72 +191,83 @@ def _context(**extra) -> dict:
     return {"data_interval_start": START, "data_interval_end": END, **extra}
 
 
-def test_operator_builds_arguments_from_the_data_interval() -> None:
-    from airflow_provider_cdc.operators.upsert import UPSERT_JOB_PATH, SparkUpsertWindowOperator
+def _operator(task_id: str = "upsert", **kwargs):
+    from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
 
-    op = SparkUpsertWindowOperator(
-        task_id="upsert", changeset_root="gs://b/changesets/", lake_root="gs://b/lake", pipeline_id="shop"
-    )
+    kwargs.setdefault("locations", {"changeset_root": "gs://b/changesets/", "lake_root": "gs://b/lake"})
+    op = SparkUpsertWindowOperator(task_id=task_id, pipeline_id="shop", **kwargs)
+    op.render_template_fields(_context())
+    return op
+
+
+def test_operator_builds_arguments_from_the_data_interval() -> None:
+    from airflow_provider_cdc.operators.upsert import UPSERT_JOB_PATH
+
+    op = _operator()
     assert op.application == UPSERT_JOB_PATH and Path(UPSERT_JOB_PATH).is_file()
-    for field in ("changeset_uri", "changeset_root", "lake_root", "pipeline_id", "window_version"):
+    for field in ("locations", "pipeline_id", "window_start", "window_end", "gcp_conn_id"):
         assert field in op.template_fields
-    assert op.build_application_args(_context()) == [
+    assert op.build_application_args() == [
         *("--changeset", f"gs://b/changesets/{WINDOW_ID}", "--lake-root", "gs://b/lake"),
         *("--pipeline-id", "shop", "--window-version", str(to_micros(END))),
         *("--expected-versions", '{"tables":{},"recorded_from_us":null}'),
     ]
-    explicit = SparkUpsertWindowOperator(
-        task_id="u2",
-        changeset_uri="/c/1-2",
-        lake_root="/l",
-        pipeline_id="p",
-        window_version="1970-01-01T00:00:00.000002Z",
+    explicit = _operator(
+        "u2",
+        locations={"changeset_root": "/c", "lake_root": "/l"},
+        window_start="1970-01-01T00:00:00.000001Z",
+        window_end="1970-01-01T00:00:00.000002Z",
     )
-    assert explicit.build_application_args(_context())[7] == "2"
-    with pytest.raises(ValueError, match="exactly one of changeset_uri and changeset_root"):
-        SparkUpsertWindowOperator(task_id="u3", lake_root="/l", pipeline_id="p")
+    assert explicit.build_application_args()[1::2][:4] == ["/c/1-2", "/l", "shop", "2"]
+    with pytest.raises(ValueError, match=r"locations lacks \['lake_root'\]"):
+        _operator("u3", locations={"changeset_root": "/c"}).build_application_args()
+
+
+def _submitted(op, monkeypatch) -> dict:
+    """What the operator hands spark-submit (its fields at the moment SparkSubmitOperator runs)."""
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    seen: dict = {}
+
+    def submit(self, context):
+        seen.update(env=dict(self.env_vars or {}), args=list(self.application_args or []))
+
+    monkeypatch.setattr(SparkSubmitOperator, "execute", submit)
+    op.execute(_context())
+    return seen
 
 
 def test_operator_passes_credentials_in_the_environment_only(gcp_connection: str, monkeypatch) -> None:
-    from airflow_provider_cdc.operators.upsert import STORAGE_OPTIONS_ENV, SparkUpsertWindowOperator
+    from airflow_provider_cdc.filesystems import STORAGE_OPTIONS_ENV
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[1]"}))
-    op = SparkUpsertWindowOperator(
-        task_id="upsert",
-        changeset_root="gs://b/changesets",
-        lake_root="gs://b/lake",
-        pipeline_id="shop",
+    op = _operator(
         gcp_conn_id=gcp_connection,
         env_vars={"PYSPARK_PYTHON": "python3"},
         conn_id="spark_local",
+        local_python=False,
     )
-    op.application_args = op.build_application_args(_context())
-    hook = op._get_hook()
-    options = json.loads(hook._env_vars[STORAGE_OPTIONS_ENV])
+    seen = _submitted(op, monkeypatch)
+    options = json.loads(seen["env"][STORAGE_OPTIONS_ENV])
     assert json.loads(options["google_service_account_key"]) == KEYFILE
-    assert hook._env_vars["PYSPARK_PYTHON"] == "python3"
-    assert op.env_vars == {"PYSPARK_PYTHON": "python3"}  # rendered fields keep no credential
-    command = " ".join(hook._build_spark_submit_command(op.application))
-    assert "PRIVATE KEY" not in command and STORAGE_OPTIONS_ENV not in command
+    assert seen["env"]["PYSPARK_PYTHON"] == "python3"
+    assert "PRIVATE KEY" not in " ".join(seen["args"])
+    # Nothing of the run stays on the operator: rendered fields keep no credential.
+    assert op.env_vars == {"PYSPARK_PYTHON": "python3"} and op.application_args in (None, [])
 
 
 def test_operator_refuses_credentials_where_they_would_reach_the_command_line(
     gcp_connection: str, monkeypatch
 ) -> None:
-    from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
-
     # On YARN (and Kubernetes) spark-submit turns the environment into --conf values.
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_REMOTE", json.dumps({"conn_type": "spark", "host": "yarn"}))
-    op = SparkUpsertWindowOperator(
-        task_id="upsert",
-        changeset_root="gs://b/c",
-        lake_root="gs://b/l",
-        pipeline_id="shop",
+    op = _operator(
+        locations={"changeset_root": "gs://b/c", "lake_root": "gs://b/l"},
         gcp_conn_id=gcp_connection,
         conn_id="spark_remote",
     )
     with pytest.raises(ValueError, match="command line") as info:
-        op._get_hook()
+        _submitted(op, monkeypatch)
     assert "PRIVATE KEY" not in str(info.value)
 
 
@@ -276,14 +288,14 @@ def test_operator_runs_the_job_through_a_real_spark_submit(tmp_path: Path, monke
     op = SparkUpsertWindowOperator(
         task_id="upsert",
         conn_id="spark_local",
-        changeset_root=str(tmp_path / "changesets"),
-        lake_root=str(lake),
+        locations={"changeset_root": str(tmp_path / "changesets"), "lake_root": str(lake)},
         pipeline_id="shop",
         gcp_conn_id="gcp_lake",
         env_vars={"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable},
         conf={"spark.ui.enabled": "false"},
         local_python=False,  # spark-submit even on a local master
     )
+    op.render_template_fields(_context())
     op.execute(_context())
     output = capfd.readouterr().out
     # The hook logs the job's output; the summary is one JSON object with sorted keys.

@@ -32,13 +32,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
+from airflow_provider_cdc.domain.columns import ColumnType, SpannerType
 from airflow_provider_cdc.domain.identifiers import validate_identifier
-from airflow_provider_cdc.domain.spanner_types import (
-    NUMERIC_PRECISION,
-    NUMERIC_SCALE,
-    ColumnType,
-    SpannerType,
-)
+from airflow_provider_cdc.domain.spanner_types import NUMERIC_PRECISION, NUMERIC_SCALE
 
 CHANGE_TYPE_FIELD = "_CHANGE_TYPE"
 SEQUENCE_FIELD = "_CHANGE_SEQUENCE_NUMBER"
@@ -160,9 +156,10 @@ def _scalar_type(spanner_type: SpannerType, table: str, column: str) -> str:
 def bigquery_column(column: ColumnType, table: str) -> BigQueryColumn:
     """The BigQuery column of a Spanner column."""
     validate_identifier(column.name, "column")
-    if column.type.element is not None:
-        return BigQueryColumn(column.name, _scalar_type(column.type.element, table, column.name), "REPEATED")
-    return BigQueryColumn(column.name, _scalar_type(column.type, table, column.name))
+    spanner_type = column.spanner_type
+    if spanner_type.element is not None:
+        return BigQueryColumn(column.name, _scalar_type(spanner_type.element, table, column.name), "REPEATED")
+    return BigQueryColumn(column.name, _scalar_type(spanner_type, table, column.name))
 
 
 def bigquery_columns(columns: Sequence[ColumnType], table: str) -> list[BigQueryColumn]:

@@ -36,10 +36,9 @@ from airflow_provider_cdc.bigquery.schema import (
     validate_project,
 )
 from airflow_provider_cdc.bigquery.writer import MAX_REQUEST_BYTES, DefaultStreamWriter, default_stream
+from airflow_provider_cdc.domain.contract.change_set import CHANGE_SET_COLUMNS, COLUMN_TYPES_JSON
 from airflow_provider_cdc.domain.identifiers import validate_identifier
 from airflow_provider_cdc.lake.change_set import (
-    CHANGE_SET_COLUMNS,
-    COLUMN_TYPES_JSON,
     SOURCE_CHANGE_TYPE,
     SOURCE_KEYS_JSON,
     SOURCE_SEQUENCE,

@@ -13,28 +13,6 @@ from typing import Any
 from airflow_provider_cdc.domain.records import DataChangeRecord
 from airflow_provider_cdc.domain.timestamps import to_micros
 
-STAGED_CHANGE_COLUMNS: tuple[str, ...] = (
-    "partition_token",
-    "commit_timestamp",
-    "server_transaction_id",
-    "record_sequence",
-    "mod_index",
-    "table_name",
-    "mod_type",
-    "keys_json",
-    "new_values_json",
-    "old_values_json",
-    "column_types_json",
-    "value_capture_type",
-    "number_of_records_in_transaction",
-    "number_of_partitions_in_transaction",
-    "is_last_record_in_transaction_in_partition",
-    "change_sequence_number",
-)
-
-# Columns that identify one change across retries: staging may hold a change twice, the merge keeps one.
-DEDUPLICATION_KEY: tuple[str, ...] = ("server_transaction_id", "record_sequence", "table_name", "keys_json")
-
 
 def canonical_json(value: Any) -> str:
     """Compact JSON text with sorted keys: equal values always give equal text."""

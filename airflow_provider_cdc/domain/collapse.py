@@ -28,24 +28,22 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from airflow_provider_cdc.domain.contract.change_set import (
+    CHANGE_SEQUENCE_NUMBER,
+    CHANGE_TYPE,
+    COLUMN_TYPES_JSON,
+    COMMIT_TIMESTAMP,
+    DELETE,
+    FULL_IMAGE,
+    KEYS_JSON,
+    PRESENT_COLUMNS,
+    UPSERT,
+    VALUES_JSON,
+)
+
 INSERT = "INSERT"
 UPDATE = "UPDATE"
-DELETE = "DELETE"
 MOD_TYPES = (INSERT, UPDATE, DELETE)
-
-UPSERT = "UPSERT"
-
-#: Columns of a change-set row, in order (ARCHITECTURE.md "Change sets").
-CHANGE_SET_COLUMNS = (
-    "_keys_json",
-    "_values_json",
-    "_present_columns",
-    "_full_image",
-    "_CHANGE_TYPE",
-    "_CHANGE_SEQUENCE_NUMBER",
-    "_commit_timestamp",
-    "_column_types_json",
-)
 
 EMPTY_IMAGE = "{}"
 
@@ -171,14 +169,14 @@ def collapse_key(
     except CollapseError as error:
         raise CollapseError(f"table {table!r}, key {key}: {error}") from None
     return {
-        "_keys_json": key,
-        "_values_json": values_json,
-        "_present_columns": sorted(json.loads(values_json)),
-        "_full_image": full_image,
-        "_CHANGE_TYPE": change_type,
-        "_CHANGE_SEQUENCE_NUMBER": newest["change_sequence_number"],
-        "_commit_timestamp": newest["commit_timestamp"],
-        "_column_types_json": newest["column_types_json"] if column_types_json is None else column_types_json,
+        KEYS_JSON: key,
+        VALUES_JSON: values_json,
+        PRESENT_COLUMNS: sorted(json.loads(values_json)),
+        FULL_IMAGE: full_image,
+        CHANGE_TYPE: change_type,
+        CHANGE_SEQUENCE_NUMBER: newest["change_sequence_number"],
+        COMMIT_TIMESTAMP: newest["commit_timestamp"],
+        COLUMN_TYPES_JSON: newest["column_types_json"] if column_types_json is None else column_types_json,
     }
 
 

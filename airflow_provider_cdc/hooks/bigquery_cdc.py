@@ -9,7 +9,7 @@ with anonymous credentials, and no connection is read.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -18,6 +18,11 @@ from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
 
 from airflow_provider_cdc._compat import BaseHook
 from airflow_provider_cdc.bigquery.schema import validate_dataset, validate_project
+from airflow_provider_cdc.domain.contract.locations import WindowLocations
+from airflow_provider_cdc.domain.identifiers import validate_pipeline_id
+from airflow_provider_cdc.domain.timestamps import format_timestamp
+from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
@@ -132,3 +137,95 @@ class BigQueryCdcHook(GoogleBaseHook):
             lake=lake,
             **options,
         )
+
+    def apply_window(
+        self,
+        pipeline: str,
+        window: Window,
+        locations: WindowLocations,
+        dataset: str,
+        project_id: str | None = None,
+        *,
+        max_staleness: timedelta | str | None = None,
+        table_names: Mapping[str, str] | None = None,
+        metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
+        report_watermarks: bool = True,
+        writer_options: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Send the window's change set to ``{project}.{dataset}`` and record the sends per table
+        under the ledger id ``{pipeline}.bigquery``; return a summary per table (with each table's
+        ``upsert_stream_apply_watermark`` when ``report_watermarks``)."""
+        from airflow_provider_cdc.bigquery.target import staleness_seconds
+        from airflow_provider_cdc.hooks.storage import storage_options
+        from airflow_provider_cdc.lake.change_set import ChangeSetReader
+        from airflow_provider_cdc.lake.delta import DeltaLakeTarget
+
+        options = storage_options(self.gcp_conn_id) if _has_object_store(locations) else {}
+        reader = ChangeSetReader(locations.change_set(window), options)
+        tables = reader.tables()  # checks the manifest before anything is sent
+        lake = DeltaLakeTarget(str(locations.lake_root), options) if locations.lake_root else None
+        if lake is not None:
+            behind = [
+                t.name
+                for t in tables
+                if t.expected_rows != 0
+                and (lake.applied_window_version(t.name, pipeline) or -1) < window.end_micros
+            ]
+            if behind:
+                raise LakeBehindError(
+                    f"the Delta tables {behind} under {locations.lake_root!r} have not applied window "
+                    f"{window.window_id} of pipeline {pipeline!r}; run the Delta upsert first (partial row "
+                    "images are completed from them)"
+                )
+        project = project_id or (None if is_loopback(self.api_endpoint) else self.project_id)
+        target = self.get_target(
+            str(dataset),
+            project,
+            max_staleness=max_staleness,
+            lake=lake,
+            table_names=dict(table_names or {}),
+            **dict(writer_options or {}),
+        )
+        self.log.info("applying change set %s to BigQuery dataset %s.%s", reader.uri, target.project, dataset)
+        results = [target.apply_table(table) for table in tables]
+        with CdcMetastoreHook(metastore_conn_id) as metastore:
+            metastore.metastore.record_window_tables(
+                ledger_id(pipeline), window.start, window.end, {r.table: (None, r.rows) for r in results},
+                replace=True,
+            )
+        summary: dict[str, Any] = {"window_id": window.window_id, "tables": {}}
+        for result in results:
+            entry = result.to_dict()
+            if report_watermarks:
+                watermark = target.apply_watermark(result.table)
+                shown = None if watermark is None else format_timestamp(watermark)
+                entry["upsert_stream_apply_watermark"] = shown
+                entry["staleness_seconds"] = staleness_seconds(watermark)
+                self.log.info(
+                    "%s: upsert_stream_apply_watermark %s (%s s behind)",
+                    target.table_id(result.table),
+                    entry["upsert_stream_apply_watermark"],
+                    entry["staleness_seconds"],
+                )
+            summary["tables"][result.table] = entry
+        return summary
+
+
+#: Suffix of the metastore ledger id under which BigQuery sends are recorded per window and table.
+LEDGER_SUFFIX = ".bigquery"
+
+
+class LakeBehindError(RuntimeError):
+    """The Delta tables that complete partial row images have not applied the window yet."""
+
+
+def ledger_id(pipeline_id: str) -> str:
+    """The metastore pipeline id that records a pipeline's BigQuery sends (kept apart from the
+    Delta tables' records, which the Delta upsert checks against the lake)."""
+    return validate_pipeline_id(f"{validate_pipeline_id(pipeline_id)}{LEDGER_SUFFIX}")
+
+
+def _has_object_store(locations: WindowLocations) -> bool:
+    from airflow_provider_cdc.filesystems import is_local
+
+    return any(root and not is_local(root) for root in (locations.changeset_root, locations.lake_root))

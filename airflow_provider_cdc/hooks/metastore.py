@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +43,10 @@ def connection_url(conn: Any) -> str:
 class CdcMetastoreHook(BaseHook):
     """Opens the metastore named by an Airflow connection and creates or upgrades its schema.
 
+    The hook owns one engine, opened on first use of :attr:`metastore` and disposed by
+    :meth:`close` (or on leaving ``with CdcMetastoreHook(conn_id) as hook:``); the schema is
+    created or upgraded at most once per process and database.
+
     :param metastore_conn_id: connection whose ``extra.sqlalchemy_url`` (or host/login/schema for
         ``postgres``/``sqlite`` connections) names the database. When the connection does not exist,
         the metastore is the SQLite file ``$AIRFLOW_HOME/cdc_metastore.db``.
@@ -57,6 +60,7 @@ class CdcMetastoreHook(BaseHook):
     def __init__(self, metastore_conn_id: str = default_conn_name, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.metastore_conn_id = metastore_conn_id
+        self._metastore: Metastore | None = None
 
     def get_url(self) -> str:
         try:
@@ -65,14 +69,34 @@ class CdcMetastoreHook(BaseHook):
             return default_metastore_url()
         return connection_url(conn)
 
-    @cached_property
+    @property
     def metastore(self) -> Metastore:
-        store = Metastore(self.get_url())
-        store.create_schema()
+        """The metastore, with its schema ensured; after :meth:`close`, a new engine opens on use."""
+        store = self._metastore
+        if store is None:
+            store = Metastore(self.get_url())
+            try:
+                store.ensure_schema()
+            except BaseException:
+                store.dispose()
+                raise
+            self._metastore = store
         return store
 
     def get_conn(self) -> Metastore:
         return self.metastore
+
+    def close(self) -> None:
+        """Dispose the hook's engine (closes its pooled connections); harmless to repeat."""
+        store, self._metastore = self._metastore, None
+        if store is not None:
+            store.dispose()
+
+    def __enter__(self) -> CdcMetastoreHook:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:

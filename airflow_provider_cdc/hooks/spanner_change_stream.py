@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -12,11 +13,23 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
 
-from airflow_provider_cdc._compat import AirflowException, AirflowNotFoundException, BaseHook
-from airflow_provider_cdc._errors import metastore_errors
+from airflow_provider_cdc._compat import AirflowNotFoundException, BaseHook
+from airflow_provider_cdc._errors import (
+    ChangeStreamConfigError,
+    ChangeStreamError,
+    RetentionExpiredError,
+    metastore_errors,
+)
 from airflow_provider_cdc.domain.identifiers import InvalidIdentifierError, validate_identifier
 from airflow_provider_cdc.domain.timestamps import coerce_timestamp, ensure_utc, format_timestamp
 from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.hooks.change_stream_connection import (
+    DEFAULT_GCP_CONN_ID,
+    DEFAULT_HEARTBEAT_MS,
+    RetentionValue,
+    format_duration,
+    parse_retention,
+)
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.metastore import Metastore, MetastoreError, PartitionRecord
 
@@ -24,19 +37,9 @@ if TYPE_CHECKING:  # imported where used: a DAG file that only names this hook s
     from airflow_provider_cdc.spanner.change_stream_query import ChangeStreamQuery
     from airflow_provider_cdc.spanner.window_reader import ReadSummary, WindowReader
 
+__all__ = ["LaggingPartition", "Retention", "SpannerChangeStreamHook", "describe_lagging", "parse_retention"]
+
 EMULATOR_ENV = "SPANNER_EMULATOR_HOST"
-HOOK_FIELDS = (
-    "instance_id",
-    "database_id",
-    "stream",
-    "project_id",
-    "gcp_conn_id",
-    "impersonation_chain",
-    "metastore_conn_id",
-    "heartbeat_ms",
-    "retention",
-)
-"""Attributes an operator, sensor or trigger passes on to :meth:`SpannerChangeStreamHook.from_fields`."""
 _SPANNER_ID_HINT = "lowercase letters, digits, hyphens and underscores"
 
 #: Spanner keeps a change stream's records this long when the stream sets no ``retention_period``.
@@ -47,47 +50,6 @@ RETENTION_QUERY = (
     "SELECT option_value FROM INFORMATION_SCHEMA.CHANGE_STREAM_OPTIONS "
     "WHERE change_stream_name = @name AND option_name = 'retention_period'"
 )
-_DURATION = re.compile(r"([0-9]+)\s*([smhd])")
-_UNITS = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
-RetentionValue = timedelta | int | float | str
-
-
-def parse_retention(value: RetentionValue) -> timedelta:
-    """A retention period from a ``timedelta``, seconds (a number or digits) or Spanner duration text
-    (``'7d'``, ``'36h'``, ``'90m'``, ``'3600s'``); raises ``ValueError`` for anything else or a period
-    that is not positive."""
-    period: timedelta | None = None
-    try:
-        if isinstance(value, timedelta):
-            period = value
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            period = timedelta(seconds=value)
-        elif isinstance(value, str):
-            text = value.strip().lower()
-            match = _DURATION.fullmatch(text)
-            if match:
-                period = timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
-            elif re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
-                period = timedelta(seconds=float(text))
-    except (OverflowError, ValueError):  # NaN, infinities, more days than a timedelta holds
-        period = None
-    if period is None:
-        raise ValueError(
-            f"retention {value!r} is not a duration: give a timedelta, seconds, or Spanner duration text "
-            "such as '7d', '36h' or '3600s'"
-        )
-    if period <= timedelta(0):
-        raise ValueError(f"retention must be positive, got {value!r}")
-    return period
-
-
-def format_duration(period: timedelta) -> str:
-    """``period`` in Spanner's duration notation, in the largest whole unit (``7d``, ``36h``, ``90s``)."""
-    seconds = period.total_seconds()
-    for unit, size in _UNITS.items():
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
 
 
 @dataclass(frozen=True)
@@ -110,10 +72,8 @@ class Retention:
 
 
 def _validate_resource_id(value: str, kind: str) -> str:
-    import re
-
     if not isinstance(value, str) or not re.fullmatch(r"[a-z][a-z0-9_\-]{1,62}[a-z0-9]", value):
-        raise AirflowException(f"invalid Spanner {kind} id {value!r}: expected {_SPANNER_ID_HINT}")
+        raise ChangeStreamConfigError(f"invalid Spanner {kind} id {value!r}: expected {_SPANNER_ID_HINT}")
     return value
 
 
@@ -125,6 +85,13 @@ class LaggingPartition:
     watermark: datetime
     behind_seconds: float
     reason: str
+
+
+def describe_lagging(lagging: list[LaggingPartition], limit: int = 10) -> str:
+    """``N partition(s) hold it back: <token> (<reason>, <s>s behind); …`` for a drain check's log."""
+    shown = "; ".join(f"{p.token} ({p.reason}, {p.behind_seconds:.1f}s behind)" for p in lagging[:limit])
+    more = f"; and {len(lagging) - limit} more" if len(lagging) > limit else ""
+    return f"{len(lagging)} partition(s) hold it back: {shown}{more}"
 
 
 #: A held partition whose reader has reported nothing for this many heartbeat intervals is stalled.
@@ -144,6 +111,21 @@ def _stall_detail(partition: PartitionRecord | None) -> str:
     )
 
 
+@contextmanager
+def _window_errors(window: Window, what: str) -> Iterator[None]:
+    """Re-raise the reader's and the metastore's errors of a window step as :class:`ChangeStreamError`
+    (an unreachable metastore as ``MetastoreUnavailableError`` naming ``what``)."""
+    from airflow_provider_cdc.spanner.window_reader import ChangeStreamReadError
+
+    try:
+        with metastore_errors(what):
+            yield
+    except ChangeStreamReadError as exc:
+        raise ChangeStreamError(str(exc)) from exc
+    except MetastoreError as exc:
+        raise ChangeStreamError(f"window {window}: {exc}") from exc
+
+
 class SpannerChangeStreamHook(GoogleBaseHook):
     """Reads ``[start, end)`` windows of a Spanner change stream, partition lineage in the metastore.
 
@@ -154,6 +136,8 @@ class SpannerChangeStreamHook(GoogleBaseHook):
     :param database_id: Spanner database id.
     :param stream: change stream name (read through ``READ_<stream>``).
     :param project_id: Google Cloud project (defaults to the connection's project).
+    :param gcp_conn_id: the Google Cloud connection.
+    :param impersonation_chain: a service account, or a chain of them, to impersonate.
     :param metastore_conn_id: connection of the partition/window metastore.
     :param heartbeat_ms: heartbeat interval asked of each partition query (1000–300000).
     :param retention: the stream's retention period (``timedelta``, seconds, or Spanner duration text
@@ -161,10 +145,14 @@ class SpannerChangeStreamHook(GoogleBaseHook):
         ``INFORMATION_SCHEMA.CHANGE_STREAM_OPTIONS``, else Spanner's default of one day. A window that
         starts longer ago than that (by the database's clock) fails; one older than 80% of it logs a
         warning.
+
+    The Spanner client, the metastore and the retention are built or looked up once per hook. Invalid
+    arguments raise :class:`ChangeStreamConfigError`, a window past the retention
+    :class:`RetentionExpiredError`, and a step Spanner or the metastore refuses :class:`ChangeStreamError`.
     """
 
     conn_name_attr = "gcp_conn_id"
-    default_conn_name = "google_cloud_default"
+    default_conn_name = DEFAULT_GCP_CONN_ID
     conn_type = "gcpspanner"
     hook_name = "Google Cloud Spanner Change Stream"
 
@@ -175,10 +163,10 @@ class SpannerChangeStreamHook(GoogleBaseHook):
         database_id: str,
         stream: str,
         project_id: str | None = None,
-        gcp_conn_id: str = "google_cloud_default",
+        gcp_conn_id: str = DEFAULT_GCP_CONN_ID,
         impersonation_chain: str | Sequence[str] | None = None,
         metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
-        heartbeat_ms: int = 10_000,
+        heartbeat_ms: int = DEFAULT_HEARTBEAT_MS,
         retention: RetentionValue | None = None,
         **kwargs: Any,
     ) -> None:
@@ -198,24 +186,21 @@ class SpannerChangeStreamHook(GoogleBaseHook):
         try:
             self.stream = validate_identifier(stream, "change stream")
         except InvalidIdentifierError as exc:
-            raise AirflowException(str(exc)) from exc
+            raise ChangeStreamConfigError(str(exc)) from exc
         self.instance_id = _validate_resource_id(instance_id, "instance")
         self.database_id = _validate_resource_id(database_id, "database")
         self._project_id = project_id
         self.metastore_conn_id = metastore_conn_id
-        self.heartbeat_ms = heartbeat_ms
+        try:  # a templated value arrives as text
+            self.heartbeat_ms = int(heartbeat_ms)
+        except (TypeError, ValueError) as exc:
+            raise ChangeStreamConfigError(
+                f"change stream {self.stream}: heartbeat_ms {heartbeat_ms!r} is not a number of milliseconds"
+            ) from exc
         try:
             self.retention_argument = None if retention in (None, "") else parse_retention(retention)
         except ValueError as exc:
-            raise AirflowException(f"change stream {self.stream}: {exc}") from exc
-
-    @classmethod
-    def from_fields(cls, task: object) -> SpannerChangeStreamHook:
-        """The hook for ``task`` (an operator, sensor or trigger) built from its :data:`HOOK_FIELDS`.
-
-        Fields ``task`` does not have take the hook's defaults.
-        """
-        return cls(**{name: getattr(task, name) for name in HOOK_FIELDS if hasattr(task, name)})
+            raise ChangeStreamConfigError(f"change stream {self.stream}: {exc}") from exc
 
     # ----- connections ----------------------------------------------------------------------------
     @property
@@ -230,7 +215,7 @@ class SpannerChangeStreamHook(GoogleBaseHook):
             return "emulator-project"
         project = self.project_id
         if not project:
-            raise AirflowException(
+            raise ChangeStreamConfigError(
                 f"no Google Cloud project: set project_id or the connection {self.gcp_conn_id!r}'s project"
             )
         return project
@@ -272,8 +257,18 @@ class SpannerChangeStreamHook(GoogleBaseHook):
         return f"{self.database_path}/{self.stream}"
 
     @cached_property
+    def _metastore_hook(self) -> CdcMetastoreHook:
+        return CdcMetastoreHook(self.metastore_conn_id)
+
+    @property
     def metastore(self) -> Metastore:
-        return CdcMetastoreHook(self.metastore_conn_id).metastore
+        """The metastore, on one engine for the life of this hook (see :meth:`close`)."""
+        return self._metastore_hook.metastore
+
+    def close(self) -> None:
+        """Dispose the metastore engine (a later use opens a new one)."""
+        if "_metastore_hook" in self.__dict__:
+            self._metastore_hook.close()
 
     def change_stream_query(self) -> ChangeStreamQuery:
         from airflow_provider_cdc.spanner.change_stream_query import ChangeStreamQuery
@@ -305,7 +300,7 @@ class SpannerChangeStreamHook(GoogleBaseHook):
                 )
                 rows = list(found)
         except gexc.GoogleAPICallError as exc:
-            raise AirflowException(
+            raise ChangeStreamError(
                 f"change stream {self.stream}: cannot read its retention_period from "
                 f"INFORMATION_SCHEMA.CHANGE_STREAM_OPTIONS of {self.database_path} ({exc}); "
                 "pass retention= to give it"
@@ -316,7 +311,7 @@ class SpannerChangeStreamHook(GoogleBaseHook):
         try:
             return Retention(parse_retention(text), "stream", text)
         except ValueError as exc:
-            raise AirflowException(
+            raise ChangeStreamConfigError(
                 f"change stream {self.stream}: its retention_period option {text!r} is not a duration this "
                 "hook reads; pass retention= to give it"
             ) from exc
@@ -329,7 +324,7 @@ class SpannerChangeStreamHook(GoogleBaseHook):
             with self.database.snapshot() as snapshot:
                 rows = list(snapshot.execute_sql("SELECT CURRENT_TIMESTAMP()"))
         except gexc.GoogleAPICallError as exc:
-            raise AirflowException(f"cannot read the current time of {self.database_path}: {exc}") from exc
+            raise ChangeStreamError(f"cannot read the current time of {self.database_path}: {exc}") from exc
         return coerce_timestamp(rows[0][0])
 
     def check_retention(self, window: Window | datetime, now: datetime | None = None) -> Retention:
@@ -348,7 +343,7 @@ class SpannerChangeStreamHook(GoogleBaseHook):
         age = now - start
         shown_age = str(timedelta(seconds=int(age.total_seconds())))
         if age > retention.period:
-            raise AirflowException(
+            raise RetentionExpiredError(
                 f"{what} {shown_age} before {format_timestamp(now)}, outside change stream "
                 f"{self.stream}'s retention period of {retention.describe()}: its changes can no longer be "
                 "read"
@@ -369,35 +364,21 @@ class SpannerChangeStreamHook(GoogleBaseHook):
 
         Returns the tokens the window must read (more may appear as partitions split or merge).
         """
-        from airflow_provider_cdc.spanner.window_reader import ChangeStreamReadError
-
         self.check_retention(window)
-        try:
-            with metastore_errors(f"window {window} of pipeline {pipeline!r}: opening the window"):
-                record = self.metastore.open_window(
-                    pipeline, self.stream_key, window.start, window.end, staging_uri=staging_root
-                )
-                if record.state.value != "reading":  # a re-run (retry, clear, backfill) of a later stage
-                    self.metastore.reopen_window(pipeline, window.start, window.end)
-                self.metastore.reset_window_partitions(self.stream_key, window.start, window.end)
-                return self.window_reader(staging_root, owner).prepare(window)
-        except ChangeStreamReadError as exc:
-            raise AirflowException(str(exc)) from exc
-        except MetastoreError as exc:
-            raise AirflowException(f"window {window}: {exc}") from exc
+        with _window_errors(window, f"window {window} of pipeline {pipeline!r}: opening the window"):
+            record = self.metastore.open_window(
+                pipeline, self.stream_key, window.start, window.end, staging_uri=staging_root
+            )
+            if record.state.value != "reading":  # a re-run (retry, clear, backfill) of a later stage
+                self.metastore.reopen_window(pipeline, window.start, window.end)
+            self.metastore.reset_window_partitions(self.stream_key, window.start, window.end)
+            return self.window_reader(staging_root, owner).prepare(window)
 
     def read_window(self, window: Window, staging_root: str, owner: str, **kwargs: Any) -> ReadSummary:
         """Read partitions of the window (sharing the work with other readers) into staging."""
-        from airflow_provider_cdc.spanner.window_reader import ChangeStreamReadError
-
         self.check_retention(window)
-        try:
-            with metastore_errors(f"window {window}: reading it (reader {owner})"):
-                return self.window_reader(staging_root, owner, **kwargs).read(window)
-        except ChangeStreamReadError as exc:
-            raise AirflowException(str(exc)) from exc
-        except MetastoreError as exc:
-            raise AirflowException(f"window {window}: {exc}") from exc
+        with _window_errors(window, f"window {window}: reading it (reader {owner})"):
+            return self.window_reader(staging_root, owner, **kwargs).read(window)
 
     def lagging_partitions(self, timestamp: datetime, window: Window | None = None) -> list[LaggingPartition]:
         """Partitions alive at ``timestamp`` not drained to it, and unread partitions of ``window``."""

@@ -3,7 +3,7 @@
     spark-submit upsert_job.py --changeset gs://bucket/changesets/1700000000000000-1700000060000000 \\
         --lake-root gs://bucket/lake --pipeline-id orders --window-version 1700000060000000
 
-Object-store credentials come from the environment variable ``CDC_LAKE_STORAGE_OPTIONS`` (a JSON
+Object-store credentials come from the environment variable ``CDC_STORAGE_OPTIONS`` (a JSON
 object of delta-rs storage options), never from the command line. The change set must have its
 ``_manifest.json`` (written last by the merge); each listed table is applied as one Delta commit
 tagged with the window, so a re-run skips the tables already applied. With ``--expected-versions``
@@ -28,6 +28,9 @@ from typing import Any
 from deltalake.exceptions import DeltaError
 
 from airflow_provider_cdc.domain.apply_order import TableVersions, version_problem
+from airflow_provider_cdc.filesystems import (
+    storage_options_from_env,
+)
 from airflow_provider_cdc.lake.change_set import (
     READ_ERRORS,
     ChangeSetError,
@@ -37,7 +40,6 @@ from airflow_provider_cdc.lake.change_set import (
 )
 from airflow_provider_cdc.lake.delta import DeltaLakeTarget, LakeError, app_id_for
 
-STORAGE_OPTIONS_ENV = "CDC_LAKE_STORAGE_OPTIONS"
 log = logging.getLogger("airflow_provider_cdc.jobs.upsert_job")
 
 
@@ -104,21 +106,6 @@ def check_agreement(
             + ". Nothing was applied. Re-apply the windows the tables lack from their change sets with: "
             + repair
         )
-
-
-def storage_options_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str] | None:
-    """delta-rs storage options from ``CDC_LAKE_STORAGE_OPTIONS`` (``None`` when unset or empty)."""
-    raw = (os.environ if environ is None else environ).get(STORAGE_OPTIONS_ENV, "").strip()
-    if not raw:
-        return None
-    try:
-        options = json.loads(raw)
-    except json.JSONDecodeError:
-        # The value holds credentials: report where the problem is, not the value.
-        raise UpsertJobError(f"{STORAGE_OPTIONS_ENV} is not valid JSON") from None
-    if not isinstance(options, dict) or not all(isinstance(k, str) for k in options):
-        raise UpsertJobError(f"{STORAGE_OPTIONS_ENV} must be a JSON object of option name to value")
-    return {k: v if isinstance(v, str) else json.dumps(v) for k, v in options.items()}
 
 
 def _window_version(arg: str | None, reader: ChangeSetReader) -> int:

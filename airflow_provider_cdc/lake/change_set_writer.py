@@ -15,15 +15,8 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from airflow_provider_cdc.domain.identifiers import validate_identifier
-from airflow_provider_cdc.domain.layout import MANIFEST_NAME, TABLE_DIR_PREFIX
-from airflow_provider_cdc.domain.spanner_types import (
-    canonical_spanner_json,
-    parse_column_types,
-    write_json_value,
-)
-from airflow_provider_cdc.domain.timestamps import ensure_utc
-from airflow_provider_cdc.lake.change_set import (
+from airflow_provider_cdc.domain.columns import canonical_spanner_json, parse_column_types
+from airflow_provider_cdc.domain.contract.change_set import (
     CHANGE_SEQUENCE_NUMBER,
     CHANGE_TYPE,
     COLUMN_TYPES_JSON,
@@ -33,21 +26,15 @@ from airflow_provider_cdc.lake.change_set import (
     PRESENT_COLUMNS,
     VALUES_JSON,
     ChangeSetError,
-    filesystem_for,
+    change_set_schema,
 )
+from airflow_provider_cdc.domain.contract.locations import MANIFEST_NAME, TABLE_DIR_PREFIX
+from airflow_provider_cdc.domain.identifiers import validate_identifier
+from airflow_provider_cdc.domain.spanner_types import write_json_value
+from airflow_provider_cdc.domain.timestamps import ensure_utc
+from airflow_provider_cdc.lake.change_set import filesystem_for
 
-CHANGE_SET_SCHEMA = pa.schema(
-    [
-        pa.field(KEYS_JSON, pa.string()),
-        pa.field(VALUES_JSON, pa.string()),
-        pa.field(PRESENT_COLUMNS, pa.list_(pa.string())),
-        pa.field(FULL_IMAGE, pa.bool_()),
-        pa.field(CHANGE_TYPE, pa.string()),
-        pa.field(CHANGE_SEQUENCE_NUMBER, pa.string()),
-        pa.field(COMMIT_TIMESTAMP, pa.timestamp("us", tz="UTC")),
-        pa.field(COLUMN_TYPES_JSON, pa.string()),
-    ]
-)
+CHANGE_SET_SCHEMA = change_set_schema()
 
 
 @dataclass(frozen=True)
@@ -84,7 +71,7 @@ def change_set_table(column_types: Any, changes: Iterable[Change]) -> pa.Table:
         missing = [c.name for c in key_columns if c.name not in change.keys]
         if missing:
             raise ChangeSetError(f"change for keys {dict(change.keys)!r} lacks key column(s) {missing}")
-        keys = {c.name: write_json_value(c.type, change.keys[c.name], c.name) for c in key_columns}
+        keys = {c.name: write_json_value(c.spanner_type, change.keys[c.name], c.name) for c in key_columns}
         values = dict(change.values or {})
         full = change.change_type == "DELETE" or change.present is None
         present = [c.name for c in value_columns] if full else list(change.present or [])
@@ -95,7 +82,9 @@ def change_set_table(column_types: Any, changes: Iterable[Change]) -> pa.Table:
         if change.change_type == "UPSERT":
             for column in value_columns:
                 if column.name in present:
-                    encoded[column.name] = write_json_value(column.type, values.get(column.name), column.name)
+                    encoded[column.name] = write_json_value(
+                        column.spanner_type, values.get(column.name), column.name
+                    )
         rows[KEYS_JSON].append(_canonical(keys))
         rows[VALUES_JSON].append(_canonical(encoded))
         rows[PRESENT_COLUMNS].append(present)

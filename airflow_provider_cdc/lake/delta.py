@@ -30,72 +30,63 @@ rewrites every file it touches, which is nearly all of them: copy-on-write witho
 vectors (which delta-rs does not write) costs in proportion to the table. Hash-partitioning by a
 key bucket was measured and not kept: such a change set touches every bucket, and the partitions
 only added overhead (0.53 s instead of 0.38 s for 10k changes into 1M rows).
+
+What the log records about windows (app transactions, RESTOREs) is :mod:`.delta_log`; the MERGE
+and a new table's rows are :mod:`.delta_merge`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.dataset as pa_ds
-from deltalake import CommitProperties, DeltaTable, QueryBuilder, Transaction, write_deltalake
-from deltalake import Schema as DeltaSchema
+from deltalake import CommitProperties, DeltaTable, QueryBuilder, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
-from airflow_provider_cdc.domain.identifiers import validate_identifier, validate_pipeline_id
-from airflow_provider_cdc.domain.spanner_types import FIELD_METADATA_PRIMARY_KEY
-from airflow_provider_cdc.lake.change_set import (
-    SOURCE_CHANGE_TYPE,
-    SOURCE_COMMIT_TIMESTAMP,
-    SOURCE_FULL_IMAGE,
-    SOURCE_KEYS_JSON,
-    SOURCE_PRESENT,
-    SOURCE_SEQUENCE,
-    ChangeSetError,
-    TableColumns,
-    iter_batches,
-    to_merge_source,
-    verbatim_key,
+from airflow_provider_cdc.domain.identifiers import validate_identifier
+from airflow_provider_cdc.lake.arrow_values import FIELD_METADATA_PRIMARY_KEY
+from airflow_provider_cdc.lake.change_set import iter_batches
+from airflow_provider_cdc.lake.delta_log import (
+    APP_ID_PREFIX,
+    COMMIT_METADATA_APP_ID,
+    COMMIT_METADATA_SNAPSHOT,
+    COMMIT_METADATA_WINDOW_VERSION,
+    LakeError,
+    WindowOrderError,
+    app_id_for,
+    applied_window_detail,
+    check_window_version,
+    commit_properties,
+    find_window_commit,
+    held_window,
 )
+from airflow_provider_cdc.lake.delta_merge import (
+    IncompatibleSchemaError,
+    added_columns,
+    materialized_source,
+    merge_into,
+    new_table_rows,
+)
+from airflow_provider_cdc.lake.merge_source import TableColumns, to_merge_source
 
 log = logging.getLogger(__name__)
 
-APP_ID_PREFIX = "airflow-provider-cdc:"
-COMMIT_METADATA_APP_ID = "airflow-provider-cdc.appId"
-COMMIT_METADATA_WINDOW_VERSION = "airflow-provider-cdc.windowVersion"
-COMMIT_METADATA_SNAPSHOT = "airflow-provider-cdc.snapshot"
 DEFAULT_TARGET_FILE_SIZE = 8 * 1024 * 1024
 DEFAULT_MAX_MATERIALIZED_ROWS = 2_000_000
 _DELTA_STATS_COLUMNS = 32
 _COLUMN_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")  # source columns and ours
-# Merge-source flags "this row's image carries column X"; source columns start with a letter.
-_CARRIES_PREFIX = "_carries_"
-
 
 _COMMIT_ATTEMPTS = 5
 
 
 class _ConcurrentCommit(Exception):
     """Raised from a commit that lost to a concurrent writer (the cause tells which)."""
-
-
-class LakeError(RuntimeError):
-    """The lake refuses an apply (order, schema); the message names table and window."""
-
-
-class WindowOrderError(LakeError):
-    """A window older than the table's applied window that was never applied to it."""
-
-
-class IncompatibleSchemaError(LakeError):
-    """A column whose type in the change set differs from the stored type."""
 
 
 ApplyStatus = Literal["applied", "already_applied", "empty"]
@@ -123,43 +114,6 @@ class ApplyResult:
         result["added_columns"] = list(self.added_columns)
         result.pop("metrics")
         return result
-
-
-def app_id_for(pipeline_id: str) -> str:
-    """The Delta app transaction id of a pipeline (the id validated first)."""
-    return APP_ID_PREFIX + validate_pipeline_id(pipeline_id)
-
-
-def _check_window_version(window_version: Any) -> int:
-    if isinstance(window_version, bool) or not isinstance(window_version, int) or window_version <= 0:
-        raise ValueError(
-            f"window_version must be a positive integer (window end in µs), got {window_version!r}"
-        )
-    return window_version
-
-
-def _quote(name: str) -> str:
-    return f"`{name}`"
-
-
-def _strip_nullability(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {
-            k: _strip_nullability(v)
-            for k, v in value.items()
-            if k not in ("containsNull", "nullable", "metadata", "valueContainsNull")
-        }
-    if isinstance(value, list):
-        return [_strip_nullability(v) for v in value]
-    return value
-
-
-def _delta_types(schema: DeltaSchema) -> dict[str, Any]:
-    return {f["name"]: _strip_nullability(f["type"]) for f in json.loads(schema.to_json())["fields"]}
-
-
-def _type_text(delta_type: Any) -> str:
-    return delta_type if isinstance(delta_type, str) else json.dumps(delta_type, sort_keys=True)
 
 
 def _row_count_hint(change_set: Any) -> int | None:
@@ -247,9 +201,9 @@ class DeltaLakeTarget:
 
     def applied_window_version(self, table: str, pipeline_id: str) -> int | None:
         """The last window version of ``pipeline_id`` the table holds (``None`` if none); a window
-        whose commit a RESTORE undid is not held (see :func:`_held_window`)."""
+        whose commit a RESTORE undid is not held (see :func:`.delta_log.held_window`)."""
         dt = self._load(table)
-        return None if dt is None else _held_window(dt, app_id_for(pipeline_id))
+        return None if dt is None else held_window(dt, app_id_for(pipeline_id))
 
     def window_commit_version(self, table: str, pipeline_id: str, window_version: int) -> int | None:
         """The table version whose commit applied the window (or the snapshot load covering it);
@@ -258,10 +212,10 @@ class DeltaLakeTarget:
         app_id = app_id_for(pipeline_id)
         if dt is None:
             return None
-        applied = _held_window(dt, app_id)
+        applied = held_window(dt, app_id)
         if applied is None or applied < window_version:
             return None
-        found, snapshot, _complete = _find_window_commit(dt, app_id, window_version)
+        found, snapshot, _complete = find_window_commit(dt, app_id, window_version)
         return found if found is not None else snapshot
 
     def optimize(self, table: str, *, z_order: bool = False) -> dict[str, Any]:
@@ -299,7 +253,7 @@ class DeltaLakeTarget:
         """
         table = TableColumns.from_column_types(table_name, column_types)
         app_id = app_id_for(pipeline_id)
-        window_version = _check_window_version(window_version)
+        window_version = check_window_version(window_version)
         rows_hint = _row_count_hint(change_set)
         for attempt in range(1, _COMMIT_ATTEMPTS + 1):
             try:
@@ -327,7 +281,7 @@ class DeltaLakeTarget:
             skipped = self._window_guard(dt, name, app_id, window_version)
             if skipped is not None:
                 return skipped
-            added = self._check_schema(dt, table)
+            added = added_columns(dt.schema(), table)
 
         materialize = rows_hint is not None and rows_hint <= self.max_materialized_rows
         source: pa.Table | pa.RecordBatchReader
@@ -339,7 +293,7 @@ class DeltaLakeTarget:
             batches = (to_merge_source(batch, table) for batch in iter_batches(change_set))
             source = pa.RecordBatchReader.from_batches(table.source_schema(), batches)
 
-        commit = self._commit_properties(app_id, window_version)
+        commit = commit_properties(app_id, window_version)
         if dt is None:
             try:
                 return self._create(table, source, commit, window_version)
@@ -355,67 +309,11 @@ class DeltaLakeTarget:
     def _window_guard(
         self, dt: DeltaTable, table: str, app_id: str, window_version: int
     ) -> ApplyResult | None:
-        applied = dt.transaction_version(app_id)
-        if applied is None or window_version > applied:
+        detail = applied_window_detail(dt, table, app_id, window_version)
+        if detail is None:
             return None
-        # A RESTORE keeps the app transaction versions of the commits it undoes: ask the log.
-        applied = _held_window(dt, app_id)
-        if applied is None or window_version > applied:
-            log.info("table %s: window %s was undone by a restore; applying it again", table, window_version)
-            return None
-        version = dt.version()
-        if window_version == applied:
-            detail = f"window {window_version} is the table's last applied window"
-            log.info("table %s: %s; skipping", table, detail)
-            return ApplyResult(table, "already_applied", window_version, version, detail=detail)
-        found, snapshot, complete = _find_window_commit(dt, app_id, window_version)
-        if found is not None:
-            detail = f"window {window_version} was applied in table version {found}"
-        elif snapshot is not None:
-            detail = f"window {window_version} is covered by the snapshot loaded in table version {snapshot}"
-        elif not complete:
-            detail = (
-                f"window {window_version} is older than the applied window {applied}; its commit is no "
-                "longer in the retained log, so it is taken as applied"
-            )
-        else:
-            raise WindowOrderError(
-                f"table {table!r}: window version {window_version} was never applied and is older than the "
-                f"table's applied window version {applied} (app id {app_id!r}); windows must be applied in "
-                "order, so this window cannot be applied any more"
-            )
         log.info("table %s: %s; skipping", table, detail)
-        return ApplyResult(table, "already_applied", window_version, version, detail=detail)
-
-    def _check_schema(self, dt: DeltaTable, table: TableColumns) -> tuple[str, ...]:
-        stored = _delta_types(dt.schema())
-        expected = _delta_types(DeltaSchema.from_arrow(table.table_schema()))
-        added = []
-        for column, delta_type in expected.items():
-            if column not in stored:
-                added.append(column)
-            elif stored[column] != delta_type:
-                raise IncompatibleSchemaError(
-                    f"table {table.table!r}: column {column!r} is stored as {_type_text(stored[column])} "
-                    f"but the change set has {_type_text(delta_type)}; an incompatible type change "
-                    "needs the table to be rebuilt"
-                )
-        return tuple(added)
-
-    def _commit_properties(
-        self, app_id: str, window_version: int, *, snapshot: bool = False
-    ) -> CommitProperties:
-        metadata = {COMMIT_METADATA_APP_ID: app_id, COMMIT_METADATA_WINDOW_VERSION: str(window_version)}
-        if snapshot:
-            metadata[COMMIT_METADATA_SNAPSHOT] = "true"
-        # No silent retry at a later version: a concurrent commit fails ours, and the apply starts
-        # over from the new snapshot (delta-rs would otherwise re-commit a table creation as an
-        # append, and does not treat an equal app transaction as a conflict).
-        return CommitProperties(
-            app_transactions=[Transaction(app_id, window_version)],
-            custom_metadata=metadata,
-            max_commit_retries=0,
-        )
+        return ApplyResult(table, "already_applied", window_version, dt.version(), detail=detail)
 
     def _write_new_table(
         self, table: TableColumns, data: pa.Table | pa.RecordBatchReader, commit: CommitProperties
@@ -447,15 +345,15 @@ class DeltaLakeTarget:
     ) -> ApplyResult:
         """Create a table from typed rows (an initial snapshot) as one commit tagged with a window.
 
-        ``rows`` has the table's columns (Arrow types of ``domain.spanner_types``) plus
+        ``rows`` has the table's columns (Arrow types of ``lake.arrow_values``) plus
         ``_change_sequence_number`` and ``_commit_timestamp``; a Table is sorted by key first,
         a RecordBatchReader is written as it streams (sort it by key for the best layout). Windows
         after ``window_version`` then apply on top; earlier ones count as applied (the snapshot
         holds their effects). Fails if the table exists.
         """
         table = TableColumns.from_column_types(table_name, column_types)
-        commit = self._commit_properties(
-            app_id_for(pipeline_id), _check_window_version(window_version), snapshot=True
+        commit = commit_properties(
+            app_id_for(pipeline_id), check_window_version(window_version), snapshot=True
         )
         schema = table.table_schema()
         data: pa.Table | pa.RecordBatchReader
@@ -479,25 +377,7 @@ class DeltaLakeTarget:
         commit: CommitProperties,
         window_version: int,
     ) -> ApplyResult:
-        target_schema = table.table_schema()
-        names = target_schema.names
-        keys = [c.name for c in table.keys]
-        data: pa.Table | pa.RecordBatchReader
-        counts = {"source": 0, "inserted": 0}
-        if isinstance(source, pa.Table):
-            upserts = source.filter(pc.equal(source[SOURCE_CHANGE_TYPE], "UPSERT"))
-            data = upserts.select(names).sort_by([(k, "ascending") for k in keys]).cast(target_schema)
-            counts = {"source": source.num_rows, "inserted": data.num_rows}
-        else:
-
-            def _upserts(reader: pa.RecordBatchReader):
-                for batch in reader:
-                    counts["source"] += batch.num_rows
-                    kept = batch.filter(pc.equal(batch[SOURCE_CHANGE_TYPE], "UPSERT")).select(names)
-                    counts["inserted"] += kept.num_rows
-                    yield kept
-
-            data = pa.RecordBatchReader.from_batches(target_schema, _upserts(source))
+        data, counts = new_table_rows(source, table)
         version = self._write_new_table(table, data, commit)
         log.info(
             "table %s: created at version %s by window %s (%s rows)",
@@ -526,65 +406,7 @@ class DeltaLakeTarget:
         window_version: int,
         added: tuple[str, ...],
     ) -> ApplyResult:
-        conditions = []
-        for key in table.keys:
-            quoted = _quote(key.name)
-            null_safe = not materialized or source[key.name].null_count > 0
-            operator = "IS NOT DISTINCT FROM" if null_safe else "="
-            conditions.append(f"(target.{quoted} {operator} source.{quoted})")
-        predicate = " AND ".join(conditions)
-        newer = f"(target.{SOURCE_SEQUENCE} IS NULL OR source.{SOURCE_SEQUENCE} > target.{SOURCE_SEQUENCE})"
-        names = table.table_schema().names
-        values = [c.name for c in table.values if c.name not in added]
-        updates = {name: f"source.{_quote(name)}" for name in added}  # no stored value to keep
-        if materialized:
-            # Which images carry each column, decided per column where every or no image does;
-            # delta-rs then gets only the columns its clauses read.
-            carried = _carried_columns(source, values)
-            flags = {}
-            for name, carries in carried.items():
-                quoted = _quote(name)
-                if carries is True:
-                    updates[name] = f"source.{quoted}"
-                elif carries is not False:  # False: no image carries it, the stored value stays
-                    flag = _CARRIES_PREFIX + name
-                    flags[flag] = carries
-                    updates[name] = (
-                        f"CASE WHEN source.{_quote(flag)} THEN source.{quoted} ELSE target.{quoted} END"
-                    )
-            source = source.select([*names, SOURCE_CHANGE_TYPE])
-            for flag, carries in flags.items():
-                source = source.append_column(flag, carries)
-        else:
-            for name in values:
-                updates[name] = (
-                    f"CASE WHEN source.{SOURCE_FULL_IMAGE} OR array_has(source.{SOURCE_PRESENT}, "
-                    f"'{name}') THEN source.{_quote(name)} ELSE target.{_quote(name)} END"
-                )
-        updates[SOURCE_SEQUENCE] = f"source.{SOURCE_SEQUENCE}"
-        updates[SOURCE_COMMIT_TIMESTAMP] = f"source.{SOURCE_COMMIT_TIMESTAMP}"
-        inserts = {name: f"source.{_quote(name)}" for name in names}
-        read_version = dt.version()
-        metrics = (
-            dt.merge(
-                source,
-                predicate,
-                source_alias="source",
-                target_alias="target",
-                merge_schema=bool(added),
-                streamed_exec=not materialized,
-                commit_properties=commit,
-            )
-            .when_matched_delete(predicate=f"source.{SOURCE_CHANGE_TYPE} = 'DELETE' AND {newer}")
-            .when_matched_update(updates, predicate=f"source.{SOURCE_CHANGE_TYPE} = 'UPSERT' AND {newer}")
-            .when_not_matched_insert(inserts, predicate=f"source.{SOURCE_CHANGE_TYPE} = 'UPSERT'")
-            .execute()
-        )
-        if dt.version() == read_version:
-            # The change set changed no row (e.g. deletes of absent keys), so the MERGE wrote no
-            # commit; the window is still recorded, by a commit without data.
-            dt.create_write_transaction([], mode="append", schema=dt.schema(), commit_properties=commit)
-            dt.update_incremental()
+        metrics = merge_into(dt, table, source, materialized, commit, added)
         version = dt.version()  # advanced by our own commit
         log.info(
             "table %s: window %s applied as version %s (%s inserted, %s updated, %s deleted)",
@@ -605,105 +427,22 @@ class DeltaLakeTarget:
             rows_updated=int(metrics.get("num_target_rows_updated", 0)),
             rows_deleted=int(metrics.get("num_target_rows_deleted", 0)),
             added_columns=added,
-            metrics=dict(metrics),
+            metrics=metrics,
         )
 
 
-def materialized_source(change_set: Any, table: TableColumns) -> pa.Table:
-    """A whole change set decoded into one merge source, refused if it holds a key twice."""
-    batches = [to_merge_source(batch, table) for batch in iter_batches(change_set)]
-    source = pa.Table.from_batches(batches, schema=table.source_schema())
-    if source.num_rows:
-        _check_unique_keys(source, table)
-    return source
-
-
-def _carried_columns(source: pa.Table, columns: Sequence[str]) -> dict[str, bool | pa.Array]:
-    """Per column, whether the image of each UPSERT row carries it (a full image, or named present).
-
-    ``True`` if every UPSERT row's image does, ``False`` if none does, else a boolean per row.
-    """
-    upserts = pc.equal(source[SOURCE_CHANGE_TYPE], "UPSERT").to_numpy()
-    full = source[SOURCE_FULL_IMAGE].to_numpy()
-    present = source[SOURCE_PRESENT].combine_chunks()
-    named = pc.list_flatten(present)
-    rows = pc.list_parent_indices(present).to_numpy()
-    result: dict[str, bool | pa.Array] = {}
-    for column in columns:
-        carries = full.copy()
-        carries[rows[pc.fill_null(pc.equal(named, column), False).to_numpy(zero_copy_only=False)]] = True
-        relevant = carries[upserts]
-        result[column] = True if relevant.all() else False if not relevant.any() else pa.array(carries)
-    return result
-
-
-def _check_unique_keys(source: pa.Table, table: TableColumns) -> None:
-    """Refuse a change set with several rows for one key (compared typed for a single INT64/STRING key)."""
-    key = verbatim_key(table)
-    keys = source[key.name] if key is not None else source[SOURCE_KEYS_JSON]
-    if pc.count_distinct(keys, mode="all").as_py() == source.num_rows:
-        return
-    counts = pa.table({"k": keys}).group_by("k").aggregate([("k", "count", pc.CountOptions(mode="all"))])
-    duplicate = counts.filter(pc.greater(counts["k_count"], 1))["k"][0]
-    row = pc.index(pc.is_null(keys), True) if not duplicate.is_valid else pc.index(keys, duplicate)
-    raise ChangeSetError(
-        f"table {table.table!r}: the change set holds several rows for key "
-        f"{source[SOURCE_KEYS_JSON][row.as_py()].as_py()}; a change set must hold one row per key "
-        "(collapsed per window)"
-    )
-
-
-_RECENT_COMMITS = 16
-
-
-def _held_window(dt: DeltaTable, app_id: str) -> int | None:
-    """The last window version of ``app_id`` whose commit the table's data still holds.
-
-    Delta keeps the newest app transaction version of each app id across a RESTORE, so after a
-    restore to an older version ``transaction_version`` still names windows whose data is gone. The
-    log tells: walking it from the newest commit, a RESTORE to version ``r`` undoes the commits
-    between ``r`` and itself; the newest commit of ``app_id`` not undone is the held window. The
-    newest commits are read first (usually the held window is among them), the whole retained log
-    only when needed.
-    """
-    if dt.transaction_version(app_id) is None:
-        return None
-    ceiling: int | None = None
-    for limit in (_RECENT_COMMITS, None):
-        entries = dt.history(limit) if limit else dt.history()
-        for entry in sorted(entries, key=lambda e: e.get("version", -1), reverse=True):
-            version = entry.get("version")
-            if not isinstance(version, int) or (ceiling is not None and version > ceiling):
-                continue
-            if entry.get("operation") == "RESTORE":
-                restored = int((entry.get("operationParameters") or {}).get("version", version))
-                ceiling = restored if ceiling is None else min(ceiling, restored)
-            elif entry.get(COMMIT_METADATA_APP_ID) == app_id and entry.get(COMMIT_METADATA_WINDOW_VERSION):
-                return int(entry[COMMIT_METADATA_WINDOW_VERSION])
-        if limit is not None and len(entries) < limit:
-            break  # that was the whole retained log
-    # None of the app's commits is in the retained log: without a restore its version stands.
-    return dt.transaction_version(app_id) if ceiling is None else None
-
-
-def _find_window_commit(
-    dt: DeltaTable, app_id: str, window_version: int
-) -> tuple[int | None, int | None, bool]:
-    """Where the log accounts for an older window of ``app_id``.
-
-    Returns the table version whose commit applied the window, the version of a snapshot load
-    at or past the window (which covers it), and whether the retained log reaches version 0.
-    """
-    versions = []
-    for entry in dt.history():
-        version = entry.get("version")
-        if isinstance(version, int):
-            versions.append(version)
-        if entry.get(COMMIT_METADATA_APP_ID) != app_id:
-            continue
-        committed = entry.get(COMMIT_METADATA_WINDOW_VERSION)
-        if committed == str(window_version):
-            return version, None, True
-        if entry.get(COMMIT_METADATA_SNAPSHOT) == "true" and committed and int(committed) >= window_version:
-            return None, version, True
-    return None, None, bool(versions) and min(versions) == 0
+__all__ = [
+    "APP_ID_PREFIX",
+    "COMMIT_METADATA_APP_ID",
+    "COMMIT_METADATA_SNAPSHOT",
+    "COMMIT_METADATA_WINDOW_VERSION",
+    "DEFAULT_MAX_MATERIALIZED_ROWS",
+    "DEFAULT_TARGET_FILE_SIZE",
+    "ApplyResult",
+    "DeltaLakeTarget",
+    "IncompatibleSchemaError",
+    "LakeError",
+    "WindowOrderError",
+    "app_id_for",
+    "materialized_source",
+]

@@ -20,7 +20,6 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import DDLCompiler
 
 from airflow_provider_cdc.metastore.errors import SchemaVersionError
-from airflow_provider_cdc.metastore.model import PartitionState, WindowPartitionState, WindowState
 from airflow_provider_cdc.metastore.schema import (
     PARTITIONS_TABLE,
     PIPELINES_TABLE,
@@ -30,7 +29,6 @@ from airflow_provider_cdc.metastore.schema import (
     WINDOW_TABLES_TABLE,
     WINDOWS_TABLE,
     schema_version,
-    state_check,
     utc_now_micros,
 )
 
@@ -55,6 +53,58 @@ class AddColumn(_DDLElement):
 def _compile_add_column(element: AddColumn, compiler: DDLCompiler, **kw: object) -> str:
     table = compiler.preparer.format_table(element.table)
     return f"ALTER TABLE {table} ADD COLUMN {compiler.get_column_specification(element.column)}"
+
+
+class DropColumn(_DDLElement):
+    """``ALTER TABLE … DROP COLUMN …`` (PostgreSQL; SQLite tables are rebuilt instead)."""
+
+    def __init__(self, table: sa.Table, name: str) -> None:
+        self.table = table
+        self.name = name
+
+
+@compiles(DropColumn)
+def _compile_drop_column(element: DropColumn, compiler: DDLCompiler, **kw: object) -> str:
+    table = compiler.preparer.format_table(element.table)
+    return f"ALTER TABLE {table} DROP COLUMN {compiler.preparer.quote(element.name)}"
+
+
+class DropConstraintIfExists(_DDLElement):
+    """``ALTER TABLE … DROP CONSTRAINT IF EXISTS …`` (PostgreSQL)."""
+
+    def __init__(self, table: sa.Table, name: str) -> None:
+        self.table = table
+        self.name = name
+
+
+@compiles(DropConstraintIfExists)
+def _compile_drop_constraint(element: DropConstraintIfExists, compiler: DDLCompiler, **kw: object) -> str:
+    table = compiler.preparer.format_table(element.table)
+    return f"ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {compiler.preparer.quote(element.name)}"
+
+
+class RenameTable(_DDLElement):
+    """``ALTER TABLE … RENAME TO …``."""
+
+    def __init__(self, table: sa.Table, new_name: str) -> None:
+        self.table = table
+        self.new_name = new_name
+
+
+@compiles(RenameTable)
+def _compile_rename_table(element: RenameTable, compiler: DDLCompiler, **kw: object) -> str:
+    table = compiler.preparer.format_table(element.table)
+    return f"ALTER TABLE {table} RENAME TO {compiler.preparer.quote(element.new_name)}"
+
+
+def _state_in(states: tuple[str, ...], name: str) -> sa.CheckConstraint:
+    """``CHECK (state IN (...))`` over the states a step knew (steps do not follow later enums)."""
+    return sa.CheckConstraint(sa.column("state").in_(states), name=name)
+
+
+# Window states as each step knew them.
+_V1_WINDOW_STATES = ("reading", "drained", "merged", "applied")
+_V5_WINDOW_STATES = ("reading", "applied")
 
 
 @dataclass(frozen=True)
@@ -86,7 +136,7 @@ def _v1_partitions_and_windows(conn: Connection) -> None:
         sa.Column("created_us", sa.BigInteger, nullable=False),
         sa.Column("updated_us", sa.BigInteger, nullable=False),
         sa.Column("finished_us", sa.BigInteger, nullable=True),
-        state_check("state", PartitionState, "ck_cdc_partitions_state"),
+        _state_in(("created", "running", "finished"), "ck_cdc_partitions_state"),
         sa.Index("ix_cdc_partitions_stream_start", "stream", "start_us"),
     )
     sa.Table(
@@ -105,7 +155,7 @@ def _v1_partitions_and_windows(conn: Connection) -> None:
         sa.Column("drained_us", sa.BigInteger, nullable=True),
         sa.Column("merged_us", sa.BigInteger, nullable=True),
         sa.Column("applied_us", sa.BigInteger, nullable=True),
-        state_check("state", WindowState, "ck_cdc_windows_state"),
+        _state_in(_V1_WINDOW_STATES, "ck_cdc_windows_state"),
     )
     md.create_all(conn)
 
@@ -156,7 +206,7 @@ def _v3_window_partitions(conn: Connection) -> None:
         sa.Column("created_us", sa.BigInteger, nullable=False),
         sa.Column("updated_us", sa.BigInteger, nullable=False),
         sa.Column("done_us", sa.BigInteger, nullable=True),
-        state_check("state", WindowPartitionState, "ck_cdc_window_partitions_state"),
+        _state_in(("pending", "running", "done"), "ck_cdc_window_partitions_state"),
     ).create(conn)
 
 
@@ -190,7 +240,7 @@ def _v4_pipelines_and_window_tables(conn: Connection) -> None:
     # windows applied so far changed tables without a per-table record.
     windows = sa.table(WINDOWS_TABLE, sa.column("pipeline"), sa.column("start_us"), sa.column("end_us"),
                        sa.column("state"))
-    applied_end = sa.func.max(sa.case((windows.c.state == WindowState.APPLIED.value, windows.c.end_us)))
+    applied_end = sa.func.max(sa.case((windows.c.state == "applied", windows.c.end_us)))
     existing = sa.select(
         windows.c.pipeline, sa.func.min(windows.c.start_us), applied_end, utc_now_micros()
     ).group_by(windows.c.pipeline)
@@ -199,6 +249,53 @@ def _v4_pipelines_and_window_tables(conn: Connection) -> None:
             ["pipeline", "first_window_start_us", "tables_recorded_from_us", "created_us"], existing
         )
     )
+
+
+def _v5_windows_reading_then_applied(conn: Connection) -> None:
+    """Windows are ``reading`` or ``applied``; their error and drained/merged timings go."""
+    windows = sa.table(WINDOWS_TABLE, sa.column("state"))
+    conn.execute(
+        sa.update(windows).where(windows.c.state.in_(("drained", "merged"))).values(state="reading")
+    )
+    if conn.dialect.name == "sqlite":
+        _v5_rebuild_sqlite_windows(conn)
+        return
+    table = sa.Table(WINDOWS_TABLE, sa.MetaData())
+    conn.execute(DropConstraintIfExists(table, "ck_cdc_windows_state"))
+    for name in ("error", "drained_us", "merged_us"):
+        conn.execute(DropColumn(table, name))
+    check = _state_in(_V5_WINDOW_STATES, "ck_cdc_windows_state")
+    sa.Table(WINDOWS_TABLE, sa.MetaData(), sa.Column("state", sa.String(16)), check)
+    conn.execute(sa.schema.AddConstraint(check))
+
+
+def _v5_rebuild_sqlite_windows(conn: Connection) -> None:
+    """SQLite cannot change a CHECK constraint: copy the windows into a new table and swap it in."""
+    rebuilt = sa.Table(
+        f"{WINDOWS_TABLE}_v5",
+        sa.MetaData(),
+        sa.Column("pipeline", sa.String(250), primary_key=True),
+        sa.Column("start_us", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column("end_us", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column("stream", sa.String(512), nullable=False),
+        sa.Column("state", sa.String(16), nullable=False),
+        sa.Column("attempt", sa.Integer, nullable=False),
+        sa.Column("staging_uri", sa.Text, nullable=True),
+        sa.Column("record_count", sa.BigInteger, nullable=True),
+        sa.Column("opened_us", sa.BigInteger, nullable=False),
+        sa.Column("updated_us", sa.BigInteger, nullable=False),
+        sa.Column("applied_us", sa.BigInteger, nullable=True),
+        sa.Column("change_set_uri", sa.Text, nullable=True),
+        sa.Column("transaction_count", sa.BigInteger, nullable=True),
+        sa.Column("key_count", sa.BigInteger, nullable=True),
+        _state_in(_V5_WINDOW_STATES, "ck_cdc_windows_state"),
+    )
+    rebuilt.create(conn)
+    names = [c.name for c in rebuilt.columns]
+    old = sa.table(WINDOWS_TABLE, *(sa.column(name) for name in names))
+    conn.execute(rebuilt.insert().from_select(names, sa.select(*old.c)))
+    conn.execute(sa.schema.DropTable(sa.Table(WINDOWS_TABLE, sa.MetaData())))
+    conn.execute(RenameTable(rebuilt, WINDOWS_TABLE))
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -213,6 +310,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         4,
         "first windows of pipelines, table versions per window, claimed partition output",
         _v4_pipelines_and_window_tables,
+    ),
+    Migration(
+        5,
+        "windows read then applied: no drained or merged state, no window error",
+        _v5_windows_reading_then_applied,
     ),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version

@@ -39,11 +39,9 @@ class PartitionState(str, Enum):
 
 
 class WindowState(str, Enum):
-    """Life of a window: ``reading`` → ``drained`` → ``merged`` → ``applied``."""
+    """Life of a window: ``reading`` → ``applied``."""
 
     READING = "reading"
-    DRAINED = "drained"
-    MERGED = "merged"
     APPLIED = "applied"
 
 
@@ -62,7 +60,7 @@ _WINDOW_ORDER = {state: rank for rank, state in enumerate(WindowState)}
 
 
 def is_forward_window_transition(expected: WindowState, new: WindowState) -> bool:
-    """A window only moves forward; skipping states forward (e.g. an empty window) is allowed."""
+    """A window only moves forward (``reading`` → ``applied``)."""
     return _WINDOW_ORDER[new] > _WINDOW_ORDER[expected]
 
 
@@ -320,11 +318,8 @@ class WindowRecord:
     record_count: int | None
     transaction_count: int | None
     key_count: int | None
-    error: str | None
     opened_at: datetime
     updated_at: datetime
-    drained_at: datetime | None
-    merged_at: datetime | None
     applied_at: datetime | None
 
     @property

@@ -1,6 +1,6 @@
 """The pipeline ledger: each pipeline's first window and what each applied window did to each table.
 
-Mixed into :class:`~airflow_provider_cdc.metastore.store.Metastore`. It answers the two questions
+Part of :class:`~airflow_provider_cdc.metastore.store.Metastore`. It answers the two questions
 that keep applies exactly once (``domain.apply_order``): may this window apply now (is the window
 before it applied?), and does each target table hold what the metastore says it holds?
 """
@@ -10,14 +10,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.engine import Connection
 
 from airflow_provider_cdc.domain.apply_order import TableVersions, predecessor_problem
 from airflow_provider_cdc.domain.identifiers import validate_identifier
 from airflow_provider_cdc.domain.timestamps import from_micros
 from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.metastore.engine import MetastoreEngine
 from airflow_provider_cdc.metastore.errors import MetastoreError
 from airflow_provider_cdc.metastore.model import (
     WindowState,
@@ -29,6 +30,7 @@ from airflow_provider_cdc.metastore.schema import pipelines as PL
 from airflow_provider_cdc.metastore.schema import utc_now_micros
 from airflow_provider_cdc.metastore.schema import window_tables as WT
 from airflow_provider_cdc.metastore.schema import windows as W
+from airflow_provider_cdc.metastore.windows import window_key
 
 
 class WindowOrderError(MetastoreError):
@@ -58,13 +60,8 @@ class WindowTableRecord:
     rows: int | None
 
 
-class PipelineLedger:
+class PipelineLedger(MetastoreEngine):
     """Ledger methods of the metastore (see the module docstring)."""
-
-    # Provided by Metastore.
-    _tx: Any
-    _insert_if_absent: Any
-    _window_key: Any
 
     def record_pipeline(self, pipeline: str, first_window_start: datetime | str) -> PipelineRecord:
         """Record the pipeline's first window start unless recorded; return the recorded pipeline."""
@@ -85,7 +82,7 @@ class PipelineLedger:
             return self._pipeline_row(conn, pipeline)
 
     @staticmethod
-    def _pipeline_row(conn: Any, pipeline: str) -> PipelineRecord | None:
+    def _pipeline_row(conn: Connection, pipeline: str) -> PipelineRecord | None:
         row = conn.execute(sa.select(PL).where(PL.c.pipeline == pipeline)).first()
         if row is None:
             return None
@@ -99,7 +96,7 @@ class PipelineLedger:
         self, pipeline: str, start: datetime | str, end: datetime | str
     ) -> WindowOrderError | None:
         """Why the window may not apply yet (``domain.apply_order.predecessor_problem``), or None."""
-        pipeline, start_us, end_us = self._window_key(pipeline, start, end)
+        pipeline, start_us, end_us = window_key(pipeline, start, end)
         window = Window(from_micros(start_us), from_micros(end_us))
         with self._tx() as conn:
             recorded = self._pipeline_row(conn, pipeline)
@@ -136,7 +133,7 @@ class PipelineLedger:
         """Record, per table, the target version the window committed and its change rows
         (``{table: (target_version, rows)}``); a table already recorded for the window keeps its
         record unless ``replace`` (a repair that applied the window again)."""
-        pipeline, start_us, end_us = self._window_key(pipeline, start, end)
+        pipeline, start_us, end_us = window_key(pipeline, start, end)
         with self._tx(write=True) as conn:
             now = utc_now_micros()
             for table, (version, rows) in sorted(tables.items()):

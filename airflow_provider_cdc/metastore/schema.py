@@ -1,7 +1,8 @@
 """The metastore's tables as they are at the current schema version, and a portable clock.
 
-These definitions are what the queries in ``store`` use. The tables themselves are created and
-upgraded only by the ordered steps in ``migrations``; a test checks that both agree.
+These definitions are what the data-access modules (``partitions``, ``windows``, …) query. The
+tables themselves are created and upgraded only by the ordered steps in ``migrations``; a test
+checks that both agree.
 All timestamps are integer microseconds since the Unix epoch (``*_us`` columns).
 """
 
@@ -87,14 +88,12 @@ windows = sa.Table(
     sa.Column("record_count", sa.BigInteger, nullable=True),
     sa.Column("opened_us", sa.BigInteger, nullable=False),
     sa.Column("updated_us", sa.BigInteger, nullable=False),
-    sa.Column("drained_us", sa.BigInteger, nullable=True),
-    sa.Column("merged_us", sa.BigInteger, nullable=True),
     sa.Column("applied_us", sa.BigInteger, nullable=True),
     # version 2
     sa.Column("change_set_uri", sa.Text, nullable=True),
     sa.Column("transaction_count", sa.BigInteger, nullable=True),
     sa.Column("key_count", sa.BigInteger, nullable=True),
-    sa.Column("error", sa.Text, nullable=True),
+    # version 5: states reading and applied only; no error, drained or merged timings
     state_check("state", WindowState, "ck_cdc_windows_state"),
 )
 

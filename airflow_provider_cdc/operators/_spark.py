@@ -14,11 +14,7 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-try:
-    from airflow.providers.common.compat.sdk import AirflowException, BaseHook
-except ImportError:  # older common-compat providers (Airflow 2.11)
-    from airflow.exceptions import AirflowException  # type: ignore[no-redef]
-    from airflow.hooks.base import BaseHook  # type: ignore[no-redef]
+from airflow_provider_cdc._compat import AirflowNotFoundException, BaseHook
 
 LOCAL_MASTER = "local[*]"
 #: Spark settings for a local master that the operator's own ``conf`` has not set. A window's merge
@@ -33,11 +29,15 @@ LOCAL_SPARK_CONF = {
 LOCAL_OUTPUT_LINES_KEPT = 40
 
 
+class SparkJobError(RuntimeError):
+    """A job run with the worker's Python exited with an error (the message has its last output)."""
+
+
 def connection_master(conn_id: str) -> str | None:
     """The Spark master a connection names, or ``None`` when the connection does not exist."""
     try:
         connection = BaseHook.get_connection(conn_id)
-    except AirflowException:
+    except AirflowNotFoundException:
         return None
     host = connection.host or ""
     return host if connection.conn_type == "spark" and host else f"{connection.conn_type}://{host}"
@@ -87,22 +87,46 @@ _LOOK_UP = object()
 
 
 @contextmanager
-def spark_defaults(operator: Any, conn_id: str, master: Any = _LOOK_UP) -> Iterator[str]:
-    """While a SparkSubmitOperator runs: local ``[*]`` master, environment and settings
+def spark_defaults(
+    operator: Any,
+    conn_id: str,
+    master: Any = _LOOK_UP,
+    *,
+    application_args: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[str]:
+    """While a SparkSubmitOperator submits one window's job: its ``application_args``, ``env``
+    added to its environment, and a local ``[*]`` master, environment and settings
     (:data:`LOCAL_SPARK_CONF`) when ``conn_id`` is missing or local. Yields the master used; the
-    operator's own ``env_vars`` and ``conf`` are restored after. ``master``: the connection's, when
-    the caller has looked it up already (:func:`connection_master`)."""
+    operator's own (rendered) ``application_args``, ``env_vars`` and ``conf`` are restored after, so
+    nothing of one run, credentials included, stays on the operator. ``master``: the connection's,
+    when the caller has looked it up already (:func:`connection_master`)."""
     if master is _LOOK_UP:
         master = connection_master(conn_id)
-    user_env, user_conf = operator.env_vars, operator.conf
+    user_args, user_env, user_conf = operator.application_args, operator.env_vars, operator.conf
+    if application_args is not None:
+        operator.application_args = list(application_args)
+    if env:
+        operator.env_vars = {**(user_env or {}), **env}
     if is_local(master):
-        operator.env_vars = local_environment(user_env)
+        operator.env_vars = local_environment(operator.env_vars)
         operator.conf = local_conf(user_conf)
     try:
         with local_spark_connection(conn_id) if master is None else nullcontext():
             yield master or f"{LOCAL_MASTER} (no connection {conn_id!r})"
     finally:
-        operator.env_vars, operator.conf = user_env, user_conf
+        operator.application_args, operator.env_vars, operator.conf = user_args, user_env, user_conf
+
+
+def refuse_remote_credentials(master: str | None, env: Mapping[str, str]) -> None:
+    """Credentials in a job's environment only reach a driver this worker starts: on YARN or
+    Kubernetes spark-submit would carry them as ``--conf`` values on its command line."""
+    if env and master and ("yarn" in master or "k8s" in master):
+        raise ValueError(
+            f"gcp_conn_id credentials can only reach a driver started by this worker; master {master!r} "
+            "would put them on the spark-submit command line. Drop gcp_conn_id and give the cluster "
+            "its own Google credentials (e.g. workload identity)"
+        )
 
 
 class LocalPythonJob:
@@ -135,7 +159,7 @@ class LocalPythonJob:
         return [self.python, self.application, *self.arguments]
 
     def run(self, log: logging.Logger | Any) -> None:
-        """Run to completion, logging the output; raise ``AirflowException`` on a non-zero exit."""
+        """Run to completion, logging the output; raise :class:`SparkJobError` on a non-zero exit."""
         log.info("Running %s with %s (local master, no spark-submit)", self.application, self.python)
         kept: deque[str] = deque(maxlen=LOCAL_OUTPUT_LINES_KEPT)
         self._process = subprocess.Popen(
@@ -147,7 +171,7 @@ class LocalPythonJob:
             log.info("%s", kept[-1])
         status = self._process.wait()
         if status:
-            raise AirflowException(
+            raise SparkJobError(
                 f"{self.application} exited with status {status}; last output:\n" + "\n".join(kept)
             )
 

@@ -6,38 +6,50 @@ import json
 import os
 import tempfile
 import zipfile
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-from airflow_provider_cdc._errors import metastore_errors, require_absolute
-from airflow_provider_cdc.domain.timestamps import coerce_timestamp, format_timestamp, to_micros
+from airflow_provider_cdc.domain.timestamps import format_timestamp
+from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-from airflow_provider_cdc.operators._spark import spark_defaults
+from airflow_provider_cdc.hooks.pipeline import CdcPipelineHook
+from airflow_provider_cdc.hooks.storage import storage_environment
+from airflow_provider_cdc.operators._spark import connection_master, refuse_remote_credentials, spark_defaults
+from airflow_provider_cdc.operators._window import WINDOW_END, WINDOW_START, locations_of, window_of
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 #: The ``spark-submit`` application this operator runs.
 MERGE_JOB_PATH = str(PACKAGE_DIR / "jobs" / "merge_job.py")
-#: Replaced in ``staging_uri`` and ``changeset_uri`` by the window id ``{start_micros}-{end_micros}``.
-WINDOW_ID_PLACEHOLDER = "{window_id}"
 DOMAIN_ZIP_NAME = "airflow_provider_cdc_domain.zip"
 _ZIP_PACKAGE_INIT = '"""The domain layer of airflow-provider-cdc, shipped to Spark with --py-files."""\n'
 
 
-def build_domain_zip(directory: str | os.PathLike[str]) -> str:
-    """Write ``airflow_provider_cdc/domain`` as a zip for ``--py-files``; return the zip's path.
+def shipped_modules() -> list[Path]:
+    """What the merge job imports: the domain (with the window contract), the filesystem resolver and
+    the job's own plan, kernels and file copies (executors unpickle the kernels by reference)."""
+    jobs = PACKAGE_DIR / "jobs"
+    return [
+        *sorted((PACKAGE_DIR / "domain").rglob("*.py")),
+        PACKAGE_DIR / "filesystems.py",
+        jobs / "__init__.py",
+        *sorted(jobs.glob("merge_*.py")),
+    ]
 
-    The zip holds the domain modules and a package ``__init__`` without imports, so the driver and
-    executors can import ``airflow_provider_cdc.domain`` without Airflow installed.
+
+def build_domain_zip(directory: str | os.PathLike[str]) -> str:
+    """Write what the merge job imports as a zip for ``--py-files``; return the zip's path.
+
+    The zip holds the domain modules, ``filesystems`` and the job's modules with a package
+    ``__init__`` without imports, so the driver and executors import them without Airflow installed.
     """
     target = Path(directory) / DOMAIN_ZIP_NAME
     with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("airflow_provider_cdc/__init__.py", _ZIP_PACKAGE_INIT)
-        for module in sorted((PACKAGE_DIR / "domain").glob("*.py")):
-            archive.write(module, f"airflow_provider_cdc/domain/{module.name}")
+        for module in shipped_modules():
+            archive.write(module, f"airflow_provider_cdc/{module.relative_to(PACKAGE_DIR).as_posix()}")
     return str(target)
 
 
@@ -47,7 +59,10 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
     Runs ``airflow_provider_cdc/jobs/merge_job.py`` through ``spark-submit``: staged rows outside
     ``[window_start, window_end)`` are dropped, every transaction is checked to be complete,
     repeated mods are removed and each key's changes are collapsed in commit order into one row
-    of ``{changeset_uri}/table={table}/``, with ``_manifest.json`` written last.
+    of the window's change set (``{changeset_root}/{window_id}/table={table}/``), with
+    ``_manifest.json`` written last. Only each partition's recorded output is read (the staged
+    files of the claim that completed it, from the metastore), and every partition of the window
+    must have been read to its end.
 
     The domain package is shipped with ``--py-files`` (a zip built on the fly), so the job also
     runs on clusters without this provider installed (they need ``pyspark`` and ``pyarrow``).
@@ -56,130 +71,103 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
     UI, a driver JVM that does not spend the job's CPU on the optimising compiler) unless ``conf``
     sets them.
 
-    :param staging_uri: the window's staging folder, ``{staging_root}/{stream}/{window_id}``
-        (templated; absolute local path, ``file://`` or ``gs://``). A literal ``{window_id}`` in it is
-        replaced by ``{start_micros}-{end_micros}`` of the rendered window.
-    :param changeset_uri: the window's change-set folder, ``{changeset_root}/{window_id}``
-        (templated; ``{window_id}`` is replaced as in ``staging_uri``).
+    :param locations: the pipeline's roots (templated): ``staging_root`` and ``changeset_root``
+        (absolute local paths, ``file://`` or ``gs://`` URIs); the same argument as the upsert's and
+        the commit's (see :class:`~airflow_provider_cdc.domain.contract.locations.WindowLocations`).
+    :param stream_key: the stream as the metastore names it (``projects/…/databases/<db>/<stream>``;
+        templated); its last segment names the staging folder.
     :param window_start: inclusive window start, RFC 3339 (templated; default the data interval start).
     :param window_end: exclusive window end, RFC 3339 (templated; default the data interval end).
-    :param stream_key: the stream as the metastore names it (``projects/…/databases/<db>/<stream>``;
-        templated). With it the job reads only each partition's recorded output (the staged files
-        of the claim that completed it), and every partition of the window must be read.
-    :param metastore_conn_id: the metastore holding the window's partitions (with ``stream_key``).
+    :param gcp_conn_id: Google Cloud connection whose credentials reach the job in its environment
+        (never its arguments) for ``gs://`` locations.
+    :param metastore_conn_id: the metastore holding the window's partitions (``None``: read every
+        claim's files in the staging folder, for staging written without a metastore).
     :param conn_id: Spark connection (default ``spark_default``; missing means ``local[*]``).
     :param kwargs: passed to ``SparkSubmitOperator`` (``conf``, ``driver_memory``, ``py_files``, ...).
     """
 
     template_fields: Sequence[str] = (
         *SparkSubmitOperator.template_fields,
-        "staging_uri",
-        "changeset_uri",
+        "locations",
+        "stream_key",
         "window_start",
         "window_end",
-        "stream_key",
+        "gcp_conn_id",
     )
+    template_fields_renderers = {"locations": "json"}
     ui_color = "#f4a460"
 
     def __init__(
         self,
         *,
-        staging_uri: str,
-        changeset_uri: str,
-        window_start: str = "{{ data_interval_start }}",
-        window_end: str = "{{ data_interval_end }}",
+        locations: Mapping[str, str],
+        stream_key: str,
+        window_start: str = WINDOW_START,
+        window_end: str = WINDOW_END,
         conn_id: str = "spark_default",
         name: str = "cdc-merge-window",
-        stream_key: str | None = None,
-        metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
+        gcp_conn_id: str | None = None,
+        metastore_conn_id: str | None = CdcMetastoreHook.default_conn_name,
         **kwargs: Any,
     ) -> None:
         if "application" in kwargs:
             raise TypeError("SparkMergeWindowOperator runs its bundled merge job; do not pass 'application'")
         super().__init__(application=MERGE_JOB_PATH, conn_id=conn_id, name=name, **kwargs)
-        self.staging_uri = staging_uri
-        self.changeset_uri = changeset_uri
+        self.locations = locations
+        self.stream_key = stream_key
         self.window_start = window_start
         self.window_end = window_end
-        self.merge_conn_id = conn_id
-        self.stream_key = stream_key
+        self.spark_conn_id = conn_id
+        self.gcp_conn_id = gcp_conn_id
         self.metastore_conn_id = metastore_conn_id
 
-    def merge_arguments(self) -> list[str]:
-        """Command-line arguments of the merge job from the rendered fields (checked here first)."""
-        bounds = []
-        for field in ("window_start", "window_end"):
-            value = getattr(self, field)
-            try:
-                bounds.append(coerce_timestamp(value if isinstance(value, datetime) else str(value)))
-            except ValueError:
-                raise ValueError(
-                    f"{field} must be an RFC 3339 timestamp, got {value!r} "
-                    "(a run without a data interval needs explicit window_start/window_end)"
-                ) from None
-        start, end = bounds
-        if start >= end:
-            raise ValueError(
-                f"window_start {format_timestamp(start)} is not before window_end {format_timestamp(end)}"
-            )
-        window_id = f"{to_micros(start)}-{to_micros(end)}"
-        locations = []
-        for field in ("staging_uri", "changeset_uri"):
-            value = getattr(self, field)
-            if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"{field} must be a non-empty location, got {value!r}")
-            require_absolute(field, value.strip())
-            locations.append(value.strip().replace(WINDOW_ID_PLACEHOLDER, window_id))
+    def _window_and_folders(self) -> tuple[Window, str, str]:
+        window = window_of(self.window_start, self.window_end)
+        locations = locations_of(self.locations, "staging_root", "changeset_root")
+        stream_key = str(self.stream_key or "").strip().rstrip("/")
+        if not stream_key:
+            raise ValueError("stream_key must name the stream (projects/…/databases/<db>/<stream>)")
+        stream = stream_key.rsplit("/", 1)[-1]
+        return window, locations.staging(stream, window), locations.change_set(window)
+
+    def merge_arguments(self, claims: Mapping[str, str] | None = None) -> list[str]:
+        """Command-line arguments of the merge job from the rendered fields (checked here first);
+        ``claims``: partition key → claim id of each partition's recorded output."""
+        window, staging, changeset = self._window_and_folders()
         args = [
             "--staging",
-            locations[0],
+            staging,
             "--changeset",
-            locations[1],
+            changeset,
             "--window-start",
-            format_timestamp(start),
+            format_timestamp(window.start),
             "--window-end",
-            format_timestamp(end),
+            format_timestamp(window.end),
         ]
-        if self.stream_key:
-            window = f"[{format_timestamp(start)}, {format_timestamp(end)})"
-            with metastore_errors(f"window {window} of {self.stream_key}: reading its partitions' claims"):
-                claims = self.partition_claims(start, end)
-            args += ["--partition-claims", json.dumps(claims, sort_keys=True)]
+        if claims is not None:
+            args += ["--partition-claims", json.dumps(dict(claims), sort_keys=True)]
         return args
 
-    def partition_claims(self, start: datetime, end: datetime) -> dict[str, str]:
-        """Partition key → the claim whose staged files are the partition's output (metastore)."""
-        from airflow_provider_cdc.staging.parquet import partition_key
-
-        items = CdcMetastoreHook(self.metastore_conn_id).metastore.window_partitions(
-            str(self.stream_key), start, end
-        )
-        window = f"[{format_timestamp(start)}, {format_timestamp(end)})"
-        if not items:
-            raise ValueError(f"window {window} of {self.stream_key}: no partitions recorded; read it first")
-        unread = [item.token for item in items if not item.is_done]
-        if unread:
-            raise ValueError(
-                f"window {window}: {len(unread)} partition(s) not read to the window end yet: "
-                + ", ".join(unread[:5])
-            )
-        return {partition_key(item.token): item.claim_id for item in items if item.claim_id}
-
     def execute(self, context: Any) -> None:
-        self.application = MERGE_JOB_PATH
-        self.application_args = self.merge_arguments()
+        window, staging, changeset = self._window_and_folders()
+        claims = None
+        if self.metastore_conn_id:
+            hook = CdcPipelineHook(self.metastore_conn_id, self.gcp_conn_id)
+            claims = hook.partition_claims(str(self.stream_key).rstrip("/"), window)
+        arguments = self.merge_arguments(claims)
+        env = storage_environment(self.gcp_conn_id)
+        master = connection_master(self.spark_conn_id)
+        refuse_remote_credentials(master, env)
         user_py_files = self.py_files
         with tempfile.TemporaryDirectory(prefix="cdc-merge-") as workdir:
             self.py_files = ",".join(filter(None, [user_py_files, build_domain_zip(workdir)]))
             try:
-                with spark_defaults(self, self.merge_conn_id) as master:
+                with spark_defaults(
+                    self, self.spark_conn_id, master, application_args=arguments, env=env
+                ) as used:
                     self.log.info(
-                        "Merging window [%s, %s) from %s into %s on Spark master %s",
-                        self.application_args[5],
-                        self.application_args[7],
-                        self.application_args[1],
-                        self.application_args[3],
-                        master,
+                        "Merging window %s from %s into %s on Spark master %s",
+                        window, staging, changeset, used,
                     )
                     super().execute(context)
             finally:

@@ -3,89 +3,66 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from airflow_provider_cdc._compat import AirflowFailException, BaseOperator
+from airflow_provider_cdc._compat import AirflowFailException, BaseOperator, Context
 from airflow_provider_cdc._errors import metastore_errors, require_absolute
 from airflow_provider_cdc.domain.timestamps import coerce_timestamp
 from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.hooks.change_stream_connection import (
+    ChangeStreamConnectionMixin,
+    connection_arguments,
+)
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 
-if TYPE_CHECKING:  # imported where used, so that parsing a DAG stays quick
-    from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
 
-
-def reader_owner(context: Any) -> str:
+def reader_owner(context: Context) -> str:
     """Lease owner of a reader task: the same across retries of one task instance, unique otherwise."""
     ti = context["ti"]
     map_index = getattr(ti, "map_index", -1)
     return f"{ti.dag_id}/{ti.run_id}/{ti.task_id}/{map_index}"
 
 
-class _ChangeStreamWindowOperator(BaseOperator):
-    """Fields shared by the open and read operators (see :class:`SpannerChangeStreamHook`).
+class _ChangeStreamWindowOperator(ChangeStreamConnectionMixin, BaseOperator):
+    """Fields shared by the open and read operators: the change stream's connection fields (see
+    :class:`~airflow_provider_cdc.hooks.change_stream_connection.ChangeStreamConnection`), the window and
+    where it is staged; all templated.
 
     ``staging_root`` is a ``gs://`` URI or an absolute local path (a relative one is refused: tasks
-    run in other working directories). ``retention`` (templated; ``timedelta``, seconds or Spanner
-    duration text such as ``'7d'``) overrides the stream's ``retention_period``; a window older than
-    the retention fails, one older than 80% of it logs a warning.
+    run in other working directories). ``retention`` (``timedelta``, seconds or Spanner duration text
+    such as ``'7d'``) overrides the stream's ``retention_period``; a window older than the retention
+    fails, one older than 80% of it logs a warning.
     """
 
     template_fields: Sequence[str] = (
-        "instance_id",
-        "database_id",
-        "stream",
-        "project_id",
+        *ChangeStreamConnectionMixin.template_fields,
         "staging_root",
         "window_start",
         "window_end",
         "pipeline_id",
-        "retention",
     )
 
+    @connection_arguments
     def __init__(
         self,
         *,
-        instance_id: str,
-        database_id: str,
-        stream: str,
         staging_root: str,
         window_start: Any = "{{ data_interval_start }}",
         window_end: Any = "{{ data_interval_end }}",
         pipeline_id: str | None = None,
-        project_id: str | None = None,
-        gcp_conn_id: str = "google_cloud_default",
-        impersonation_chain: str | Sequence[str] | None = None,
-        metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
-        heartbeat_ms: int = 10_000,
-        retention: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.instance_id = instance_id
-        self.database_id = database_id
-        self.stream = stream
         self.staging_root = staging_root
         self.window_start = window_start
         self.window_end = window_end
         self.pipeline_id = pipeline_id
-        self.project_id = project_id
-        self.gcp_conn_id = gcp_conn_id
-        self.impersonation_chain = impersonation_chain
-        self.metastore_conn_id = metastore_conn_id
-        self.heartbeat_ms = heartbeat_ms
-        self.retention = retention
-
-    def hook(self) -> SpannerChangeStreamHook:
-        from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
-
-        return SpannerChangeStreamHook.from_fields(self)
 
     def window(self) -> Window:
         require_absolute("staging_root", self.staging_root)
         return Window(coerce_timestamp(self.window_start), coerce_timestamp(self.window_end))
 
-    def pipeline(self, context: Any) -> str:
+    def pipeline(self, context: Context) -> str:
         return self.pipeline_id or context["ti"].dag_id
 
 
@@ -107,7 +84,7 @@ class SpannerChangeStreamOpenWindowOperator(_ChangeStreamWindowOperator):
         self.readers = readers
         self.first_window_start = first_window_start
 
-    def execute(self, context: Any) -> list[int]:
+    def execute(self, context: Context) -> list[int]:
         self.readers = int(self.readers)
         if self.readers < 1:
             raise ValueError(f"readers must be at least 1, got {self.readers}")
@@ -115,13 +92,13 @@ class SpannerChangeStreamOpenWindowOperator(_ChangeStreamWindowOperator):
         pipeline = self.pipeline(context)
         first = coerce_timestamp(self.first_window_start) if self.first_window_start else window.start
         with metastore_errors(f"window {window} of pipeline {pipeline!r}: recording the pipeline"):
-            store = CdcMetastoreHook(self.metastore_conn_id).metastore
-            recorded = store.record_pipeline(pipeline, first)
-            error = store.predecessor_error(pipeline, window.start, window.end)
+            with CdcMetastoreHook(self.metastore_conn_id) as metastore:
+                recorded = metastore.metastore.record_pipeline(pipeline, first)
+                error = metastore.metastore.predecessor_error(pipeline, window.start, window.end)
         self.log.info("Pipeline %s starts with the window at %s", pipeline, recorded.first_window_start)
         if error is not None and error.never_run:
             raise AirflowFailException(str(error))
-        tokens = self.hook().open_window(
+        tokens = self.to_hook().open_window(
             self.pipeline(context), window, self.staging_root, reader_owner(context)
         )
         self.log.info(
@@ -151,9 +128,9 @@ class SpannerChangeStreamReadWindowOperator(_ChangeStreamWindowOperator):
         self.lease_seconds = lease_seconds
         self.retries_per_partition = retries_per_partition
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Context) -> dict[str, Any]:
         window = self.window()
-        summary = self.hook().read_window(
+        summary = self.to_hook().read_window(
             window,
             self.staging_root,
             reader_owner(context),

@@ -9,7 +9,8 @@ from typing import Any
 from google.cloud.spanner_v1 import param_types
 
 from airflow_provider_cdc.domain.identifiers import validate_identifier
-from airflow_provider_cdc.domain.records import ChangeStreamRecord, parse_change_record_row
+from airflow_provider_cdc.domain.record_parser import parse_change_record_row
+from airflow_provider_cdc.domain.records import ChangeStreamRecord
 
 MIN_HEARTBEAT_MS, MAX_HEARTBEAT_MS = 1000, 300_000
 

@@ -6,7 +6,7 @@ rows here in one pass, column-wise, without building intermediate Python objects
 parsed and re-encoded canonically with the C scanner and encoder of the standard ``json`` module,
 called directly. Anything that does not have the expected shape, and every heartbeat or
 child-partitions record, goes through the client's own decoder and
-:func:`airflow_provider_cdc.domain.records.parse_change_record_row`, which also produces the
+:func:`airflow_provider_cdc.domain.record_parser.parse_change_record_row`, which also produces the
 precise error for a malformed record. Tests check both paths stage identical rows.
 """
 
@@ -19,13 +19,10 @@ from datetime import datetime
 from json.decoder import JSONDecoder
 from typing import Any
 
-from airflow_provider_cdc.domain.change_row import STAGED_CHANGE_COLUMNS
-from airflow_provider_cdc.domain.records import (
-    ChangeStreamRecord,
-    ModType,
-    ValueCaptureType,
-    parse_change_record_row,
-)
+from airflow_provider_cdc.domain.columns import ColumnType
+from airflow_provider_cdc.domain.contract.staged_rows import STAGED_CHANGE_COLUMNS
+from airflow_provider_cdc.domain.record_parser import parse_change_record_row
+from airflow_provider_cdc.domain.records import ChangeStreamRecord, ModType, ValueCaptureType
 from airflow_provider_cdc.domain.sequence_number import fingerprint64
 from airflow_provider_cdc.domain.timestamps import parse_timestamp, to_micros
 
@@ -210,14 +207,9 @@ class ChangeRecordDecoder:
                     or not isinstance(type_json.get("code"), str)
                 ):
                     raise _NotFast
-                columns.append(
-                    {
-                        "name": name.string_value,
-                        "type": type_json,
-                        "is_primary_key": is_key.bool_value,
-                        "ordinal_position": int(ordinal.string_value),
-                    }
-                )
+                position = int(ordinal.string_value)
+                column = ColumnType(name.string_value, type_json, is_key.bool_value, position)
+                columns.append(column.to_json_dict())
             if not columns:
                 raise _NotFast
             cached = self._column_types[key] = _dumps(columns)

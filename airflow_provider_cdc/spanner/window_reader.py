@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -29,12 +29,8 @@ from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.metastore import Metastore, PartitionSpec
 from airflow_provider_cdc.spanner.change_stream_query import ChangeStreamQuery
 from airflow_provider_cdc.spanner.record_decoder import ChangeRecordDecoder, DataRecordRows
-from airflow_provider_cdc.staging.parquet import (
-    DEFAULT_ROWS_PER_FILE,
-    StagingWriter,
-    discard_other_claims,
-    window_location,
-)
+from airflow_provider_cdc.staging.parquet import DEFAULT_ROWS_PER_FILE, StagingWriter, window_location
+from airflow_provider_cdc.staging.reading import discard_other_claims
 
 # Errors worth retrying from the last record received (the client already resumes UNAVAILABLE
 # transparently with resume tokens; these are what reach us).
@@ -105,7 +101,11 @@ class ReadSummary:
 
 
 class WindowReader:
-    """Reads windows of one change stream into Parquet staging, recording lineage in the metastore."""
+    """Reads windows of one change stream into Parquet staging, recording lineage in the metastore.
+
+    The staging root is opened with ``storage_options`` (delta-rs object-store options, such as
+    those of a Google connection) unless an explicit ``filesystem`` is given.
+    """
 
     def __init__(
         self,
@@ -122,6 +122,7 @@ class WindowReader:
         rows_per_file: int = DEFAULT_ROWS_PER_FILE,
         query_timeout: float | None = 3600.0,
         filesystem: object | None = None,
+        storage_options: Mapping[str, str] | None = None,
         log: logging.Logger | None = None,
         progress_seconds: float = 10.0,
         sleep: Callable[[float], None] = time.sleep,
@@ -138,6 +139,7 @@ class WindowReader:
         self.rows_per_file = rows_per_file
         self.query_timeout = query_timeout
         self.filesystem = filesystem
+        self.storage_options = storage_options
         self.log = log or logging.getLogger(__name__)
         self.progress_seconds = progress_seconds
         self._sleep = sleep
@@ -250,6 +252,7 @@ class WindowReader:
             rows_per_file=self.rows_per_file,
             filesystem=self.filesystem,
             claim_id=claim_id,
+            storage_options=self.storage_options,
         )
         with writer:
             self._drain(window, token, start, writer, result)

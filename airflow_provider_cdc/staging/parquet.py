@@ -1,76 +1,70 @@
-"""Parquet staging of change rows, one directory per (stream, window, partition).
+"""Writing change rows to Parquet staging, one directory per (stream, window, partition).
 
-Layout (``domain.layout``): ``{root}/{stream}/{window_id}/partition={partition_key}/claim={claim_id}/
-part-{n:05d}.parquet``. Each claim of a partition (one reading of it, see the metastore's
-``claim_window_partition``) writes a folder of its own, so a reader that lost its lease and wakes up
-later writes and clears only its own folder, never the output of the claim that completed the
-partition; the metastore records that claim, and readers of the staging read only recorded claims
-(``staged_files(..., claims=...)``). Without a claim id a writer uses the partition's folder itself.
-File names are deterministic and a writer clears its folder when it opens, so a retried write
-replaces the earlier attempt's files instead of adding to them; a resuming writer keeps them and
-continues the numbering. ``root`` is a local path or a URI (``gs://bucket/prefix``); on a local
-file system every file is written under a hidden temporary name and renamed into place, on object
-stores each file is one atomic object write. Rows are kept as Python values for at most
-``BATCH_ROWS`` rows, then become an Arrow record batch: on a local file system each batch is written
-at once as a row group of the file being written, so memory is bounded by ``BATCH_ROWS``; for an
-object store a file's batches are held until it is full (memory bounded by ``rows_per_file``).
+Layout (``domain.contract.locations``): ``{root}/{stream}/{window_id}/partition={partition_key}/
+claim={claim_id}/part-{n:05d}.parquet``. Each claim of a partition (one reading of it, see the
+metastore's ``claim_window_partition``) writes a folder of its own, so a reader that lost its lease
+and wakes up later writes and clears only its own folder, never the output of the claim that
+completed the partition; the metastore records that claim, and readers of the staging read only
+recorded claims (``staged_files(..., claims=...)`` of :mod:`.reading`). Without a claim id a writer
+uses the partition's folder itself. File names are deterministic and a writer clears its folder when
+it opens, so a retried write replaces the earlier attempt's files instead of adding to them; a
+resuming writer keeps them and continues the numbering. ``root`` is a local path or a URI
+(``gs://bucket/prefix``), opened with ``storage_options`` unless a filesystem is given
+(:func:`.files.open_root`); on a local file system every file is written under a hidden temporary
+name and renamed into place, on object stores each file is one atomic object write. Rows are kept as
+Python values for at most ``BATCH_ROWS`` rows, then become an Arrow record batch: on a local file
+system each batch is written at once as a row group of the file being written, so memory is bounded
+by ``BATCH_ROWS``; for an object store a file's batches are held until it is full (memory bounded by
+``rows_per_file``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import re
-from array import array
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from airflow_provider_cdc.domain.change_row import STAGED_CHANGE_COLUMNS, change_rows
-from airflow_provider_cdc.domain.identifiers import validate_identifier
-from airflow_provider_cdc.domain.layout import (
-    CLAIM_DIR_PREFIX,
-    PARTITION_DIR_PREFIX,
-    claim_folder,
-    partition_key,
+from airflow_provider_cdc import filesystems
+from airflow_provider_cdc.domain.change_row import change_rows
+from airflow_provider_cdc.domain.contract.locations import WindowLocations, partition_key
+from airflow_provider_cdc.domain.contract.staged_rows import (
+    STAGED_CHANGE_COLUMNS,
+    STAGED_CHANGE_FIELDS,
+    arrow_type,
+    staged_change_schema,
 )
+from airflow_provider_cdc.domain.identifiers import validate_identifier
 from airflow_provider_cdc.domain.records import DataChangeRecord
-from airflow_provider_cdc.domain.timestamps import to_micros
 from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.staging.batches import memory_pool, record_batch
+from airflow_provider_cdc.staging.files import (
+    PART_FILE,
+    check_window,
+    delete_quietly,
+    is_local,
+    list_files,
+    open_root,
+    partition_directories,
+    window_directory,
+)
+from airflow_provider_cdc.staging.reading import (
+    discard_other_claims,
+    iter_staged_batches,
+    read_staged_changes,
+    staged_files,
+)
 
-if TYPE_CHECKING:  # pyarrow.dataset imports pandas: loaded only where staging is read back
-    import pyarrow.dataset as ds
-
-_TYPES: dict[str, pa.DataType] = {
-    "partition_token": pa.string(),
-    "commit_timestamp": pa.timestamp("us", tz="UTC"),
-    "server_transaction_id": pa.string(),
-    "record_sequence": pa.string(),
-    "mod_index": pa.int32(),
-    "table_name": pa.string(),
-    "mod_type": pa.string(),
-    "keys_json": pa.string(),
-    "new_values_json": pa.string(),
-    "old_values_json": pa.string(),
-    "column_types_json": pa.string(),
-    "value_capture_type": pa.string(),
-    "number_of_records_in_transaction": pa.int64(),
-    "number_of_partitions_in_transaction": pa.int64(),
-    "is_last_record_in_transaction_in_partition": pa.bool_(),
-    "change_sequence_number": pa.string(),
-}
+_TYPES: dict[str, pa.DataType] = {name: arrow_type(kind) for name, kind in STAGED_CHANGE_FIELDS}
 
 #: Arrow schema of a staged change row (every column is always set).
-STAGED_CHANGE_SCHEMA = pa.schema(
-    [pa.field(name, _TYPES[name], nullable=False) for name in STAGED_CHANGE_COLUMNS]
-)
+STAGED_CHANGE_SCHEMA = staged_change_schema()
 
 # Python types a row's values must have (checked per row, so a bad row is refused where it is written).
 _PYTHON_TYPES: dict[str, type] = {
@@ -95,14 +89,11 @@ _DICTIONARY_COLUMNS = [
     for name in STAGED_CHANGE_COLUMNS
     if name not in ("keys_json", "new_values_json", "old_values_json", "change_sequence_number", "mod_index")
 ]
-_PART_FILE = re.compile(r"part-([0-9]{5,})\.parquet")
-_PARTITION_DIR = PARTITION_DIR_PREFIX
 
 
 def window_location(root: str, stream: str, window: Window) -> str:
     """Where a window's staged rows live: ``{root}/{stream}/{window_id}`` (``root`` as given)."""
-    validate_identifier(stream, "change stream")
-    return f"{root.rstrip('/')}/{stream}/{_window(window).window_id}"
+    return WindowLocations(staging_root=root).staging(stream, check_window(window))
 
 
 @dataclass(frozen=True)
@@ -124,6 +115,8 @@ class StagingWriter:
     ...; leaving the ``with`` block normally writes the rest, leaving it with an exception discards
     the unwritten rows (they were not acknowledged, so the reader reads them again).
     ``on_file_written`` is called after each file is committed, e.g. to advance a watermark.
+    ``root`` is opened with ``storage_options`` (delta-rs object-store options, as for the lake)
+    unless ``filesystem`` is given.
     """
 
     def __init__(
@@ -138,30 +131,24 @@ class StagingWriter:
         resume: bool = False,
         on_file_written: Callable[[StagedFile], None] | None = None,
         claim_id: str | None = None,
+        storage_options: Mapping[str, str] | None = None,
     ) -> None:
         if isinstance(rows_per_file, bool) or not isinstance(rows_per_file, int) or rows_per_file < 1:
             raise ValueError(f"rows_per_file must be a positive integer, got {rows_per_file!r}")
         self.stream = validate_identifier(stream, "change stream")
-        self.window = _window(window)
+        self.window = check_window(window)
         self.partition_token = partition_token
         self.partition_key = partition_key(partition_token)
         self.rows_per_file = rows_per_file
         self.resume = resume
-        self.filesystem, base = _resolve(root, filesystem)
-        self.partition_directory = (
-            f"{base}/{self.stream}/{self.window.window_id}/{_PARTITION_DIR}{self.partition_key}"
+        self.filesystem, base = open_root(root, filesystem, storage_options)
+        self.partition_directory, self.directory = partition_directories(
+            window_directory(base, self.stream, self.window), partition_token, claim_id
         )
-        if claim_id is not None and not (claim_id.isascii() and claim_id.isalnum()):
-            raise ValueError(f"claim id must be letters and digits, got {claim_id!r}")
         self.claim_id = claim_id
-        self.directory = (
-            self.partition_directory
-            if claim_id is None
-            else f"{self.partition_directory}/{CLAIM_DIR_PREFIX}{claim_id}"
-        )
         self.files: list[StagedFile] = []
         self._on_file_written = on_file_written
-        self._local = _is_local(self.filesystem)
+        self._local = is_local(self.filesystem)
         self._columns: dict[str, list[Any]] = {name: [] for name in STAGED_CHANGE_COLUMNS}
         self._column_lists = list(self._columns.values())
         self._pending = 0  # rows in self._columns
@@ -195,12 +182,12 @@ class StagingWriter:
         """Prepare the partition directory: clear it, or find where a resumed write continues."""
         if self._state != "new":
             raise RuntimeError(f"staging writer for {self.directory} was already opened")
-        existing = _list_files(self.filesystem, self.directory)
+        existing = list_files(self.filesystem, self.directory)
         for info in existing:
-            if not self.resume or not _PART_FILE.fullmatch(info.base_name):
+            if not self.resume or not PART_FILE.fullmatch(info.base_name):
                 self.filesystem.delete_file(info.path)
         if self.resume:
-            matches = (_PART_FILE.fullmatch(info.base_name) for info in existing)
+            matches = (PART_FILE.fullmatch(info.base_name) for info in existing)
             numbers = [int(match.group(1)) for match in matches if match]
             self._next_index = max(numbers, default=-1) + 1
         self._state = "open"
@@ -318,7 +305,7 @@ class StagingWriter:
         """Turn the rows held as Python values into an Arrow record batch (types checked here)."""
         if not self._pending:
             return
-        batch = _record_batch(self._columns)
+        batch = record_batch(self._columns)
         timestamps = self._columns["commit_timestamp"]
         low, high = min(timestamps), max(timestamps)
         if self._min_timestamp is None or low < self._min_timestamp:
@@ -338,7 +325,7 @@ class StagingWriter:
                 STAGED_CHANGE_SCHEMA,
                 filesystem=self.filesystem,
                 use_dictionary=_DICTIONARY_COLUMNS,
-                memory_pool=_memory_pool(),
+                memory_pool=memory_pool(),
             )
         self._file.write_batch(batch)
         # The Parquet writer's page and encoder buffers come from Arrow's default pool, whose
@@ -359,7 +346,7 @@ class StagingWriter:
                 file.close()
                 self.filesystem.move(self._temporary_path(), path)
             except BaseException:
-                _delete_quietly(self.filesystem, self._temporary_path())
+                delete_quietly(self.filesystem, self._temporary_path())
                 raise
         else:
             table = pa.Table.from_batches(self._batches, schema=STAGED_CHANGE_SCHEMA)
@@ -379,10 +366,10 @@ class StagingWriter:
         return staged
 
     def _path(self) -> str:
-        return f"{self.directory}/part-{self._next_index:05d}.parquet"
+        return filesystems.join(self.directory, f"part-{self._next_index:05d}.parquet")
 
     def _temporary_path(self) -> str:
-        return f"{self.directory}/.part-{self._next_index:05d}.parquet.tmp"
+        return filesystems.join(self.directory, f".part-{self._next_index:05d}.parquet.tmp")
 
     def _clear_buffer(self) -> None:
         """Drop the rows not yet in a committed file (a local file being written is deleted)."""
@@ -395,7 +382,7 @@ class StagingWriter:
             file, self._file = self._file, None
             with contextlib.suppress(Exception):  # the rows are dropped anyway; keep the first error
                 file.close()
-            _delete_quietly(self.filesystem, self._temporary_path())
+            delete_quietly(self.filesystem, self._temporary_path())
 
     def _require_open(self) -> None:
         if self._state != "open":
@@ -403,186 +390,16 @@ class StagingWriter:
             raise RuntimeError(f"staging writer for {self.directory} is {state}")
 
 
-# -- Python values to Arrow --------------------------------------------------------------------
-#
-# ``pa.array`` and ``RecordBatch.from_pydict`` look for pandas objects among their input, which
-# imports pandas (tens of MB) into a process that never uses it. Staged columns have four simple
-# types, built here from their buffers instead, with the same checks: a value of the wrong type
-# raises ``TypeError``, an out-of-range integer ``OverflowError``, a missing value ``ValueError``.
-
-_ARRAY_CODES = {pa.int32(): "i", pa.int64(): "q"}
-assert array("i").itemsize == 4 and array("q").itemsize == 8
-
-
-def _memory_pool() -> pa.MemoryPool:
-    """The allocator for staging buffers: the system's, which returns a written batch's memory,
-    where Arrow's default (mimalloc or jemalloc) keeps freed pages for reuse (tens of MB of RSS)."""
-    return pa.system_memory_pool()
-
-
-def _record_batch(columns: Mapping[str, list[Any]]) -> pa.RecordBatch:
-    """Staged rows held column-wise as Python values, as a record batch of ``STAGED_CHANGE_SCHEMA``."""
-    arrays = [_array(columns[field.name], field) for field in STAGED_CHANGE_SCHEMA]
-    return pa.RecordBatch.from_arrays(arrays, schema=STAGED_CHANGE_SCHEMA)
-
-
-def _array(values: list[Any], field: pa.Field) -> pa.Array:
-    type_, count = field.type, len(values)
-    if type_ == pa.string():
-        builder = pa.lib.StringBuilder(_memory_pool())
-        builder.append_values(values)
-        result = builder.finish()
-        if result.null_count:
-            raise ValueError(f"staged change column {field.name!r} must not be null")
-        return result
-    if type_ == pa.bool_():
-        if not all(type(value) is bool for value in values):
-            raise TypeError(f"staged change column {field.name!r} expects bool values")
-        bits = bytearray((count + 7) // 8)
-        for index, value in enumerate(values):
-            if value:
-                bits[index >> 3] |= 1 << (index & 7)
-        return pa.Array.from_buffers(type_, count, [None, pa.py_buffer(bits)])
-    if pa.types.is_timestamp(type_):
-        micros: dict[datetime, int] = {}
-        for value in dict.fromkeys(values):
-            if not isinstance(value, datetime):
-                raise TypeError(f"staged change column {field.name!r} expects datetime, got {value!r}")
-            micros[value] = to_micros(value)
-        buffer = array("q", map(micros.__getitem__, values))
-    else:
-        buffer = array(_ARRAY_CODES[type_], values)
-    return pa.Array.from_buffers(type_, count, [None, pa.py_buffer(buffer)])
-
-
-# -- reading -----------------------------------------------------------------------------------
-
-
-def staged_files(
-    root: str,
-    stream: str,
-    window: Window,
-    filesystem: pafs.FileSystem | None = None,
-    *,
-    claims: Mapping[str, str] | None = None,
-) -> list[str]:
-    """Paths of the window's staged Parquet files, in partition and file order.
-
-    ``claims`` (partition token → the claim the metastore recorded as its output) limits them to
-    those claims' files; without it every staged file is listed, whoever wrote it.
-    """
-    validate_identifier(stream, "change stream")
-    fs, base = _resolve(root, filesystem)
-    window_dir = f"{base}/{stream}/{_window(window).window_id}"
-    if claims is not None:
-        return sorted(
-            info.path
-            for token, claim in claims.items()
-            for info in _list_files(fs, claim_folder(window_dir, partition_key(token), claim))
-            if _PART_FILE.fullmatch(info.base_name)
-        )
-    paths = []
-    for info in _list_files(fs, window_dir, recursive=True):
-        parents = info.path[: -len(info.base_name) - 1].rsplit("/", 2)[-2:]
-        if _PART_FILE.fullmatch(info.base_name) and (
-            parents[-1].startswith(_PARTITION_DIR)
-            or (parents[-1].startswith(CLAIM_DIR_PREFIX) and parents[0].startswith(_PARTITION_DIR))
-        ):
-            paths.append(info.path)
-    return sorted(paths)
-
-
-def discard_other_claims(writer: StagingWriter) -> int:
-    """Delete the files other claims of ``writer``'s partition staged (readers that lost the
-    partition); call only once the metastore recorded ``writer``'s claim as the output. Returns
-    how many files went. A stale reader still writing may leave files behind: never read, since
-    readers of the staging read recorded claims only."""
-    removed = 0
-    own = writer.directory.rstrip("/") + "/"
-    for info in _list_files(writer.filesystem, writer.partition_directory, recursive=True):
-        if not info.path.startswith(own):
-            _delete_quietly(writer.filesystem, info.path)
-            removed += 1
-    return removed
-
-
-def read_staged_changes(
-    root: str,
-    stream: str,
-    window: Window,
-    filesystem: pafs.FileSystem | None = None,
-    *,
-    claims: Mapping[str, str] | None = None,
-) -> ds.Dataset:
-    """The window's staged change rows as a dataset (empty if nothing was staged); ``claims`` as
-    in :func:`staged_files`."""
-    import pyarrow.dataset as ds
-
-    fs, _ = _resolve(root, filesystem)
-    paths = staged_files(root, stream, window, fs, claims=claims)
-    return ds.dataset(paths, schema=STAGED_CHANGE_SCHEMA, format="parquet", filesystem=fs)
-
-
-def iter_staged_batches(
-    root: str,
-    stream: str,
-    window: Window,
-    filesystem: pafs.FileSystem | None = None,
-    *,
-    batch_size: int = 10_000,
-    columns: Sequence[str] | None = None,
-    claims: Mapping[str, str] | None = None,
-) -> Iterator[pa.RecordBatch]:
-    """Record batches of the window's staged rows, reading one file at a time."""
-    dataset = read_staged_changes(root, stream, window, filesystem, claims=claims)
-    yield from dataset.to_batches(
-        columns=list(columns) if columns is not None else None,
-        batch_size=batch_size,
-        batch_readahead=1,
-        fragment_readahead=1,
-    )
-
-
-# -- file system helpers -----------------------------------------------------------------------
-
-
-def _window(window: Window) -> Window:
-    if not isinstance(window, Window):
-        raise TypeError(f"expected a Window, got {type(window).__name__}")
-    return window
-
-
-def _resolve(root: str, filesystem: pafs.FileSystem | None) -> tuple[pafs.FileSystem, str]:
-    """File system and base path for ``root`` (a local path or a URI such as ``gs://bucket/prefix``)."""
-    if not isinstance(root, str) or not root.strip():
-        raise ValueError(f"staging root must be a non-empty path or URI, got {root!r}")
-    parsed = urlparse(root)
-    has_scheme = len(parsed.scheme) > 1  # a one-letter scheme is a Windows drive
-    if filesystem is None:
-        if has_scheme:
-            filesystem, path = pafs.FileSystem.from_uri(root)
-            return filesystem, path.rstrip("/")
-        return pafs.LocalFileSystem(), os.path.abspath(root).rstrip("/") or "/"
-    if has_scheme:
-        path = parsed.path if parsed.scheme == "file" else f"{parsed.netloc}{parsed.path}"
-    else:
-        path = os.path.abspath(root) if filesystem.type_name == "local" else root
-    return filesystem, path.rstrip("/")
-
-
-def _is_local(filesystem: pafs.FileSystem) -> bool:
-    while isinstance(filesystem, pafs.SubTreeFileSystem):
-        filesystem = filesystem.base_fs
-    return filesystem.type_name == "local"
-
-
-def _list_files(fs: pafs.FileSystem, directory: str, recursive: bool = False) -> list[pafs.FileInfo]:
-    selector = pafs.FileSelector(directory, allow_not_found=True, recursive=recursive)
-    return [info for info in fs.get_file_info(selector) if info.type == pafs.FileType.File]
-
-
-def _delete_quietly(fs: pafs.FileSystem, path: str) -> None:
-    try:
-        fs.delete_file(path)
-    except (FileNotFoundError, OSError):
-        pass
+__all__ = [
+    "BATCH_ROWS",
+    "DEFAULT_ROWS_PER_FILE",
+    "STAGED_CHANGE_SCHEMA",
+    "StagedFile",
+    "StagingWriter",
+    "discard_other_claims",
+    "iter_staged_batches",
+    "partition_key",
+    "read_staged_changes",
+    "staged_files",
+    "window_location",
+]

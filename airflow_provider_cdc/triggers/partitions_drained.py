@@ -4,71 +4,59 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_cdc._compat import BaseTrigger, TriggerEvent
+from airflow_provider_cdc.domain.timestamps import coerce_timestamp
+from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.hooks.change_stream_connection import (
+    ChangeStreamConnectionMixin,
+    connection_arguments,
+)
+
+if TYPE_CHECKING:  # imported where used: the sensor's DAG file imports this module
+    from airflow_provider_cdc.hooks.spanner_change_stream import LaggingPartition
 
 
-class PartitionsDrainedTrigger(BaseTrigger):
+class PartitionsDrainedTrigger(ChangeStreamConnectionMixin, BaseTrigger):
     """Fires once every partition alive at ``timestamp`` (and every partition of the window) is drained.
 
-    ``retention`` (seconds or Spanner duration text; default the stream's ``retention_period``) makes it
-    fire an error when the partitions lag and the window is older than that.
+    Takes the change stream's connection fields
+    (:class:`~airflow_provider_cdc.hooks.change_stream_connection.ChangeStreamConnection`) and serializes
+    every one of them. ``retention`` (seconds or Spanner duration text; default the stream's
+    ``retention_period``) makes it fire an error when the partitions lag and the window is older than that.
     """
 
+    @connection_arguments
     def __init__(
         self,
         *,
-        instance_id: str,
-        database_id: str,
-        stream: str,
-        project_id: str,
         timestamp: str,
         window_start: str | None = None,
         window_end: str | None = None,
-        gcp_conn_id: str = "google_cloud_default",
-        metastore_conn_id: str = "cdc_metastore_default",
         poll_interval: float = 5.0,
-        retention: float | str | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__()
-        self.instance_id = instance_id
-        self.database_id = database_id
-        self.stream = stream
-        self.project_id = project_id
+        super().__init__(**kwargs)
         self.timestamp = timestamp
         self.window_start = window_start
         self.window_end = window_end
-        self.gcp_conn_id = gcp_conn_id
-        self.metastore_conn_id = metastore_conn_id
         self.poll_interval = poll_interval
-        self.retention = retention
-        self._hook: Any = None
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
-                "instance_id": self.instance_id,
-                "database_id": self.database_id,
-                "stream": self.stream,
-                "project_id": self.project_id,
+                **self.connection.serialize(),
                 "timestamp": self.timestamp,
                 "window_start": self.window_start,
                 "window_end": self.window_end,
-                "gcp_conn_id": self.gcp_conn_id,
-                "metastore_conn_id": self.metastore_conn_id,
                 "poll_interval": self.poll_interval,
-                "retention": self.retention,
             },
         )
 
-    def _check(self) -> list[Any]:
-        from airflow_provider_cdc.domain.timestamps import coerce_timestamp
-        from airflow_provider_cdc.domain.window import Window
-        from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
-
-        hook = self._hook = self._hook or SpannerChangeStreamHook.from_fields(self)  # one client per trigger
+    def _check(self) -> list[LaggingPartition]:
+        hook = self.to_hook()  # one client, metastore and retention lookup for every poll
         window = None
         if self.window_start and self.window_end:
             window = Window(coerce_timestamp(self.window_start), coerce_timestamp(self.window_end))
@@ -79,7 +67,7 @@ class PartitionsDrainedTrigger(BaseTrigger):
         return lagging
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from airflow_provider_cdc.sensors.partitions_drained import describe_lagging
+        from airflow_provider_cdc.hooks.spanner_change_stream import describe_lagging
 
         while True:
             try:

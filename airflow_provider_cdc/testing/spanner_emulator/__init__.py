@@ -5,10 +5,20 @@ the previous commit, and the clock moves to it; so everything at or before ``now
 change-stream read bounded by ``end_timestamp <= now`` completes at once, while a read whose end is
 later (or NULL) waits for the clock or for its partition's child records. With a ``ManualClock``
 time moves only by ``advance``/``set`` or by commits; splits and merges take a timestamp the same way.
+
+Part of the test kit: it needs the ``testing`` extra (``pip install 'airflow-provider-cdc[testing]'``).
 """
 
+try:
+    import grpc  # noqa: F401 - the server's own dependency, beyond what the product needs
+except ImportError as exc:
+    raise ImportError(
+        "the Spanner change-stream emulator needs the testing extra: "
+        "pip install 'airflow-provider-cdc[testing]'"
+    ) from exc
+
 from .clock import Clock, ManualClock, WallClock
-from .database import PartitionSchedule
+from .model import PartitionSchedule
 from .server import SpannerEmulator
 
 __all__ = ["Clock", "ManualClock", "PartitionSchedule", "SpannerEmulator", "WallClock"]

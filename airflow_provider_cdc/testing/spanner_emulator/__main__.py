@@ -1,4 +1,8 @@
-"""Run the change-stream emulator: ``python -m airflow_provider_cdc.testing.spanner_emulator --port 9010``."""
+"""Run the change-stream emulator: ``python -m airflow_provider_cdc.testing.spanner_emulator --port 9010``
+(or ``cdc-spanner-emulator``).
+
+Part of the test kit: it needs the ``testing`` extra (``pip install 'airflow-provider-cdc[testing]'``).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import signal
 import sys
 from datetime import timedelta
 
-from .database import PartitionSchedule
+from .model import PartitionSchedule
 from .server import SpannerEmulator, parse_clock
 
 
@@ -17,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m airflow_provider_cdc.testing.spanner_emulator",
         description="Spanner change-stream emulator for the google-cloud-spanner client "
         "(set SPANNER_EMULATOR_HOST=<host>:<port>).",
+        epilog="Part of the test kit: install it with pip install 'airflow-provider-cdc[testing]'.",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=9010, help="port to bind (0 = any free port)")

@@ -10,8 +10,8 @@ import grpc
 
 from airflow_provider_cdc.domain.timestamps import parse_timestamp, to_micros
 
-from .database import ChangeStreamQuery, EmulatorError
 from .ddl import split_top_level
+from .model import ChangeStreamQuery, EmulatorError
 
 _TVF = re.compile(
     r"^\s*SELECT\s+ChangeRecord\s+FROM\s+READ_([A-Za-z_][A-Za-z0-9_]*)\s*\((.*)\)\s*;?\s*$",

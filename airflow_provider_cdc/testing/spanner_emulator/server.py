@@ -7,39 +7,24 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from concurrent import futures
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
 from google.cloud.spanner_admin_database_v1.types import spanner_database_admin as dbadmin
 from google.cloud.spanner_admin_instance_v1.types import spanner_instance_admin as instadmin
-from google.cloud.spanner_v1.types import commit_response, result_set, spanner, transaction
+from google.cloud.spanner_v1.types import commit_response, spanner, transaction
 from google.longrunning import operations_pb2
-from google.protobuf import empty_pb2, struct_pb2, timestamp_pb2
+from google.protobuf import empty_pb2, timestamp_pb2
 
-from airflow_provider_cdc.domain.timestamps import format_timestamp, from_micros
+from airflow_provider_cdc.domain.timestamps import from_micros
 
-from . import wire
 from .clock import Clock, ManualClock, WallClock
-from .database import FLUSH, Database, EmulatorError, PartitionSchedule
-from .query import (
-    is_change_stream_query,
-    parse_change_stream_query,
-    parse_current_timestamp_query,
-    parse_options_query,
-)
+from .database import Database
+from .model import EmulatorError, PartitionSchedule
+from .query import is_change_stream_query, parse_change_stream_query
+from .results import Fault, simple_query, stream_rows
 
 log = logging.getLogger(__name__)
-
-MAX_MESSAGE_BYTES = 256 * 1024
-MAX_MESSAGE_ROWS = 2000
-
-
-@dataclass
-class _Fault:
-    remaining: int
-    code: grpc.StatusCode
-    after_rows: int
 
 
 def _identity(message: bytes) -> bytes:
@@ -75,7 +60,7 @@ class SpannerEmulator:
         self._sessions: dict[str, str] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
-        self._fault: _Fault | None = None
+        self._fault: Fault | None = None
         self._server: grpc.Server | None = None
         self._max_workers = max_workers
         self.port: int | None = None
@@ -150,7 +135,7 @@ class SpannerEmulator:
             names = ", ".join(c.name for c in grpc.StatusCode if c is not grpc.StatusCode.OK)
             raise ValueError(f"unsupported fault code {code!r}: use a gRPC status code name but OK ({names})")
         with self._lock:
-            self._fault = _Fault(count, status, after_rows)
+            self._fault = Fault(count, status, after_rows)
 
     # ----- gRPC plumbing --------------------------------------------------------------------------
     def _handlers(self) -> list[grpc.GenericRpcHandler]:
@@ -369,7 +354,7 @@ class SpannerEmulator:
                     "Change stream queries are not supported in read-write transactions",
                 )
             if not is_change_stream_query(request.sql):
-                yield from self._simple_query(database, request.sql, raw.params)
+                yield from simple_query(database, self.clock, request.sql, raw.params)
                 return
             query = parse_change_stream_query(request.sql, raw.params)
             skip = int(raw.resume_token.decode() or 0) if raw.resume_token else 0
@@ -378,40 +363,7 @@ class SpannerEmulator:
         except EmulatorError as exc:
             context.abort(exc.code, exc.message)
 
-    def _simple_query(self, database: Database, sql: str, params: Any) -> Iterator[bytes]:
-        """``SELECT 1``, ``SELECT CURRENT_TIMESTAMP()`` (the clock's now) and reads of
-        ``INFORMATION_SCHEMA.CHANGE_STREAM_OPTIONS``; anything else is refused."""
-        from google.cloud.spanner_v1 import StructType, Type, TypeCode
-
-        def result(names: list[str], code: Any, rows: list[list[str]]) -> bytes:
-            metadata = result_set.ResultSetMetadata(
-                row_type=StructType(
-                    fields=[StructType.Field(name=name, type_=Type(code=code)) for name in names]
-                )
-            )
-            values = [struct_pb2.Value(string_value=v).SerializeToString() for row in rows for v in row]
-            return wire.partial_result_set(values, b"", result_set.ResultSetMetadata.serialize(metadata))
-
-        if sql.strip().rstrip(";").upper() == "SELECT 1":
-            yield result([""], TypeCode.INT64, [["1"]])
-            return
-        current = parse_current_timestamp_query(sql)
-        if current is not None:
-            now = format_timestamp(from_micros(self.clock.now_us()))
-            yield result(list(current), TypeCode.TIMESTAMP, [[now]])
-            return
-        options = parse_options_query(sql, params)
-        if options is not None:
-            names = [name for _, name in options.columns]
-            yield result(names, TypeCode.STRING, options.rows(database.change_stream_options()))
-            return
-        raise EmulatorError(
-            grpc.StatusCode.INVALID_ARGUMENT,
-            "the emulator serves change-stream queries on READ_<stream>(...), SELECT 1, CURRENT_TIMESTAMP() "
-            f"and reads of INFORMATION_SCHEMA.CHANGE_STREAM_OPTIONS; unsupported: {sql[:120]!r}",
-        )
-
-    def _take_fault(self) -> _Fault | None:
+    def _take_fault(self) -> Fault | None:
         with self._lock:
             fault = self._fault
             if fault is None or fault.remaining <= 0:
@@ -419,51 +371,10 @@ class SpannerEmulator:
             fault.remaining -= 1
             if fault.remaining == 0:
                 self._fault = None
-            return _Fault(1, fault.code, fault.after_rows)
+            return Fault(1, fault.code, fault.after_rows)
 
     def _stream(self, rows: Iterator[Any], skip: int, context: grpc.ServicerContext) -> Iterator[bytes]:
-        fault = self._take_fault()
-        metadata: bytes | None = wire.change_record_metadata()
-        sent = skip
-        emitted_here = 0
-        batch: list[bytes] = []
-        size = 0
-        position = 0
-
-        def flush() -> bytes:
-            nonlocal batch, size, metadata
-            message = wire.partial_result_set(batch, str(sent).encode(), metadata)
-            metadata, batch, size = None, [], 0
-            return message
-
-        for row in rows:
-            if row is FLUSH:
-                if batch or metadata is not None:
-                    yield flush()
-                continue
-            position += 1
-            if position <= skip:
-                continue
-            if fault is not None and emitted_here >= fault.after_rows:
-                if batch or metadata is not None:
-                    yield flush()
-                context.abort(fault.code, "injected fault: the change-stream query was interrupted")
-            batch.append(row)
-            size += len(row)
-            sent += 1
-            emitted_here += 1
-            if (
-                size >= MAX_MESSAGE_BYTES
-                or len(batch) >= MAX_MESSAGE_ROWS
-                or (fault is not None and emitted_here >= fault.after_rows)
-            ):
-                yield flush()
-        if fault is not None and emitted_here >= fault.after_rows:
-            if batch or metadata is not None:
-                yield flush()
-            context.abort(fault.code, "injected fault: the change-stream query was interrupted")
-        if batch or metadata is not None:
-            yield flush()
+        yield from stream_rows(rows, skip, context, self._take_fault())
 
 
 def parse_clock(kind: str, start: str | None) -> Clock:

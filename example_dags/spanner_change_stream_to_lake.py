@@ -140,26 +140,27 @@ with DAG(
         timeout=3600,
         **spanner,
     )
+    # One argument names where a window's data lives, the same for every step after the read.
+    locations = {
+        "staging_root": "{{ params.staging_root }}",
+        "changeset_root": "{{ params.changeset_root }}",
+        "lake_root": "{{ params.lake_root }}",
+    }
     merge = SparkMergeWindowOperator(
         task_id="merge",
-        staging_uri="{{ params.staging_root }}/{{ params.stream }}/{window_id}",
-        changeset_uri="{{ params.changeset_root }}/{window_id}",
+        locations=locations,
         # Read only each partition's recorded output (the claim that completed it).
         stream_key="projects/{{ params.project_id }}/instances/{{ params.instance_id }}"
         "/databases/{{ params.database_id }}/{{ params.stream }}",
     )
     upsert = SparkUpsertWindowOperator(
-        task_id="upsert",
-        changeset_root="{{ params.changeset_root }}",
-        lake_root="{{ params.lake_root }}",
-        pipeline_id="{{ params.pipeline_id }}",
+        task_id="upsert", locations=locations, pipeline_id="{{ params.pipeline_id }}"
     )
     commit = CdcCommitWindowOperator(
         task_id="commit",
         pipeline_id="{{ params.pipeline_id }}",
         read_summaries=read.output,
-        changeset_root="{{ params.changeset_root }}",
-        lake_root="{{ params.lake_root }}",
+        locations=locations,
     )
 
     wait_parents >> open_window >> read >> drained >> merge >> upsert >> commit

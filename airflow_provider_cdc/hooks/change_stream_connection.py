@@ -1,0 +1,203 @@
+"""The connection fields of a change stream task, declared once for the operators, sensor and trigger.
+
+:class:`ChangeStreamConnection` holds them; :class:`ChangeStreamConnectionMixin` gives a class the same
+fields as keyword arguments and attributes, ``template_fields`` and :meth:`~ChangeStreamConnectionMixin.
+to_hook`. Nothing here imports the Google provider: a DAG file naming these classes stays quick to parse.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import MISSING, dataclass, fields
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+
+if TYPE_CHECKING:
+    from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
+
+DEFAULT_GCP_CONN_ID = "google_cloud_default"
+DEFAULT_HEARTBEAT_MS = 10_000
+RetentionValue = timedelta | int | float | str
+_DURATION = re.compile(r"([0-9]+)\s*([smhd])")
+_UNITS = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
+_Init = TypeVar("_Init", bound=Callable[..., None])
+
+
+def parse_retention(value: RetentionValue) -> timedelta:
+    """A retention period from a ``timedelta``, seconds (a number or digits) or Spanner duration text
+    (``'7d'``, ``'36h'``, ``'90m'``, ``'3600s'``); raises ``ValueError`` for anything else or a period
+    that is not positive."""
+    period: timedelta | None = None
+    try:
+        if isinstance(value, timedelta):
+            period = value
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            period = timedelta(seconds=value)
+        elif isinstance(value, str):
+            text = value.strip().lower()
+            match = _DURATION.fullmatch(text)
+            if match:
+                period = timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
+            elif re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
+                period = timedelta(seconds=float(text))
+    except (OverflowError, ValueError):  # NaN, infinities, more days than a timedelta holds
+        period = None
+    if period is None:
+        raise ValueError(
+            f"retention {value!r} is not a duration: give a timedelta, seconds, or Spanner duration text "
+            "such as '7d', '36h' or '3600s'"
+        )
+    if period <= timedelta(0):
+        raise ValueError(f"retention must be positive, got {value!r}")
+    return period
+
+
+def format_duration(period: timedelta) -> str:
+    """``period`` in Spanner's duration notation, in the largest whole unit (``7d``, ``36h``, ``90s``)."""
+    seconds = period.total_seconds()
+    for unit, size in _UNITS.items():
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+@dataclass(frozen=True)
+class ChangeStreamConnection:
+    """Which change stream a task reads, and how: the arguments :class:`SpannerChangeStreamHook` takes.
+
+    :param instance_id: Spanner instance id.
+    :param database_id: Spanner database id.
+    :param stream: change stream name (read through ``READ_<stream>``).
+    :param project_id: Google Cloud project (default: the connection's project).
+    :param gcp_conn_id: the Google Cloud connection (credentials, project).
+    :param impersonation_chain: a service account, or a chain of them, to impersonate.
+    :param metastore_conn_id: connection of the partition/window metastore.
+    :param heartbeat_ms: heartbeat interval asked of each partition query (1000–300000).
+    :param retention: the stream's retention period (``timedelta``, seconds or Spanner duration text
+        such as ``'7d'``); default: the stream's ``retention_period`` option, else Spanner's one day.
+    """
+
+    instance_id: str
+    database_id: str
+    stream: str
+    project_id: str | None = None
+    gcp_conn_id: str = DEFAULT_GCP_CONN_ID
+    impersonation_chain: str | Sequence[str] | None = None
+    metastore_conn_id: str = CdcMetastoreHook.default_conn_name
+    heartbeat_ms: int = DEFAULT_HEARTBEAT_MS
+    retention: RetentionValue | None = None
+
+    def __post_init__(self) -> None:
+        chain = self.impersonation_chain
+        if chain is not None and not isinstance(chain, str):  # a list and a tuple compare equal
+            object.__setattr__(self, "impersonation_chain", tuple(chain))
+
+    @classmethod
+    def of(cls, source: object) -> ChangeStreamConnection:
+        """The fields of ``source``, an object with an attribute of each name (a task or trigger)."""
+        return cls(**{name: getattr(source, name) for name in CONNECTION_FIELDS})
+
+    def arguments(self) -> dict[str, Any]:
+        """The fields by name, as given."""
+        return {name: getattr(self, name) for name in CONNECTION_FIELDS}
+
+    def serialize(self) -> dict[str, Any]:
+        """The fields as JSON values that build an equal connection (a trigger's kwargs): the retention
+        in seconds (``None`` when not given), the impersonation chain as a list, the heartbeat an int."""
+        values = self.arguments()
+        if isinstance(self.impersonation_chain, tuple):
+            values["impersonation_chain"] = list(self.impersonation_chain)
+        retention = self.retention
+        values["retention"] = None if retention in (None, "") else parse_retention(retention).total_seconds()
+        values["heartbeat_ms"] = int(self.heartbeat_ms)
+        return values
+
+    def to_hook(self) -> SpannerChangeStreamHook:
+        """A new hook for these fields."""
+        from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
+
+        return SpannerChangeStreamHook(**self.arguments())
+
+
+_FIELDS = fields(ChangeStreamConnection)
+#: The connection fields' names, in declaration order (each task's leading ``template_fields``).
+CONNECTION_FIELDS: tuple[str, ...] = tuple(field.name for field in _FIELDS)
+_PARAMETERS = [
+    inspect.Parameter(
+        field.name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=inspect.Parameter.empty if field.default is MISSING else field.default,
+        annotation=field.type,
+    )
+    for field in _FIELDS
+]
+
+
+def connection_arguments(init: _Init) -> _Init:
+    """Declare ``init``, the ``__init__`` of a class using :class:`ChangeStreamConnectionMixin`, as taking
+    the connection fields too (through its ``**kwargs``).
+
+    Airflow reads an operator's arguments from the signature of each ``__init__`` it defines: this is how
+    ``default_args``, ``partial()`` and its missing-argument messages know the connection fields.
+    """
+    signature = inspect.signature(init)
+    own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    rest = [p for p in signature.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
+    init.__signature__ = signature.replace(parameters=[*own, *_PARAMETERS, *rest])  # type: ignore[attr-defined]
+    return init
+
+
+class ChangeStreamConnectionMixin:
+    """Gives an operator, sensor or trigger the :class:`ChangeStreamConnection` fields: keyword-only
+    arguments and attributes of the same names, all templated, :attr:`connection` and :meth:`to_hook`.
+
+    Put it before the Airflow base class, extend :attr:`template_fields`, and declare the subclass's
+    ``__init__`` with :func:`connection_arguments`.
+    """
+
+    template_fields: Sequence[str] = CONNECTION_FIELDS
+    #: Copies of a task share its hook: Spanner and SQLAlchemy clients cannot be deep-copied.
+    shallow_copy_attrs: Sequence[str] = ("_connection_hook",)
+
+    instance_id: str
+    database_id: str
+    stream: str
+    project_id: str | None
+    gcp_conn_id: str
+    impersonation_chain: str | Sequence[str] | None
+    metastore_conn_id: str
+    heartbeat_ms: int
+    retention: RetentionValue | None
+
+    @connection_arguments
+    def __init__(self, **kwargs: Any) -> None:
+        values: dict[str, Any] = {}
+        for field in _FIELDS:
+            if field.name in kwargs:
+                values[field.name] = kwargs.pop(field.name)
+            elif field.default is MISSING:
+                raise TypeError(f"{type(self).__name__} is missing the keyword argument {field.name!r}")
+            else:
+                values[field.name] = field.default
+        super().__init__(**kwargs)
+        for name, value in values.items():
+            setattr(self, name, value)
+        self._connection_hook: tuple[ChangeStreamConnection, SpannerChangeStreamHook] | None = None
+
+    @property
+    def connection(self) -> ChangeStreamConnection:
+        """The fields' current values (rendered, once a task runs)."""
+        return ChangeStreamConnection.of(self)
+
+    def to_hook(self) -> SpannerChangeStreamHook:
+        """The hook for the fields' current values, built once and kept while they stay the same: every
+        poke of a sensor, or poll of a trigger, uses one Spanner client, metastore and retention lookup."""
+        connection = self.connection
+        cached = getattr(self, "_connection_hook", None)
+        if cached is None or cached[0] != connection:
+            cached = self._connection_hook = (connection, connection.to_hook())
+        return cached[1]

@@ -1,0 +1,221 @@
+"""Hook for a pipeline's windows: what the merge reads, what the upsert may apply, the commit.
+
+Operators stay thin: the metastore reads and compare-and-sets of a window step, and the checks of
+the change set and the lake around them, happen here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from airflow_provider_cdc._compat import BaseHook
+from airflow_provider_cdc._errors import metastore_errors
+from airflow_provider_cdc.domain.contract.locations import WindowLocations, partition_key
+from airflow_provider_cdc.domain.timestamps import format_timestamp
+from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+from airflow_provider_cdc.hooks.storage import storage_options
+
+
+class WindowStepError(RuntimeError):
+    """A window step cannot run: the message names the window and what is missing."""
+
+
+class LakeNotAppliedError(WindowStepError):
+    """The commit found a table of the change set that does not hold the window."""
+
+
+class StaleTablesError(WindowStepError):
+    """A table's apply watermark lags more than ``max_staleness``."""
+
+
+def stale_tables(
+    watermarks: Mapping[str, datetime], now: datetime, max_staleness: timedelta
+) -> dict[str, timedelta]:
+    """Tables whose apply watermark lags ``now`` by more than ``max_staleness``, with their lag."""
+    return {table: now - mark for table, mark in sorted(watermarks.items()) if now - mark > max_staleness}
+
+
+def read_summaries(value: Any) -> list[Mapping[str, Any]]:
+    """The readers' summaries (XCom) as a list; ignores anything that is not a mapping."""
+    if value is None:
+        return []
+    if isinstance(value, Mapping):
+        return [value]
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        # A slice of Airflow's lazy XCom sequence is one fetch; iterating fetches item by item
+        # until a lookup past the end fails (and logs that failure).
+        value = value[:]
+    if isinstance(value, Iterable) and not isinstance(value, (str, bytes)):
+        return [v for v in value if isinstance(v, Mapping)]
+    return []
+
+
+class CdcPipelineHook(BaseHook):
+    """A pipeline's window steps against its metastore and storage.
+
+    :param metastore_conn_id: the metastore (see :class:`CdcMetastoreHook`).
+    :param gcp_conn_id: Google Cloud connection whose credentials open ``gs://`` locations.
+    """
+
+    def __init__(
+        self,
+        metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
+        gcp_conn_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.metastore_conn_id = metastore_conn_id
+        self.gcp_conn_id = gcp_conn_id
+
+    def storage_options(self) -> dict[str, str]:
+        """Storage options of ``gcp_conn_id`` (masked in logs; empty without a connection)."""
+        return storage_options(self.gcp_conn_id)
+
+    def partition_claims(self, stream_key: str, window: Window) -> dict[str, str]:
+        """Partition key → the claim whose staged files are the partition's output.
+
+        Every partition of the window must have been read to its end.
+        """
+        with metastore_errors(f"window {window} of {stream_key}: reading its partitions' claims"):
+            with CdcMetastoreHook(self.metastore_conn_id) as metastore:
+                items = metastore.metastore.window_partitions(stream_key, window.start, window.end)
+        if not items:
+            raise WindowStepError(f"window {window} of {stream_key}: no partitions recorded; read it first")
+        unread = [item.token for item in items if not item.is_done]
+        if unread:
+            raise WindowStepError(
+                f"window {window}: {len(unread)} partition(s) not read to the window end yet: "
+                + ", ".join(unread[:5])
+            )
+        return {partition_key(item.token): item.claim_id for item in items if item.claim_id}
+
+    def expected_versions(self, pipeline: str, window: Window) -> str:
+        """What the metastore says each table holds (JSON for the upsert job), after checking the
+        window may apply: the pipeline's previous window is applied, or this is its first."""
+        with metastore_errors(f"window {window} of pipeline {pipeline!r}: checking it can apply"):
+            with CdcMetastoreHook(self.metastore_conn_id) as metastore:
+                store = metastore.metastore
+                store.require_predecessor_applied(pipeline, window.start, window.end)
+                return store.table_versions(pipeline).to_json()
+
+    def commit_window(
+        self,
+        pipeline: str,
+        window: Window,
+        locations: WindowLocations,
+        summaries: Any = None,
+        *,
+        max_staleness: timedelta | None = None,
+        now: datetime | None = None,
+        log: Any = None,
+    ) -> dict[str, Any]:
+        """Mark the window applied and advance its tables' apply watermarks to the window end.
+
+        The change set's manifest (with ``locations.changeset_root``) names the window's tables;
+        with ``locations.lake_root`` each must hold the window, and the Delta version that applied
+        it is recorded. Idempotent: a window already applied only refreshes the watermarks.
+        """
+        log = log or self.log
+        with metastore_errors(f"window {window} of pipeline {pipeline!r}: committing the window"):
+            with CdcMetastoreHook(self.metastore_conn_id) as metastore:
+                return self._commit(
+                    metastore.metastore, pipeline, window, locations, read_summaries(summaries),
+                    max_staleness, now, log,
+                )
+
+    def _commit(
+        self,
+        store: Any,
+        pipeline: str,
+        window: Window,
+        locations: WindowLocations,
+        summaries: list[Mapping[str, Any]],
+        max_staleness: timedelta | None,
+        now: datetime | None,
+        log: Any,
+    ) -> dict[str, Any]:
+        from airflow_provider_cdc.metastore import WindowState
+
+        changed = self._changed_tables(locations, window)  # before the window is marked applied
+        record = store.get_window(pipeline, window.start, window.end)
+        if record.state is not WindowState.APPLIED:
+            store.require_predecessor_applied(pipeline, window.start, window.end)
+            versions = self._table_versions(locations, pipeline, window, changed)
+            store.record_window_tables(pipeline, window.start, window.end, versions)
+        rows = sum(int(s.get("rows", 0)) for s in summaries)
+        transactions = round(sum(float(s.get("transactions", 0.0)) for s in summaries))
+        if record.state is WindowState.APPLIED:
+            log.info("Window %s of %s was already applied (attempt %d)", window, pipeline, record.attempt)
+        elif not store.transition_window(
+            pipeline,
+            window.start,
+            window.end,
+            record.state,
+            WindowState.APPLIED,
+            attempt=record.attempt,
+            record_count=rows if summaries else None,
+            transaction_count=transactions if summaries else None,
+        ):
+            # Lost the compare-and-set: another run of this window may have committed it meanwhile.
+            current = store.get_window(pipeline, window.start, window.end)
+            if current.state is not WindowState.APPLIED:
+                raise WindowStepError(
+                    f"window {window} of {pipeline} changed state to {current.state.value} (attempt "
+                    f"{current.attempt}) while it was being committed"
+                )
+            log.info("Window %s of %s was applied by another run meanwhile", window, pipeline)
+        for table in sorted(set(store.table_watermarks(pipeline)) | set(changed)):
+            store.advance_table_watermark(pipeline, table, window.end)
+        watermarks = store.table_watermarks(pipeline)
+        log.info(
+            "Window %s applied: %d change rows, %d transactions; apply watermarks: %s",
+            window,
+            rows,
+            transactions,
+            ", ".join(f"{t}={format_timestamp(w)}" for t, w in sorted(watermarks.items())) or "none",
+        )
+        if max_staleness is not None:
+            stale = stale_tables(watermarks, now or datetime.now(timezone.utc), max_staleness)
+            if stale:
+                detail = ", ".join(f"{t} lags {lag}" for t, lag in stale.items())
+                raise StaleTablesError(f"apply watermark older than max_staleness={max_staleness}: {detail}")
+        return {
+            "window_id": window.window_id,
+            "rows": rows,
+            "transactions": transactions,
+            "watermarks": {t: format_timestamp(w) for t, w in sorted(watermarks.items())},
+        }
+
+    def _changed_tables(self, locations: WindowLocations, window: Window) -> dict[str, int | None]:
+        """The tables the window's change set holds with their rows, its manifest checked against
+        its folders and row counts (a manifest that omits a table or miscounts one is refused)."""
+        if not locations.changeset_root:
+            return {}
+        from airflow_provider_cdc.lake.change_set import ChangeSetReader
+
+        reader = ChangeSetReader(locations.change_set(window), self.storage_options())
+        return {table.name: table.expected_rows for table in reader.tables()}
+
+    def _table_versions(
+        self, locations: WindowLocations, pipeline: str, window: Window, changed: Mapping[str, int | None]
+    ) -> dict[str, tuple[int | None, int | None]]:
+        """Per changed table: the Delta version that applied the window (checked to exist) and rows."""
+        if not locations.lake_root:
+            return {table: (None, rows) for table, rows in changed.items()}
+        from airflow_provider_cdc.lake.delta import DeltaLakeTarget
+
+        target = DeltaLakeTarget(str(locations.lake_root), self.storage_options())
+        versions = {}
+        for table, rows in sorted(changed.items()):
+            version = target.window_commit_version(table, pipeline, window.end_micros)
+            if version is None:
+                held = target.applied_window_version(table, pipeline)
+                raise LakeNotAppliedError(
+                    f"window {window} of pipeline {pipeline!r}: table {table!r} does not hold it (its last "
+                    f"applied window version is {held}); the upsert must apply the window before it commits"
+                )
+            versions[table] = (version, rows)
+        return versions

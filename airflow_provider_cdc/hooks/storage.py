@@ -1,0 +1,89 @@
+"""Storage credentials from an Airflow Google Cloud connection, for every location a pipeline uses.
+
+Staging, change sets, the Delta tables and the Spark jobs all open their locations with the
+storage options built here (:mod:`airflow_provider_cdc.filesystems`), so a pipeline reads and
+writes with one identity: the DAG's ``gcp_conn_id``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_provider_cdc._compat import mask_secret
+
+_EXTRA_PREFIX = "extra__google_cloud_platform__"
+_UNSUPPORTED_GCP_FIELDS = (
+    "key_secret_name",
+    "credential_config_file",
+    "impersonation_chain",
+    "idp_issuer_url",
+    "is_anonymous",
+)
+
+
+def gcp_storage_options(extras: Mapping[str, Any]) -> dict[str, str]:
+    """Storage options from a Google Cloud connection's extras.
+
+    ``keyfile_dict`` becomes ``google_service_account_key`` (the key JSON), ``key_path``
+    becomes ``google_service_account`` (a key file path on the worker); with neither, Application
+    Default Credentials (e.g. workload identity) are used and no option is set. Other credential
+    sources of the connection are refused with the field's name.
+    """
+
+    def field(name: str) -> Any:
+        value = extras.get(name)
+        return extras.get(_EXTRA_PREFIX + name) if value in (None, "") else value
+
+    unsupported = [name for name in _UNSUPPORTED_GCP_FIELDS if field(name) not in (None, "", False)]
+    if unsupported:
+        raise ValueError(
+            f"Google Cloud connection field(s) {unsupported} cannot be passed to the storage clients; "
+            "use 'keyfile_dict', 'key_path' or Application Default Credentials"
+        )
+    keyfile_dict, key_path = field("keyfile_dict"), field("key_path")
+    if keyfile_dict and key_path:
+        raise ValueError("Google Cloud connection sets both 'keyfile_dict' and 'key_path'; keep one")
+    if keyfile_dict:
+        if isinstance(keyfile_dict, str):
+            try:
+                keyfile_dict = json.loads(keyfile_dict)
+            except json.JSONDecodeError:
+                raise ValueError("Google Cloud connection field 'keyfile_dict' is not valid JSON") from None
+        if not isinstance(keyfile_dict, Mapping):
+            raise ValueError("Google Cloud connection field 'keyfile_dict' must be a JSON object")
+        return {"google_service_account_key": json.dumps(dict(keyfile_dict))}
+    if key_path:
+        if str(key_path).endswith(".p12"):
+            raise ValueError("Google Cloud connection field 'key_path' names a P12 key; use a JSON key file")
+        return {"google_service_account": str(key_path)}
+    return {}
+
+
+def storage_options(gcp_conn_id: str | None) -> dict[str, str]:
+    """Storage options of an Airflow Google connection (empty without one); every secret in them is
+    masked in task logs."""
+    if not gcp_conn_id:
+        return {}
+    from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
+
+    options = gcp_storage_options(GoogleBaseHook(gcp_conn_id=gcp_conn_id).extras)
+    for value in options.values():
+        mask_secret(value)
+    key = options.get("google_service_account_key")
+    if key:
+        for secret in ("private_key", "private_key_id"):
+            if json.loads(key).get(secret):
+                mask_secret(json.loads(key)[secret])
+    return options
+
+
+def storage_environment(gcp_conn_id: str | None) -> dict[str, str]:
+    """The connection's storage options as a job's environment (masked; empty without options)."""
+    from airflow_provider_cdc.filesystems import storage_environment as environment
+
+    env = environment(storage_options(gcp_conn_id))
+    for value in env.values():
+        mask_secret(value)
+    return env

@@ -1,0 +1,65 @@
+"""The arguments every window step takes: the window's bounds and the pipeline's locations."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from airflow_provider_cdc._errors import require_absolute
+from airflow_provider_cdc.domain.contract.locations import WindowLocations
+from airflow_provider_cdc.domain.timestamps import coerce_timestamp, format_timestamp
+from airflow_provider_cdc.domain.window import Window
+
+#: The run's data interval: the default window of every step.
+WINDOW_START = "{{ data_interval_start }}"
+WINDOW_END = "{{ data_interval_end }}"
+_ROOTS = ("staging_root", "changeset_root", "lake_root")
+
+
+def window_of(start: Any, end: Any) -> Window:
+    """The window of rendered ``window_start``/``window_end`` values (RFC 3339 text or datetimes)."""
+    bounds = []
+    for field, value in (("window_start", start), ("window_end", end)):
+        try:
+            bounds.append(coerce_timestamp(value if isinstance(value, datetime) else str(value)))
+        except ValueError:
+            raise ValueError(
+                f"{field} must be an RFC 3339 timestamp, got {value!r} "
+                "(a run without a data interval needs explicit window_start/window_end)"
+            ) from None
+    if bounds[0] >= bounds[1]:
+        raise ValueError(
+            f"window_start {format_timestamp(bounds[0])} is not before "
+            f"window_end {format_timestamp(bounds[1])}"
+        )
+    return Window(bounds[0], bounds[1])
+
+
+def locations_of(value: Mapping[str, Any] | WindowLocations | None, *required: str) -> WindowLocations:
+    """The pipeline's :class:`WindowLocations` from a rendered ``locations`` argument.
+
+    ``locations`` maps ``staging_root``, ``changeset_root`` and ``lake_root`` to absolute local
+    paths or URIs; ``required`` names the roots the step needs. A relative path fails the task
+    without retries.
+    """
+    if isinstance(value, WindowLocations):
+        roots = {name: getattr(value, name) for name in _ROOTS}
+    elif isinstance(value, Mapping):
+        unknown = sorted(set(value) - set(_ROOTS))
+        if unknown:
+            raise ValueError(f"locations has unknown key(s) {unknown}; expected some of {list(_ROOTS)}")
+        roots = {name: value.get(name) for name in _ROOTS}
+    elif value is None:
+        roots = dict.fromkeys(_ROOTS)
+    else:
+        raise TypeError(f"locations must be a mapping of {list(_ROOTS)}, got {type(value).__name__}")
+    cleaned: dict[str, str | None] = {}
+    for name, root in roots.items():
+        text = None if root is None or not str(root).strip() else str(root).strip()
+        require_absolute(f"locations[{name!r}]", text)
+        cleaned[name] = text
+    missing = [name for name in required if not cleaned[name]]
+    if missing:
+        raise ValueError(f"locations lacks {missing}: this step needs {list(required)}")
+    return WindowLocations(**cleaned)

@@ -1,0 +1,66 @@
+"""Staged rows held column-wise as Python values, as an Arrow record batch of the staged schema.
+
+``pa.array`` and ``RecordBatch.from_pydict`` look for pandas objects among their input, which
+imports pandas (tens of MB) into a process that never uses it. Staged columns have four simple
+types, built here from their buffers instead, with the same checks: a value of the wrong type
+raises ``TypeError``, an out-of-range integer ``OverflowError``, a missing value ``ValueError``.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+
+from airflow_provider_cdc.domain.contract.staged_rows import staged_change_schema
+from airflow_provider_cdc.domain.timestamps import to_micros
+
+STAGED_CHANGE_SCHEMA = staged_change_schema()
+
+
+_ARRAY_CODES = {pa.int32(): "i", pa.int64(): "q"}
+assert array("i").itemsize == 4 and array("q").itemsize == 8
+
+
+def memory_pool() -> pa.MemoryPool:
+    """The allocator for staging buffers: the system's, which returns a written batch's memory,
+    where Arrow's default (mimalloc or jemalloc) keeps freed pages for reuse (tens of MB of RSS)."""
+    return pa.system_memory_pool()
+
+
+def record_batch(columns: Mapping[str, list[Any]]) -> pa.RecordBatch:
+    """Staged rows held column-wise as Python values, as a record batch of ``STAGED_CHANGE_SCHEMA``."""
+    arrays = [_array(columns[field.name], field) for field in STAGED_CHANGE_SCHEMA]
+    return pa.RecordBatch.from_arrays(arrays, schema=STAGED_CHANGE_SCHEMA)
+
+
+def _array(values: list[Any], field: pa.Field) -> pa.Array:
+    type_, count = field.type, len(values)
+    if type_ == pa.string():
+        builder = pa.lib.StringBuilder(memory_pool())
+        builder.append_values(values)
+        result = builder.finish()
+        if result.null_count:
+            raise ValueError(f"staged change column {field.name!r} must not be null")
+        return result
+    if type_ == pa.bool_():
+        if not all(type(value) is bool for value in values):
+            raise TypeError(f"staged change column {field.name!r} expects bool values")
+        bits = bytearray((count + 7) // 8)
+        for index, value in enumerate(values):
+            if value:
+                bits[index >> 3] |= 1 << (index & 7)
+        return pa.Array.from_buffers(type_, count, [None, pa.py_buffer(bits)])
+    if pa.types.is_timestamp(type_):
+        micros: dict[datetime, int] = {}
+        for value in dict.fromkeys(values):
+            if not isinstance(value, datetime):
+                raise TypeError(f"staged change column {field.name!r} expects datetime, got {value!r}")
+            micros[value] = to_micros(value)
+        buffer = array("q", map(micros.__getitem__, values))
+    else:
+        buffer = array(_ARRAY_CODES[type_], values)
+    return pa.Array.from_buffers(type_, count, [None, pa.py_buffer(buffer)])
