@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow.fs as pafs
@@ -62,10 +63,34 @@ def resolve(
             )
             return gcs, path
         return pafs.GcsFileSystem(), path
+    return pafs.PyFileSystem(_object_store_handler(location.rstrip("/"), storage_options)), ""
+
+
+def _object_store_handler(location: str, storage_options: Mapping[str, str] | None) -> Any:
+    """delta-rs's object store as a pyarrow filesystem handler whose output streams accept what
+    pyarrow writes (its own ``pyarrow.Buffer`` objects as well as ``bytes``)."""
     from deltalake.fs import DeltaStorageHandler
 
-    handler = DeltaStorageHandler(location.rstrip("/"), options=dict(storage_options or {}))
-    return pafs.PyFileSystem(handler), ""
+    class _Handler(DeltaStorageHandler):
+        def open_output_stream(self, path: str, metadata: Mapping[str, str] | None = None) -> Any:
+            import pyarrow as pa
+
+            return pa.PythonFile(_BytesSink(self._handler.open_output_stream(path, metadata)), mode="w")
+
+    return _Handler(location, options=dict(storage_options or {}))
+
+
+class _BytesSink:
+    """A writable stream that hands the object store ``bytes``, whatever buffer it is given."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def write(self, data: Any) -> Any:
+        return self._inner.write(data if isinstance(data, bytes) else bytes(memoryview(data)))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 def join(base: str, *parts: str) -> str:

@@ -16,7 +16,7 @@ echo "[test] PostgreSQL tests: ${CDC_TEST_POSTGRES_URL:-skipped (CDC_TEST_POSTGR
 google_emulator=$(.venv/bin/python -c \
   "from airflow_provider_cdc.testing.google_emulator import find_binary; print(find_binary() or '')" || true)
 echo "[test] Google's Cloud Spanner emulator tests: ${google_emulator:-skipped (emulator_main not found)}" >&2
-# The Airflow 3 end-to-end DAG tests (tests/test_example_dag.py) run here; a bare `pytest` skips them
+# The Airflow 3 end-to-end DAG tests (tests/e2e/test_example_dag.py) run here; a bare `pytest` skips them
 # unless CDC_E2E_TESTS=1. CDC_E2E_TESTS=0 scripts/test.sh leaves them out.
 export CDC_E2E_TESTS="${CDC_E2E_TESTS:-1}"
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$(pwd)/.cache/airflow-test-home}"
@@ -40,13 +40,13 @@ set +e
 if [ "$#" -eq 0 ]; then
   ignored=()
   if [ -x .venv-airflow2/bin/airflow ]; then
-    run_alongside airflow2 tests/test_airflow2.py
-    ignored+=(--ignore=tests/test_airflow2.py)
+    run_alongside airflow2 tests/e2e/test_airflow2.py
+    ignored+=(--ignore=tests/e2e/test_airflow2.py)
   fi
-  run_alongside google tests/test_google_emulator_read.py tests/test_example_dag_google.py
-  ignored+=(--ignore=tests/test_google_emulator_read.py --ignore=tests/test_example_dag_google.py)
-  run_alongside crash tests/test_crash_campaign.py
-  ignored+=(--ignore=tests/test_crash_campaign.py)
+  run_alongside google tests/e2e/test_google_emulator_read.py tests/e2e/test_example_dag_google.py
+  ignored+=(--ignore=tests/e2e/test_google_emulator_read.py --ignore=tests/e2e/test_example_dag_google.py)
+  run_alongside crash tests/e2e/test_crash_campaign.py
+  ignored+=(--ignore=tests/e2e/test_crash_campaign.py)
   trap 'kill "${side_pids[@]}" 2>/dev/null' INT TERM
   .venv/bin/python -m pytest "${ignored[@]}"
   statuses=("$?")

@@ -241,7 +241,7 @@ def metastore_url(request: pytest.FixtureRequest) -> str:
 # =============================================================================================
 # Example DAG on Airflow 3: the demo database on an emulator in this process, an Airflow home
 # with a migrated SQLite metadata database and the DAG serialized, and the environment every
-# Airflow command of the end-to-end tests runs with (tests/test_example_dag.py).
+# Airflow command of the end-to-end tests runs with (tests/e2e/test_example_dag.py).
 # =============================================================================================
 import json  # noqa: E402
 import socket  # noqa: E402

@@ -23,6 +23,7 @@ from airflow_provider_cdc._errors import (
 from airflow_provider_cdc.domain.identifiers import InvalidIdentifierError, validate_identifier
 from airflow_provider_cdc.domain.timestamps import coerce_timestamp, ensure_utc, format_timestamp
 from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.filesystems import is_local
 from airflow_provider_cdc.hooks.change_stream_connection import (
     DEFAULT_GCP_CONN_ID,
     DEFAULT_HEARTBEAT_MS,
@@ -280,6 +281,11 @@ class SpannerChangeStreamHook(GoogleBaseHook):
         from airflow_provider_cdc.spanner.window_reader import WindowReader
 
         kwargs.setdefault("log", self.log)
+        if "storage_options" not in kwargs and not is_local(staging_root):
+            # Staging is written with the same identity as the change sets and the lake.
+            from airflow_provider_cdc.hooks.storage import storage_options
+
+            kwargs["storage_options"] = storage_options(self.gcp_conn_id)
         return WindowReader(
             self.change_stream_query(), self.metastore, self.stream_key, staging_root, owner=owner, **kwargs
         )

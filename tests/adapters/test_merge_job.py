@@ -896,7 +896,7 @@ def test_bad_staging_fails_with_a_message_naming_the_problem(
     assert not (harness_run["root"] / name / "changeset" / MANIFEST_NAME).exists()
 
 
-AIRFLOW2_PYTHON = Path(__file__).resolve().parents[1] / ".venv-airflow2" / "bin" / "python"
+AIRFLOW2_PYTHON = Path(__file__).resolve().parents[2] / ".venv-airflow2" / "bin" / "python"
 
 
 @pytest.mark.airflow2

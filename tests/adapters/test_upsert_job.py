@@ -6,57 +6,17 @@ import json
 import os
 import re
 import sys
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
+from support.change_sets import END, WINDOW_ID, write_window
+from support.change_sets import interval_context as _context
 
 from airflow_provider_cdc import filesystems
 from airflow_provider_cdc.domain.timestamps import to_micros
 from airflow_provider_cdc.jobs import upsert_job
-from airflow_provider_cdc.lake.change_set_writer import Change, change_set_table, write_change_set
 from airflow_provider_cdc.lake.delta import APP_ID_PREFIX, DeltaLakeTarget
-
-ORDERS = [
-    {"name": "OrderId", "type": {"code": "STRING"}, "is_primary_key": True, "ordinal_position": 1},
-    {"name": "Amount", "type": {"code": "NUMERIC"}, "is_primary_key": False, "ordinal_position": 2},
-    {"name": "PlacedAt", "type": {"code": "TIMESTAMP"}, "is_primary_key": False, "ordinal_position": 3},
-]
-CUSTOMERS = [
-    {"name": "CustomerId", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 1},
-    {"name": "Email", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 2},
-    {"name": "Photo", "type": {"code": "BYTES"}, "is_primary_key": False, "ordinal_position": 3},
-]
-START = datetime(2024, 6, 1, 12, 0, tzinfo=timezone.utc)
-END = START + timedelta(minutes=5)
-WINDOW_ID = f"{to_micros(START)}-{to_micros(END)}"
-
-
-def seq(n: int) -> str:
-    return "/".join(f"{v:016X}" for v in (to_micros(START) + n, 7, n, 0))
-
-
-def write_window(root: Path, window_id: str = WINDOW_ID, n: int = 1) -> Path:
-    from decimal import Decimal
-
-    commit = START + timedelta(seconds=n)
-    orders = [
-        Change(
-            {"OrderId": f"o{i}"}, "UPSERT", seq(n), commit, {"Amount": Decimal(f"{i}.25"), "PlacedAt": commit}
-        )
-        for i in range(5)
-    ]
-    customers = [
-        Change({"CustomerId": 1}, "UPSERT", seq(n), commit, {"Email": "a@example.com", "Photo": b"\x89PNG"}),
-        Change({"CustomerId": 2}, "DELETE", seq(n), commit),
-    ]
-    path = root / window_id
-    write_change_set(
-        str(path),
-        {"Orders": change_set_table(ORDERS, orders), "Customers": change_set_table(CUSTOMERS, customers)},
-    )
-    return path
 
 
 def run_main(capsys, *args: str) -> tuple[int, dict]:
@@ -185,10 +145,6 @@ def metastore_url(tmp_path: Path, monkeypatch) -> str:
     monkeypatch.setenv("AIRFLOW_CONN_CDC_METASTORE_DEFAULT",
                        json.dumps({"conn_type": "cdc_metastore", "extra": {"sqlalchemy_url": url}}))
     return url
-
-
-def _context(**extra) -> dict:
-    return {"data_interval_start": START, "data_interval_end": END, **extra}
 
 
 def _operator(task_id: str = "upsert", **kwargs):

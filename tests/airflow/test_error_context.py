@@ -7,7 +7,6 @@ import json
 import os
 import re
 import socket
-import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,14 +14,12 @@ from typing import Any
 
 import grpc
 import pytest
+from support.change_sets import END, WINDOW_ID, write_window
 
 from airflow_provider_cdc.domain.timestamps import format_timestamp, to_micros
 from airflow_provider_cdc.domain.window import Window
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_upsert_job import END, WINDOW_ID, write_window
-
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 FAULT_CODES = [code.name for code in grpc.StatusCode if code is not grpc.StatusCode.OK]
 SCHEMA = [
     "CREATE TABLE Items (Id INT64 NOT NULL, Name STRING(MAX)) PRIMARY KEY (Id)",

@@ -3,7 +3,7 @@
 The demo database (12 windows of 200 changes with partition splits and merges, partial updates,
 deletes and transactions spanning partitions) is served by an emulator in this process
 (``example_dag_home`` in conftest). Airflow commands run as subprocesses against a SQLite metadata
-database; DAG runs execute their tasks in a runner process (``python tests/test_example_dag.py run``)
+database; DAG runs execute their tasks in a runner process (``python tests/e2e/test_example_dag.py run``)
 that does what the scheduler does for a run, with ``airflow dags test``'s in-process task execution:
 create the run (as the scheduler creates a scheduled run) or take a queued one (cleared, backfilled),
 then run every task instance as soon as its dependencies allow, retries included. The backfill test
@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -56,7 +56,7 @@ pytestmark = [
 
 
 # =============================================================================================
-# The runner: executes DAG runs in its own process (python tests/test_example_dag.py run ...).
+# The runner: executes DAG runs in its own process (python tests/e2e/test_example_dag.py run ...).
 # =============================================================================================
 
 
@@ -284,6 +284,8 @@ def committed_as_already_applied(text: str) -> int:
 class Pipeline:
     """The example DAG's pipeline in ``example_dag_home``: runs, logs, lake and metastore."""
 
+    #: The file whose ``run`` command executes DAG runs in a process of their own.
+    runner_script: ClassVar[Path] = Path(__file__).resolve()
     home: Any  # ExampleDagHome
     applied: set[int] = field(default_factory=set)
     failed_windows: set[int] = field(default_factory=set)
@@ -320,7 +322,7 @@ class Pipeline:
         log, report = self.log_path(name), self.home.root / f"{self.counter:02d}-{name}.json"
         with log.open("w") as out:
             process = subprocess.Popen(
-                [sys.executable, str(Path(__file__).resolve()), "run", "--report", str(report), *args],
+                [sys.executable, str(self.runner_script), "run", "--report", str(report), *args],
                 env=self.home.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -45,7 +45,7 @@ from airflow_provider_cdc.metastore import (
 from airflow_provider_cdc.metastore import schema as schema_module
 from airflow_provider_cdc.metastore.model import window_parents_to_wait_for
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STREAM = "projects/test-project/instances/test-instance/databases/shop/OrdersStream"
 PIPELINE = "shop_orders"
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from deltalake import DeltaTable
-from test_upsert_job import END, _context, write_window
+from support.change_sets import END, write_window
+from support.change_sets import interval_context as _context
 
 from airflow_provider_cdc.domain.timestamps import to_micros
 from airflow_provider_cdc.lake.delta import APP_ID_PREFIX, DeltaLakeTarget

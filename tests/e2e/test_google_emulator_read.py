@@ -17,18 +17,18 @@ import json
 import time
 from collections import Counter
 from datetime import datetime, timedelta, timezone
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import pyarrow.dataset as ds
 import pytest
+from support.staged_changes import difference as _difference
+from support.staged_changes import expected_changes as _expected
+from support.staged_changes import staged_changes as _staged
 
 from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.testing.workload import (
     ALL_CHANGES_STREAM,
-    TABLES_BY_NAME,
     WORKLOAD_TABLES,
     Workload,
     schema_ddl,
@@ -99,55 +99,6 @@ def _hook(database: Any) -> Any:
         instance_id="test-instance",
         database_id=database.database_id,
         stream=ALL_CHANGES_STREAM,
-    )
-
-
-def _plain(value: Any) -> str:
-    if isinstance(value, Decimal):  # NUMERIC compares by value: 1.50 == 1.5
-        return format(value.normalize(), "f")
-    return str(value)
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=_plain)
-
-
-def _expected(workload: Workload, window: Window) -> Counter:
-    return Counter(
-        _canonical([t.commit_timestamp.isoformat(), m.table, m.mod_type, m.keys, m.new_values, m.old_values])
-        for t in workload.history_between(window.start, window.end)
-        for m in t.mods
-    )
-
-
-def _staged(root: Path, window: Window) -> Counter:
-    """Every staged row of the window (duplicates counted), as the history's mods are written."""
-    folder = root / ALL_CHANGES_STREAM / window.window_id
-    if not folder.exists():
-        return Counter()
-    found: Counter = Counter()
-    for row in ds.dataset(str(folder), format="parquet").to_table().to_pylist():
-        spec = TABLES_BY_NAME[row["table_name"]]
-        found[
-            _canonical(
-                [
-                    row["commit_timestamp"].isoformat(),
-                    row["table_name"],
-                    row["mod_type"],
-                    spec.decode_values(json.loads(row["keys_json"])),
-                    spec.decode_values(json.loads(row["new_values_json"])),
-                    spec.decode_values(json.loads(row["old_values_json"])),
-                ]
-            )
-        ] += 1
-    return found
-
-
-def _difference(staged: Counter, expected: Counter) -> str:
-    extra, missing = staged - expected, expected - staged
-    return (
-        f"{sum(extra.values())} staged but not committed (or staged twice), e.g. {list(extra)[:2]}; "
-        f"{sum(missing.values())} committed but not staged, e.g. {list(missing)[:2]}"
     )
 
 

@@ -10,16 +10,23 @@ import threading
 import time
 from collections import Counter
 from datetime import datetime, timedelta
-from decimal import Decimal
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import pyarrow.dataset as ds
 import pytest
+from support.staged_changes import canonical as _canonical
+from support.staged_changes import difference as _difference
+from support.staged_changes import expected_changes as _expected
+from support.staged_changes import staged_changes
 
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.testing.workload import ALL_CHANGES_STREAM, TABLES_BY_NAME, Workload, schema_ddl
+
+
+def _staged(root: Path, window: Window, *, dedupe: bool = True) -> Counter:
+    return staged_changes(root, window, dedupe=dedupe)
+
 
 WINDOW = timedelta(seconds=60)
 WINDOWS = 20
@@ -62,58 +69,6 @@ def history(spanner_emulator: Any, new_spanner_database: Any) -> tuple[Any, Work
     assert workload.transactions[-1].commit_timestamp < end, "the workload outgrew the windows"
     clock.set(end + timedelta(seconds=1))
     return database, workload, begin
-
-
-def _plain(value: Any) -> str:
-    if isinstance(value, Decimal):  # NUMERIC compares by value: 1.50 == 1.5
-        return format(value.normalize(), "f")
-    return str(value)
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=_plain)
-
-
-def _expected(workload: Workload, window: Window) -> Counter:
-    return Counter(
-        _canonical([t.commit_timestamp.isoformat(), m.table, m.mod_type, m.keys, m.new_values, m.old_values])
-        for t in workload.history_between(window.start, window.end)
-        for m in t.mods
-    )
-
-
-def _staged(root: Path, window: Window, *, dedupe: bool = True) -> Counter:
-    folder = root / ALL_CHANGES_STREAM / window.window_id
-    if not folder.exists():
-        return Counter()
-    table = ds.dataset(str(folder), format="parquet").to_table()
-    rows = table.to_pylist()
-    seen: set = set()
-    found: Counter = Counter()
-    for row in rows:
-        ident = (row["server_transaction_id"], row["record_sequence"], row["table_name"], row["keys_json"])
-        if dedupe and ident in seen:
-            continue
-        seen.add(ident)
-        spec = TABLES_BY_NAME[row["table_name"]]
-        found[
-            _canonical(
-                [
-                    row["commit_timestamp"].isoformat(),
-                    row["table_name"],
-                    row["mod_type"],
-                    spec.decode_values(json.loads(row["keys_json"])),
-                    spec.decode_values(json.loads(row["new_values_json"])),
-                    spec.decode_values(json.loads(row["old_values_json"])),
-                ]
-            )
-        ] += 1
-    return found
-
-
-def _difference(staged: Counter, expected: Counter) -> str:
-    extra, missing = staged - expected, expected - staged
-    return f"staged but not committed: {list(extra)[:2]}; committed but not staged: {list(missing)[:2]}"
 
 
 def _windows(begin: datetime) -> list[Window]:

@@ -420,3 +420,26 @@ def test_gcs_root_without_a_filesystem_is_resolved_to_the_emulator(gcs_endpoint,
     assert writer.directory == prefix
     assert staged_files(root, STREAM, WINDOW) == [f"{prefix}/part-00000.parquet"]
     assert read_staged_changes(root, STREAM, WINDOW).count_rows() == 3
+
+
+def test_object_store_locations_take_pyarrow_writes(tmp_path: Path) -> None:
+    """delta-rs's object store (any URI with storage options) accepts what pyarrow writes: Parquet
+    files and raw buffers, read back whole."""
+    import pyarrow.parquet as pq
+
+    from airflow_provider_cdc.filesystems import resolve
+
+    fs, root = resolve(f"file://{tmp_path}/store", None)
+    assert root == str(tmp_path / "store")
+    fs, root = resolve("memory:///cdc/staging", {"allow_http": "true"})
+    assert root == ""
+    table = pa.table({"a": [1, 2, 3]})
+    with fs.open_output_stream("part-00000.parquet") as out:
+        pq.write_table(table, out)
+    with fs.open_output_stream("note.txt") as out:
+        out.write(b"hello")
+        out.write(pa.py_buffer(b" world"))
+    with fs.open_input_file("part-00000.parquet") as handle:
+        assert pq.read_table(handle).equals(table)
+    with fs.open_input_file("note.txt") as handle:
+        assert handle.read() == b"hello world"

@@ -33,7 +33,7 @@ from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, format_times
 from airflow_provider_cdc.testing.demo import DemoSettings, encoded_state, load_demo
 from airflow_provider_cdc.testing.workload import TABLES_BY_NAME, State
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 AIRFLOW2_VENV = REPO / ".venv-airflow2"
 AIRFLOW2 = AIRFLOW2_VENV / "bin" / "airflow"
 DAGS_FOLDER = REPO / "example_dags"

@@ -17,7 +17,7 @@ app-transaction version at the window's end.
 ``CDC_CRASH_SEED`` (default 20260101) seeds the kill points; ``CDC_CRASH_POINTS`` (default and
 minimum 20) sets how many, five per window. Every kill point is printed (window, step, delay, the
 task it killed) and written to ``kill-points.json`` in the campaign's home, so a failure can be
-reproduced from the seed. The runner of ``tests/test_example_dag.py`` executes the runs; this file's
+reproduced from the seed. The runner of ``tests/e2e/test_example_dag.py`` executes the runs; this file's
 ``run`` command wraps it with the recovery of a killed run.
 """
 
@@ -302,23 +302,11 @@ def _upsert_job_started(process: subprocess.Popen) -> bool:
 class CrashPipeline(Pipeline):
     """The example DAG's pipeline in a home of its own, its runs started by this file's runner."""
 
+    runner_script = Path(__file__).resolve()
+
     def __init__(self, home: Any) -> None:
         super().__init__(home)
         self.truths: dict[int, dict[str, list[dict[str, Any]]]] = {}
-
-    def start_runner(self, *args: str, name: str) -> tuple[subprocess.Popen, Path, Path]:
-        log, report = self.log_path(name), self.home.root / f"{self.counter:02d}-{name}.json"
-        with log.open("w") as out:
-            process = subprocess.Popen(
-                [sys.executable, str(Path(__file__).resolve()), "run", "--report", str(report), *args],
-                env=self.home.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=self.home.root,
-                start_new_session=True,
-            )
-        self.runners.append(process)
-        return process, log, report
 
     def task_states(self, run_id: str) -> dict[str, str | None]:
         rows = _query(

@@ -1,0 +1,1 @@
+"""Helpers shared by tests of several layers (fixtures live in tests/conftest.py)."""

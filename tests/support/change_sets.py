@@ -1,0 +1,56 @@
+"""A two-table window change set (Orders, Customers) written with the change-set writer."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_cdc.domain.timestamps import to_micros
+from airflow_provider_cdc.lake.change_set_writer import Change, change_set_table, write_change_set
+
+ORDERS = [
+    {"name": "OrderId", "type": {"code": "STRING"}, "is_primary_key": True, "ordinal_position": 1},
+    {"name": "Amount", "type": {"code": "NUMERIC"}, "is_primary_key": False, "ordinal_position": 2},
+    {"name": "PlacedAt", "type": {"code": "TIMESTAMP"}, "is_primary_key": False, "ordinal_position": 3},
+]
+CUSTOMERS = [
+    {"name": "CustomerId", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 1},
+    {"name": "Email", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 2},
+    {"name": "Photo", "type": {"code": "BYTES"}, "is_primary_key": False, "ordinal_position": 3},
+]
+START = datetime(2024, 6, 1, 12, 0, tzinfo=timezone.utc)
+END = START + timedelta(minutes=5)
+WINDOW_ID = f"{to_micros(START)}-{to_micros(END)}"
+
+
+def seq(n: int) -> str:
+    """The sortable sequence number of the ``n``-th change of the window."""
+    return "/".join(f"{v:016X}" for v in (to_micros(START) + n, 7, n, 0))
+
+
+def write_window(root: Path, window_id: str = WINDOW_ID, n: int = 1) -> Path:
+    """Write the window's change set under ``root``: 5 Orders upserts, a Customers upsert and delete."""
+    commit = START + timedelta(seconds=n)
+    orders = [
+        Change(
+            {"OrderId": f"o{i}"}, "UPSERT", seq(n), commit, {"Amount": Decimal(f"{i}.25"), "PlacedAt": commit}
+        )
+        for i in range(5)
+    ]
+    customers = [
+        Change({"CustomerId": 1}, "UPSERT", seq(n), commit, {"Email": "a@example.com", "Photo": b"\x89PNG"}),
+        Change({"CustomerId": 2}, "DELETE", seq(n), commit),
+    ]
+    path = root / window_id
+    write_change_set(
+        str(path),
+        {"Orders": change_set_table(ORDERS, orders), "Customers": change_set_table(CUSTOMERS, customers)},
+    )
+    return path
+
+
+def interval_context(**extra: Any) -> dict[str, Any]:
+    """A task context whose data interval is the window."""
+    return {"data_interval_start": START, "data_interval_end": END, **extra}
