@@ -422,7 +422,7 @@ def test_gcs_root_without_a_filesystem_is_resolved_to_the_emulator(gcs_endpoint,
     assert read_staged_changes(root, STREAM, WINDOW).count_rows() == 3
 
 
-def test_object_store_locations_take_pyarrow_writes(tmp_path: Path) -> None:
+def test_object_store_locations_take_pyarrow_writes(tmp_path) -> None:
     """delta-rs's object store (any URI with storage options) accepts what pyarrow writes: Parquet
     files and raw buffers, read back whole."""
     import pyarrow.parquet as pq
