@@ -116,14 +116,46 @@ def status(args: argparse.Namespace) -> int:
             for p in lagging:
                 print(f"  holding back {_ts(last)}: {p.token} drained to {_ts(p.watermark)}")
     marks = store.table_watermarks(args.pipeline)
-    print(f"\nApply watermarks of {args.pipeline} (upsert_stream_apply_watermark):")
+    bigquery = _bigquery_watermarks(store, args.pipeline)
+    if not bigquery:
+        print(f"\nApply watermarks of {args.pipeline} (upsert_stream_apply_watermark):")
+        print(
+            _table(
+                ["table", "watermark", "lag behind now"],
+                [[t, _ts(m), _lag(now, m)] for t, m in sorted(marks.items())],
+            )
+        )
+        return 0
+    print(
+        f"\nApply watermarks of {args.pipeline}: the Delta tables' (committed window ends) and the BigQuery "
+        "tables' (upsert_stream_apply_watermark, as the commit recorded it)"
+    )
     print(
         _table(
-            ["table", "watermark", "lag behind now"],
-            [[t, _ts(m), f"{(now - m).total_seconds():.0f}s"] for t, m in sorted(marks.items())],
+            ["table", "Delta watermark", "lag behind now", "BigQuery watermark", "lag behind now"],
+            [
+                [t, _ts(marks.get(t)), _lag(now, marks.get(t)), _ts(bigquery.get(t)),
+                 _lag(now, bigquery.get(t))]
+                for t in sorted(set(marks) | set(bigquery))
+            ],  # fmt: skip
         )
     )
     return 0
+
+
+def _lag(now: datetime, mark: datetime | None) -> str:
+    return f"{(now - mark).total_seconds():.0f}s" if mark else "-"
+
+
+def _bigquery_watermarks(store: Any, pipeline: str) -> dict[str, datetime]:
+    """The BigQuery tables' watermarks the commit recorded under ``{pipeline}.bigquery``."""
+    from airflow_provider_cdc.hooks.bigquery_cdc import ledger_id
+
+    try:
+        ledger = ledger_id(pipeline)
+    except ValueError:  # a pipeline id too long to carry the suffix has no BigQuery ledger
+        return {}
+    return store.table_watermarks(ledger)
 
 
 def tables(args: argparse.Namespace) -> int:

@@ -4,9 +4,14 @@
 # across partitions), runs the example DAG spanner_change_stream_to_lake for consecutive 10-minute windows
 # (SQLite metastore, Spark local[*], Delta tables under .demo/), then prints every target table, the apply
 # watermarks, each window's task timings and whether the tables equal the committed history.
-# Usage: scripts/demo.sh [WINDOWS]   (default 5; at most 6)
+# `scripts/demo.sh bigquery [WINDOWS]` runs the example DAG spanner_change_stream_to_bigquery instead
+# (the same windows, then BigQuery CDC tables in the loopback BigQuery fake) and prints the BigQuery
+# tables, the Delta and BigQuery apply watermarks and the task timings.
+# Usage: scripts/demo.sh [bigquery] [WINDOWS]   (default 5; at most 6 for the Delta Lake DAG)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+target=lake
+if [ "${1:-}" = bigquery ]; then target=bigquery; shift; fi
 windows=${1:-5}
 bash scripts/setup.sh
 root=$(pwd)
@@ -22,6 +27,18 @@ rm -rf "$root/.demo" && mkdir -p "$AIRFLOW_HOME" "$CDC_DEMO_HOME"
 log() { printf '\n[demo] %s\n' "$*" >&2; }
 log "initialising Airflow in $AIRFLOW_HOME"
 airflow db migrate >"$AIRFLOW_HOME/db-migrate.log" 2>&1
+
+if [ "$target" = bigquery ]; then
+  # The emulator (with the demo database) and the BigQuery fake are served by this one process.
+  log "running spanner_change_stream_to_bigquery for $windows windows against the BigQuery fake"
+  status=0
+  python -m airflow_provider_cdc.testing.demo bigquery --windows "$windows" --log-dir "$CDC_DEMO_HOME" || status=$?
+  log "metastore: windows, partitions and apply watermarks (Delta and BigQuery)"
+  python -m airflow_provider_cdc status --pipeline spanner_change_stream_to_bigquery --limit 12
+  log "task timings per window (seconds)"
+  python -m airflow_provider_cdc timings --dag-id spanner_change_stream_to_bigquery
+  exit "$status"
+fi
 
 log "starting the Spanner change-stream emulator and loading the demo database"
 python -m airflow_provider_cdc.testing.spanner_emulator --port 0 --demo --demo-windows 6 \

@@ -103,7 +103,7 @@ def complete_images(
     first = keys[0]
     lookup = dataset.to_table(
         columns=delta_columns,
-        filter=pc.field(first).isin(pc.unique(partial.column(first)).drop_null()),
+        filter=_key_field(dataset, first).isin(pc.unique(partial.column(first)).drop_null()),
     ).rename_columns(
         [
             _DELTA_SEQUENCE if c == SOURCE_SEQUENCE else f"__delta_{c}" if c not in keys else c
@@ -177,6 +177,15 @@ def _with_columns(
     if like is not None:
         source = source.select(like.column_names)
     return source
+
+
+def _key_field(dataset: pa_ds.Dataset, column: str) -> pc.Expression:
+    """The key column in a scan filter. Files that delta-rs's MERGE wrote store strings and binaries
+    as views, which pyarrow cannot compare with the table's type when it prunes files by their
+    statistics; the cast to the table's type keeps the filter exact."""
+    kind = dataset.schema.field(column).type
+    viewable = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
+    return pc.field(column).cast(kind) if any(test(kind) for test in viewable) else pc.field(column)
 
 
 def _delta_dataset(lake: DeltaLakeTarget, table: str) -> pa_ds.Dataset | None:

@@ -1,7 +1,9 @@
 """Hook for a pipeline's windows: what the merge reads, what the upsert may apply, the commit.
 
 Operators stay thin: the metastore reads and compare-and-sets of a window step, and the checks of
-the change set and the lake around them, happen here.
+the change set and the lake around them, happen here. The commit also records the BigQuery
+tables' ``upsert_stream_apply_watermark`` the BigQuery upsert read, under the ledger id
+``{pipeline}.bigquery``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from typing import Any
 from airflow_provider_cdc._compat import BaseHook
 from airflow_provider_cdc._errors import metastore_errors
 from airflow_provider_cdc.domain.contract.locations import WindowLocations, partition_key
-from airflow_provider_cdc.domain.timestamps import format_timestamp
+from airflow_provider_cdc.domain.identifiers import validate_identifier
+from airflow_provider_cdc.domain.timestamps import coerce_timestamp, format_timestamp
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.hooks.storage import storage_options
@@ -28,7 +31,12 @@ class LakeNotAppliedError(WindowStepError):
 
 
 class StaleTablesError(WindowStepError):
-    """A table's apply watermark lags more than ``max_staleness``."""
+    """A table's apply watermark (Delta, or BigQuery's ``upsert_stream_apply_watermark``) lags more
+    than ``max_staleness``."""
+
+
+#: The key of a table's entry in the BigQuery upsert's return value that carries its watermark.
+BIGQUERY_WATERMARK = "upsert_stream_apply_watermark"
 
 
 def stale_tables(
@@ -51,6 +59,38 @@ def read_summaries(value: Any) -> list[Mapping[str, Any]]:
     if isinstance(value, Iterable) and not isinstance(value, (str, bytes)):
         return [v for v in value if isinstance(v, Mapping)]
     return []
+
+
+def parse_bigquery_watermarks(value: Any) -> dict[str, datetime | None] | None:
+    """BigQuery table → ``upsert_stream_apply_watermark`` (``None``: BigQuery has applied nothing yet).
+
+    ``value`` is the BigQuery upsert's return value (``{"tables": {table: {...,
+    "upsert_stream_apply_watermark": RFC 3339 text or None}}}``; a table without that key was not
+    asked for its watermark and is left out) or a mapping ``{table: timestamp or None}``; ``None``
+    gives ``None``. Anything else fails naming what is wrong.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise TypeError(
+            "bigquery_watermarks must be the BigQuery upsert's return value or a mapping of table to "
+            f"upsert_stream_apply_watermark, got {type(value).__name__}"
+        )
+    tables = value["tables"] if isinstance(value.get("tables"), Mapping) else value
+    marks: dict[str, datetime | None] = {}
+    for table, entry in tables.items():
+        name = validate_identifier(table, "BigQuery table")
+        if isinstance(entry, Mapping):
+            if BIGQUERY_WATERMARK not in entry:
+                continue
+            entry = entry[BIGQUERY_WATERMARK]
+        try:
+            marks[name] = None if entry is None else coerce_timestamp(entry)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(
+                f"bigquery_watermarks: table {table!r} has no valid {BIGQUERY_WATERMARK} ({exc})"
+            ) from None
+    return marks
 
 
 class CdcPipelineHook(BaseHook):
@@ -111,19 +151,27 @@ class CdcPipelineHook(BaseHook):
         max_staleness: timedelta | None = None,
         now: datetime | None = None,
         log: Any = None,
+        bigquery_watermarks: Any = None,
     ) -> dict[str, Any]:
         """Mark the window applied and advance its tables' apply watermarks to the window end.
 
         The change set's manifest (with ``locations.changeset_root``) names the window's tables;
         with ``locations.lake_root`` each must hold the window, and the Delta version that applied
         it is recorded. Idempotent: a window already applied only refreshes the watermarks.
+
+        ``bigquery_watermarks`` (see :func:`parse_bigquery_watermarks`) gives the BigQuery tables'
+        ``upsert_stream_apply_watermark``: each is recorded (only forward) under the ledger id
+        ``{pipeline}.bigquery`` and checked against ``max_staleness``; a table BigQuery has applied
+        nothing to yet is logged as a warning.
         """
         log = log or self.log
+        # A malformed value fails before anything is written.
+        marks = parse_bigquery_watermarks(bigquery_watermarks)
         with metastore_errors(f"window {window} of pipeline {pipeline!r}: committing the window"):
             with CdcMetastoreHook(self.metastore_conn_id) as metastore:
                 return self._commit(
                     metastore.metastore, pipeline, window, locations, read_summaries(summaries),
-                    max_staleness, now, log,
+                    max_staleness, now, log, marks,
                 )
 
     def _commit(
@@ -136,6 +184,7 @@ class CdcPipelineHook(BaseHook):
         max_staleness: timedelta | None,
         now: datetime | None,
         log: Any,
+        bigquery: Mapping[str, datetime | None] | None = None,
     ) -> dict[str, Any]:
         from airflow_provider_cdc.metastore import WindowState
 
@@ -177,17 +226,59 @@ class CdcPipelineHook(BaseHook):
             transactions,
             ", ".join(f"{t}={format_timestamp(w)}" for t, w in sorted(watermarks.items())) or "none",
         )
-        if max_staleness is not None:
-            stale = stale_tables(watermarks, now or datetime.now(timezone.utc), max_staleness)
-            if stale:
-                detail = ", ".join(f"{t} lags {lag}" for t, lag in stale.items())
-                raise StaleTablesError(f"apply watermark older than max_staleness={max_staleness}: {detail}")
-        return {
+        summary: dict[str, Any] = {
             "window_id": window.window_id,
             "rows": rows,
             "transactions": transactions,
             "watermarks": {t: format_timestamp(w) for t, w in sorted(watermarks.items())},
         }
+        checked: dict[str, datetime] = {}
+        if bigquery is not None:
+            recorded = self._record_bigquery_watermarks(store, pipeline, bigquery, log)
+            checked = {t: recorded[t] for t, mark in bigquery.items() if mark is not None}
+            summary["bigquery_watermarks"] = {
+                t: format_timestamp(recorded[t]) if t in recorded else None
+                for t in sorted(set(recorded) | set(bigquery))
+            }
+        if max_staleness is not None:
+            moment = now or datetime.now(timezone.utc)
+            stale = [f"{t} lags {lag}" for t, lag in stale_tables(watermarks, moment, max_staleness).items()]
+            stale += [
+                f"BigQuery table {t} lags {lag} "
+                f"(upsert_stream_apply_watermark {format_timestamp(checked[t])})"
+                for t, lag in stale_tables(checked, moment, max_staleness).items()
+            ]
+            if stale:
+                raise StaleTablesError(
+                    f"apply watermark older than max_staleness={max_staleness}: {', '.join(stale)}"
+                )
+        return summary
+
+    @staticmethod
+    def _record_bigquery_watermarks(
+        store: Any, pipeline: str, marks: Mapping[str, datetime | None], log: Any
+    ) -> dict[str, datetime]:
+        """Advance the BigQuery tables' recorded watermarks (ledger ``{pipeline}.bigquery``) to what
+        BigQuery reported; returns every recorded watermark of the ledger."""
+        from airflow_provider_cdc.hooks.bigquery_cdc import ledger_id
+
+        ledger = ledger_id(pipeline)
+        for table, mark in sorted(marks.items()):
+            if mark is None:
+                log.warning(
+                    "BigQuery table %s has no upsert_stream_apply_watermark yet: BigQuery has not applied "
+                    "any of its row modifications (staleness is not checked for it)",
+                    table,
+                )
+            else:
+                store.advance_table_watermark(ledger, table, mark)
+        recorded = store.table_watermarks(ledger)
+        log.info(
+            "BigQuery apply watermarks of %s (upsert_stream_apply_watermark): %s",
+            ledger,
+            ", ".join(f"{t}={format_timestamp(w)}" for t, w in sorted(recorded.items())) or "none",
+        )
+        return recorded
 
     def _changed_tables(self, locations: WindowLocations, window: Window) -> dict[str, int | None]:
         """The tables the window's change set holds with their rows, its manifest checked against

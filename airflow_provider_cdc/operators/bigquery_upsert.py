@@ -18,7 +18,9 @@ class BigQueryCdcUpsertOperator(BaseOperator):
 
     Run it after the Delta upsert of the same window (and before the commit): partial row images are
     completed from the Delta tables under ``lake_root``. Re-running a window sends the same rows with
-    the same sequence numbers, which leaves the tables unchanged.
+    the same sequence numbers, which leaves the tables unchanged. The return value (per table: rows
+    sent, ``upsert_stream_apply_watermark`` and staleness) is what the commit's
+    ``bigquery_watermarks`` takes.
 
     :param locations: the pipeline's roots (templated), as for the merge, upsert and commit:
         ``changeset_root`` (required) and ``lake_root`` (the Delta tables the pipeline applied, needed
@@ -32,7 +34,9 @@ class BigQueryCdcUpsertOperator(BaseOperator):
     :param max_staleness: the tables' ``max_staleness`` (set on create and kept in line).
     :param table_names: source table → BigQuery table, where they differ.
     :param gcp_conn_id: Google Cloud connection; ``impersonation_chain`` as for the google provider.
-    :param api_endpoint: BigQuery REST endpoint override; ``write_endpoint`` the Storage Write API's.
+    :param api_endpoint: BigQuery REST endpoint override; ``write_endpoint`` the Storage Write API's
+        (both templated; blank means unset). Loopback endpoints (a local fake) are reached with
+        anonymous credentials and no connection.
     :param report_watermarks: read each table's ``upsert_stream_apply_watermark`` after the apply
         (one INFORMATION_SCHEMA query per table) and return it with the staleness.
     :param metastore_conn_id: the metastore that records the sends.
@@ -41,7 +45,6 @@ class BigQueryCdcUpsertOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = (
-        "changeset_root",
         "dataset",
         "project_id",
         "pipeline_id",
@@ -50,6 +53,8 @@ class BigQueryCdcUpsertOperator(BaseOperator):
         "locations",
         "gcp_conn_id",
         "impersonation_chain",
+        "api_endpoint",
+        "write_endpoint",
     )
     template_fields_renderers = {"locations": "json"}
     ui_color = "#e8f0fe"
@@ -97,8 +102,8 @@ class BigQueryCdcUpsertOperator(BaseOperator):
         hook = BigQueryCdcHook(
             self.gcp_conn_id,
             self.impersonation_chain,
-            api_endpoint=self.api_endpoint,
-            write_endpoint=self.write_endpoint,
+            api_endpoint=_unless_blank(self.api_endpoint),
+            write_endpoint=_unless_blank(self.write_endpoint),
             location=self.location,
         )
         return hook.apply_window(
@@ -106,10 +111,16 @@ class BigQueryCdcUpsertOperator(BaseOperator):
             window_of(self.window_start, self.window_end),
             locations_of(self.locations, "changeset_root"),
             str(self.dataset),
-            self.project_id,
+            _unless_blank(self.project_id),
             max_staleness=self.max_staleness,
             table_names=self.table_names,
             metastore_conn_id=self.metastore_conn_id,
             report_watermarks=self.report_watermarks,
             writer_options=self.writer_options,
         )
+
+
+def _unless_blank(value: Any) -> str | None:
+    """A rendered optional text argument: ``None`` when unset or blank."""
+    text = "" if value is None else str(value).strip()
+    return text or None

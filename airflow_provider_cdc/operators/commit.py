@@ -1,4 +1,5 @@
-"""Operator that commits an applied window: window state, apply watermarks, staleness check."""
+"""Operator that commits an applied window: window state, apply watermarks (Delta and BigQuery),
+staleness check."""
 
 from __future__ import annotations
 
@@ -27,10 +28,19 @@ class CdcCommitWindowOperator(BaseOperator):
     applied it is recorded per window and table in the metastore: the next upsert checks the tables
     against it. The work is :meth:`CdcPipelineHook.commit_window`.
 
+    With ``bigquery_watermarks`` (the BigQuery upsert's return value, e.g. ``to_bigquery.output``)
+    the BigQuery tables' ``upsert_stream_apply_watermark`` is recorded too, only forward, under the
+    ledger id ``{pipeline_id}.bigquery``, and ``max_staleness`` covers those tables: one whose
+    watermark lags by more fails the task naming it and its lag. A table BigQuery has not applied
+    anything to yet (a NULL watermark) is logged as a warning.
+
     :param locations: the pipeline's roots (templated), as for the merge and the upsert: the tables
         of the ``changeset_root`` change set's manifest get watermarks (as do all tables already
         applied by the pipeline); ``lake_root`` is checked to hold the window.
     :param read_summaries: the readers' summaries (XCom), summed into the window's counts.
+    :param bigquery_watermarks: the BigQuery upsert's return value (``{"tables": {table: {...,
+        "upsert_stream_apply_watermark": ...}}}``) or a mapping of BigQuery table to its
+        ``upsert_stream_apply_watermark`` (RFC 3339 text, datetime or ``None``). Templated.
     :param gcp_conn_id: Google Cloud connection for ``gs://`` locations.
     """
 
@@ -39,11 +49,12 @@ class CdcCommitWindowOperator(BaseOperator):
         "window_start",
         "window_end",
         "read_summaries",
+        "bigquery_watermarks",
         "locations",
         "staleness_reference",
         "gcp_conn_id",
     )
-    template_fields_renderers = {"locations": "json"}
+    template_fields_renderers = {"locations": "json", "bigquery_watermarks": "json"}
 
     def __init__(
         self,
@@ -52,6 +63,7 @@ class CdcCommitWindowOperator(BaseOperator):
         window_start: Any = WINDOW_START,
         window_end: Any = WINDOW_END,
         read_summaries: Any = None,
+        bigquery_watermarks: Any = None,
         locations: Mapping[str, str] | None = None,
         gcp_conn_id: str | None = None,
         metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
@@ -64,6 +76,7 @@ class CdcCommitWindowOperator(BaseOperator):
         self.window_start = window_start
         self.window_end = window_end
         self.read_summaries = read_summaries
+        self.bigquery_watermarks = bigquery_watermarks
         self.locations = locations
         self.gcp_conn_id = gcp_conn_id
         self.metastore_conn_id = metastore_conn_id
@@ -84,4 +97,5 @@ class CdcCommitWindowOperator(BaseOperator):
             max_staleness=self.max_staleness,
             now=now,
             log=self.log,
+            bigquery_watermarks=self.bigquery_watermarks,
         )

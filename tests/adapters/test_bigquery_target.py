@@ -14,6 +14,7 @@ from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import grpc
 import pytest
@@ -286,6 +287,42 @@ def test_windows_land_equal_to_the_committed_history_and_reruns_change_nothing(
     assert {t: _bq_rows(fake, t) for t in SCHEMAS} == before
 
 
+def test_partial_images_of_a_string_keyed_table_are_completed_from_merged_delta_files(
+    fake: FakeBigQuery, store: Metastore, tmp_path: Path
+) -> None:
+    """Delta files written by a MERGE hold their strings as string_view; the key lookup reads them."""
+    sensors = [
+        {"name": "SensorId", "type": {"code": "STRING"}, "is_primary_key": True, "ordinal_position": 1},
+        {"name": "Seq", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 2},
+        {"name": "Label", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 3},
+        {"name": "Value", "type": {"code": "INT64"}, "is_primary_key": False, "ordinal_position": 4},
+    ]
+    windows = [Window(START + i * WINDOW, START + (i + 1) * WINDOW) for i in range(3)]
+
+    def change(key: str, seq: int, number: int, present: list[str] | None = None, **values: Any) -> Change:
+        return Change({"SensorId": key, "Seq": seq}, "UPSERT", f"{number:016X}", START, values, present)
+
+    changes = [
+        [change("a", 1, 1, Label="x", Value=1), change("b", 1, 2, Label="y", Value=2)],
+        [change("a", 1, 3, ["Value"], Value=10), change("c", 1, 4, Label="z", Value=3)],
+        [change("b", 1, 5, ["Label"], Label="yy"), change("c", 1, 6, ["Value"], Value=30)],
+    ]
+    changesets, lake_root = tmp_path / "changesets", str(tmp_path / "lake")
+    lake = DeltaLakeTarget(lake_root)
+    for window, window_changes in zip(windows, changes, strict=True):
+        table = change_set_table(sensors, window_changes)
+        write_change_set(str(changesets / window.window_id), {"Sensors": table})
+        _apply_delta(lake, changesets, window)
+        _operator(fake, changesets, lake_root, window).execute({})
+    assert _bq_rows(fake, "Sensors") == _sorted(
+        [
+            {"SensorId": "a", "Seq": 1, "Label": "x", "Value": 10},
+            {"SensorId": "b", "Seq": 1, "Label": "yy", "Value": 2},
+            {"SensorId": "c", "Seq": 1, "Label": "z", "Value": 30},
+        ]
+    )
+
+
 def test_a_retryable_failure_is_retried_and_the_table_is_still_exact(
     fake: FakeBigQuery, store: Metastore, tmp_path: Path
 ) -> None:
@@ -339,6 +376,38 @@ def test_a_change_set_without_manifest_is_refused(
     (tmp_path / window.window_id / "_manifest.json").unlink()
     with pytest.raises(Exception, match="no _manifest.json"):
         _operator(fake, tmp_path, None, window).execute({})
+
+
+def test_templated_arguments_render_and_blank_endpoints_are_unset(
+    fake: FakeBigQuery, store: Metastore, tmp_path: Path
+) -> None:
+    """What a DAG passes: params rendered into the dataset, project, window and endpoints."""
+    window = Window(START, START + WINDOW)
+    rows = [_full(1, 1, Name="a")]
+    write_change_set(str(tmp_path / window.window_id), {"Orders": change_set_table(ORDERS[:2], rows)})
+    operator = BigQueryCdcUpsertOperator(
+        task_id="to_bigquery",
+        locations={"changeset_root": "{{ params.changeset_root }}"},
+        project_id="{{ params.project }}",
+        dataset="{{ params.dataset }}",
+        pipeline_id="{{ params.pipeline }}",
+        api_endpoint="{{ params.api }}",
+        write_endpoint="{{ params.write }}",
+        metastore_conn_id=CONN_ID,
+    )
+    assert all(hasattr(operator, name) for name in operator.template_fields)
+    params = {"changeset_root": str(tmp_path), "project": PROJECT, "dataset": DATASET, "pipeline": PIPELINE,
+              "api": fake.rest_endpoint, "write": fake.write_endpoint}
+    context = {"params": params, "data_interval_start": window.start, "data_interval_end": window.end}
+    operator.render_template_fields(context)
+    assert operator.execute(context)["tables"]["Orders"]["rows"] == 1
+    assert _bq_rows(fake, "Orders") == [{"Id": 1, "Name": "a"}]
+    # Blank endpoints (a DAG param left empty) mean BigQuery itself: the hook reads the connection.
+    blank = _operator(fake, tmp_path, None, window)
+    blank.api_endpoint, blank.write_endpoint = "", " "
+    with mock.patch("airflow_provider_cdc.operators.bigquery_upsert.BigQueryCdcHook") as hook:
+        blank.execute({})
+    assert hook.call_args.kwargs["api_endpoint"] is None and hook.call_args.kwargs["write_endpoint"] is None
 
 
 def test_a_table_without_changes_sends_nothing(fake: FakeBigQuery, store: Metastore, tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""CdcCommitWindowOperator: a window is applied once, apply watermarks advance, staleness fails a run."""
+"""CdcCommitWindowOperator: a window is applied once, apply watermarks advance (the Delta tables' and
+the BigQuery tables' upsert_stream_apply_watermark), staleness fails a run."""
 
 from __future__ import annotations
 
@@ -6,11 +7,18 @@ import json
 import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
+from airflow_provider_cdc.domain.timestamps import format_timestamp
 from airflow_provider_cdc.domain.window import Window
-from airflow_provider_cdc.hooks.pipeline import StaleTablesError, WindowStepError, stale_tables
+from airflow_provider_cdc.hooks.pipeline import (
+    StaleTablesError,
+    WindowStepError,
+    parse_bigquery_watermarks,
+    stale_tables,
+)
 from airflow_provider_cdc.lake.change_set_writer import Change, change_set_table, write_change_set
 from airflow_provider_cdc.metastore import Metastore, WindowState
 from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
@@ -182,3 +190,173 @@ def test_a_manifest_that_disagrees_with_the_change_set_is_refused_naming_the_tab
         _commit(root).execute({})
     assert store.get_window(PIPELINE, START, END).state is WindowState.READING
     assert store.table_watermarks(PIPELINE) == {}
+
+
+# ------------------------------------------------------------------------------ BigQuery watermarks
+BIGQUERY_LEDGER = f"{PIPELINE}.bigquery"
+
+
+def _bigquery_summary(**marks: str | None) -> dict:
+    """The BigQuery upsert's return value for tables with these upsert_stream_apply_watermarks."""
+    return {
+        "window_id": Window(START, END).window_id,
+        "tables": {
+            table: {"source_table": table, "table": table, "rows": 3, "upsert_stream_apply_watermark": mark,
+                    "staleness_seconds": None}
+            for table, mark in marks.items()
+        },
+    }
+
+
+def test_the_commit_records_the_bigquery_watermarks_only_forward(store: Metastore, tmp_path: Path) -> None:
+    store.open_window(PIPELINE, STREAM, START, END)
+    root = _changeset(tmp_path, ["Orders", "Customers"])
+    first = datetime(2026, 3, 1, 12, 11, 5, 123456, tzinfo=timezone.utc)
+    summary = _bigquery_summary(Orders=format_timestamp(first), Customers=format_timestamp(first))
+    result = _commit(root, bigquery_watermarks=summary).execute({})
+    assert store.table_watermarks(BIGQUERY_LEDGER) == {"Customers": first, "Orders": first}
+    assert result["bigquery_watermarks"] == {
+        "Customers": "2026-03-01T12:11:05.123456Z", "Orders": "2026-03-01T12:11:05.123456Z"
+    }
+    # The Delta tables' watermarks are the pipeline's own, apart from BigQuery's.
+    assert store.table_watermarks(PIPELINE) == {"Customers": END, "Orders": END}
+
+    # A re-run reads an older watermark for Orders (never recorded backwards), a newer one for
+    # Customers; the plain mapping form and datetimes are accepted too.
+    later = first + timedelta(minutes=3)
+    again = _commit(root, bigquery_watermarks={"Orders": first - timedelta(minutes=1), "Customers": later})
+    assert again.execute({})["bigquery_watermarks"] == {
+        "Customers": format_timestamp(later), "Orders": format_timestamp(first)
+    }
+    assert store.table_watermarks(BIGQUERY_LEDGER) == {"Customers": later, "Orders": first}
+
+
+def test_without_bigquery_watermarks_the_commit_is_unchanged(store: Metastore, tmp_path: Path) -> None:
+    store.open_window(PIPELINE, STREAM, START, END)
+    result = _commit(_changeset(tmp_path, ["Orders"])).execute({})
+    assert "bigquery_watermarks" not in result
+    assert store.table_watermarks(BIGQUERY_LEDGER) == {}
+
+
+def test_a_null_bigquery_watermark_is_a_warning_not_a_failure(store: Metastore, tmp_path: Path) -> None:
+    from airflow_provider_cdc.domain.contract.locations import WindowLocations
+    from airflow_provider_cdc.hooks.pipeline import CdcPipelineHook
+
+    store.open_window(PIPELINE, STREAM, START, END)
+    root = _changeset(tmp_path, ["Orders", "Customers"])
+    fresh = END + timedelta(seconds=30)
+    summary = _bigquery_summary(Orders=format_timestamp(fresh), Customers=None)
+    # A table whose watermark was not asked for (report_watermarks=False) is left out.
+    summary["tables"]["Lines"] = {"rows": 2}
+    log = mock.Mock()
+    result = CdcPipelineHook(CONN_ID).commit_window(
+        PIPELINE, Window(START, END), WindowLocations(None, root, None), bigquery_watermarks=summary,
+        max_staleness=timedelta(minutes=5), now=END + timedelta(minutes=1), log=log,
+    )
+    assert result["bigquery_watermarks"] == {"Customers": None, "Orders": format_timestamp(fresh)}
+    assert store.table_watermarks(BIGQUERY_LEDGER) == {"Orders": fresh}
+    warnings = [call.args[0] % call.args[1:] for call in log.warning.call_args_list]
+    assert len(warnings) == 1 and warnings[0].startswith(
+        "BigQuery table Customers has no upsert_stream_apply_watermark yet"
+    ), warnings
+    assert store.get_window(PIPELINE, START, END).state is WindowState.APPLIED
+
+
+def test_max_staleness_fails_naming_the_lagging_bigquery_table(store: Metastore, tmp_path: Path) -> None:
+    store.open_window(PIPELINE, STREAM, START, END)
+    root = _changeset(tmp_path, ["Orders", "Customers"])
+    now = END + timedelta(minutes=5)
+    summary = _bigquery_summary(
+        Orders=format_timestamp(now - timedelta(minutes=40)),
+        Customers=format_timestamp(now - timedelta(minutes=2)),
+    )
+    late = _commit(
+        root, bigquery_watermarks=summary, max_staleness=timedelta(minutes=30), staleness_reference=now
+    )
+    with pytest.raises(StaleTablesError) as failure:
+        late.execute({})
+    message = str(failure.value)
+    assert message.endswith(
+        "max_staleness=0:30:00: BigQuery table Orders lags 0:40:00 "
+        "(upsert_stream_apply_watermark 2026-03-01T11:35:00.000000Z)"
+    ), message
+    assert "Customers" not in message  # within max_staleness; the Delta tables too
+    # The window stays applied and the watermarks recorded: staleness is reported, nothing is undone.
+    assert store.get_window(PIPELINE, START, END).state is WindowState.APPLIED
+    assert set(store.table_watermarks(BIGQUERY_LEDGER)) == {"Customers", "Orders"}
+
+    # Stale Delta tables and stale BigQuery tables are named in one failure.
+    with pytest.raises(StaleTablesError) as failure:
+        _commit(root, bigquery_watermarks=summary, max_staleness=timedelta(hours=1),
+                staleness_reference=END + timedelta(minutes=62)).execute({})
+    assert str(failure.value) == (
+        "apply watermark older than max_staleness=1:00:00: Customers lags 1:02:00, Orders lags 1:02:00, "
+        "BigQuery table Orders lags 1:37:00 (upsert_stream_apply_watermark 2026-03-01T11:35:00.000000Z)"
+    )
+
+
+def test_only_the_tables_the_window_reported_are_checked_for_staleness(
+    store: Metastore, tmp_path: Path
+) -> None:
+    store.open_window(PIPELINE, STREAM, START, END)
+    old = END - timedelta(hours=5)
+    root = _changeset(tmp_path, ["Orders"])
+    _commit(root, bigquery_watermarks={"Customers": old, "Orders": old}).execute({})
+    later = END + timedelta(minutes=10)
+    store.open_window(PIPELINE, STREAM, END, later)
+    # The next window sends only Orders: Customers' old watermark (nothing of this window is
+    # pending for it) is kept and not checked.
+    result = _commit(
+        _changeset(tmp_path, ["Orders"], END, later), END, later, bigquery_watermarks={"Orders": later},
+        max_staleness=timedelta(minutes=30), staleness_reference=later + timedelta(minutes=1),
+    ).execute({})
+    assert result["bigquery_watermarks"] == {
+        "Customers": format_timestamp(old), "Orders": format_timestamp(later)
+    }
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("2026-03-01T12:00:00Z", r"bigquery_watermarks must be the BigQuery upsert's return value"),
+        ({"tables": {"Orders": {"upsert_stream_apply_watermark": "yesterday"}}},
+         r"table 'Orders' has no valid upsert_stream_apply_watermark"),
+        ({"Orders": 12}, r"table 'Orders' has no valid upsert_stream_apply_watermark"),
+        ({"Bad name": None}, r"invalid BigQuery table name 'Bad name'"),
+    ],
+)
+def test_malformed_bigquery_watermarks_fail_before_the_window_is_committed(
+    store: Metastore, tmp_path: Path, value, problem: str
+) -> None:
+    store.open_window(PIPELINE, STREAM, START, END)
+    with pytest.raises((TypeError, ValueError), match=problem):
+        _commit(_changeset(tmp_path, ["Orders"]), bigquery_watermarks=value).execute({})
+    assert store.get_window(PIPELINE, START, END).state is WindowState.READING
+    assert store.table_watermarks(PIPELINE) == {} and store.table_watermarks(BIGQUERY_LEDGER) == {}
+
+
+def test_bigquery_watermarks_is_templated_and_takes_the_upsert_output() -> None:
+    assert "bigquery_watermarks" in CdcCommitWindowOperator.template_fields
+    summary = _bigquery_summary(Orders="2026-03-01T12:11:00Z")
+    assert parse_bigquery_watermarks(summary) == {"Orders": datetime(2026, 3, 1, 12, 11, tzinfo=timezone.utc)}
+    assert parse_bigquery_watermarks(None) is None
+
+
+def test_status_shows_the_bigquery_watermarks_beside_the_delta_ones(
+    store: Metastore, tmp_path: Path, metastore_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from airflow_provider_cdc import cli
+
+    store.open_window(PIPELINE, STREAM, START, END)
+    assert cli.main(["status", "--pipeline", PIPELINE, "--metastore-url", metastore_url]) == 0
+    assert "BigQuery watermark" not in capsys.readouterr().out  # a lake-only pipeline shows what it did
+    mark = END + timedelta(seconds=42)
+    _commit(_changeset(tmp_path, ["Orders", "Customers"]), bigquery_watermarks={"Orders": mark}).execute({})
+    assert cli.main(["status", "--pipeline", PIPELINE, "--metastore-url", metastore_url]) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("table "))
+    assert header.split() == ["table", "Delta", "watermark", "lag", "behind", "now", "BigQuery", "watermark",
+                              "lag", "behind", "now"]
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[out.splitlines().index(header) + 1:]}
+    assert rows["Orders"][1] == "2026-03-01T12:10:00.000Z" and rows["Orders"][3] == "2026-03-01T12:10:42.000Z"
+    assert rows["Customers"][1] == "2026-03-01T12:10:00.000Z" and rows["Customers"][3:] == ["-", "-"]

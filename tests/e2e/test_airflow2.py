@@ -227,7 +227,7 @@ print(json.dumps(report))
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["version"].startswith("2.11."), report["version"]
     assert report["errors"] == {}
-    assert report["dags"] == [DAG_ID]
+    assert report["dags"] == ["spanner_change_stream_to_bigquery", DAG_ID]
     tasks = ["wait_parents", "open_window", "read", "drained", "merge", "upsert", "commit"]
     assert report["tasks"] == sorted(tasks)
     assert report["timetable"] == "DeltaDataIntervalTimetable"

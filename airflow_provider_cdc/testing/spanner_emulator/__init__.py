@@ -6,6 +6,10 @@ change-stream read bounded by ``end_timestamp <= now`` completes at once, while 
 later (or NULL) waits for the clock or for its partition's child records. With a ``ManualClock``
 time moves only by ``advance``/``set`` or by commits; splits and merges take a timestamp the same way.
 
+Tables: every commit keeps the versions of the rows it writes, so reads and queries at a timestamp (a
+snapshot, a batch snapshot's partitions) see the database as of then, within the version retention
+period; a timestamp later than now waits for the clock.
+
 Part of the test kit: it needs the ``testing`` extra (``pip install 'airflow-provider-cdc[testing]'``).
 """
 

@@ -1,7 +1,8 @@
 """An emulated Spanner database: schema, rows, change streams and their partitions, behind one lock.
 
-A commit applies its mutations (:mod:`.transaction`) and logs a data change record per stream and
-partition (:mod:`.records`); change-stream queries read those logs (:mod:`.reads`).
+A commit applies its mutations (:mod:`.transaction`), keeps the rows' new versions (:mod:`.storage`)
+and logs a data change record per stream and partition (:mod:`.records`); change-stream queries read
+those logs (:mod:`.reads`), table reads the versions (:mod:`.table_reads`).
 """
 
 from __future__ import annotations
@@ -62,7 +63,9 @@ class Database:
         self.tables: dict[str, Table] = {}
         self.streams: dict[str, ChangeStream] = {}
         self.ddl_statements: list[str] = []
-        self.last_commit_us = clock.now_us()
+        self.version_retention = ddl.DEFAULT_VERSION_RETENTION
+        self.options: dict[str, str] = {}  # database options set by ALTER DATABASE, as written
+        self.last_commit_us = self.created_us = clock.now_us()
         self._rng = random.Random(seed)
         self._seed = seed
         self._transactions = 0
@@ -97,7 +100,19 @@ class Database:
         if isinstance(statement, ddl.CreateTable):
             if statement.name in self.tables:
                 raise EmulatorError(exists, f"Duplicate name in schema: {statement.name}.")
-            self.tables[statement.name] = Table(statement.name, statement.columns, statement.primary_key)
+            self.tables[statement.name] = Table(
+                statement.name,
+                statement.columns,
+                statement.primary_key,
+                key_desc=statement.key_desc,
+                parent=statement.parent,
+                on_delete=statement.on_delete,
+            )
+        elif isinstance(statement, ddl.AlterDatabase):
+            self.version_retention = statement.version_retention or ddl.DEFAULT_VERSION_RETENTION
+            self.options.pop("version_retention_period", None)
+            if statement.version_retention_text is not None:
+                self.options["version_retention_period"] = statement.version_retention_text
         elif isinstance(statement, ddl.AddColumn):
             table = self._table(statement.table)
             if any(c.name == statement.column.name for c in table.columns):
@@ -201,6 +216,14 @@ class Database:
         """Every commit at or before this timestamp is final (later commits get later timestamps)."""
         return self.clock.now_us()
 
+    def oldest_readable_us(self) -> int:
+        """The oldest timestamp a read may use: now minus the version retention period."""
+        return self.clock.now_us() - int(self.version_retention / timedelta(microseconds=1))
+
+    def earliest_version_us(self) -> int:
+        """The oldest timestamp whose data a read can see: since the creation, within the retention."""
+        return max(self.created_us, self.oldest_readable_us())
+
     # ----- writes ---------------------------------------------------------------------------------
     def commit(self, mutations: list) -> int:
         """Apply protobuf ``Mutation`` messages atomically; return the commit timestamp in µs."""
@@ -208,19 +231,21 @@ class Database:
             self.run_schedule(self.clock.now_us())
             commit_us = self.clock.next_commit_us(self.last_commit_us)
             commit_text = format_timestamp(from_micros(commit_us))
-            transaction = TransactionWrites(self.tables, commit_text)
+            transaction = TransactionWrites(self.tables, commit_text, commit_us)
             try:
                 for mutation in mutations:
                     transaction.apply(mutation)
             except ValueError_ as exc:
                 raise EmulatorError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
             mods = transaction.mods()
+            oldest = self.oldest_readable_us()
             for (table_name, key), row in transaction.overlay.items():
-                rows = self.tables[table_name].rows
+                table = self.tables[table_name]
                 if row is None:
-                    rows.pop(key, None)
+                    table.rows.pop(key, None)
                 else:
-                    rows[key] = row
+                    table.rows[key] = row
+                table.history.write(key, row, commit_us, oldest)
             self.last_commit_us = commit_us
             if mods:
                 self._record_changes(mods, commit_us, commit_text)

@@ -10,6 +10,7 @@ from typing import Any
 import grpc
 
 from . import ddl
+from .storage import RowHistory
 
 FLUSH = object()  # yielded by a change-stream read before it blocks, so buffered rows go out first
 MIN_HEARTBEAT_MS, MAX_HEARTBEAT_MS = 1000, 300_000
@@ -26,12 +27,20 @@ class EmulatorError(Exception):
 
 @dataclass
 class Table:
-    """A table: its columns, primary key and rows (by key tuple)."""
+    """A table: its columns, primary key, current rows (by key tuple) and their versions."""
 
     name: str
     columns: list[ddl.ColumnDef]
     primary_key: list[str]
     rows: dict[tuple, dict[str, Any]] = field(default_factory=dict)
+    key_desc: list[bool] = field(default_factory=list)
+    parent: str | None = None  # the table it is interleaved in
+    on_delete: str | None = None
+    history: RowHistory = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.key_desc = list(self.key_desc) or [False] * len(self.primary_key)
+        self.history = RowHistory([self.column(k).type for k in self.primary_key], self.key_desc)
 
     def column(self, name: str) -> ddl.ColumnDef:
         for column in self.columns:
@@ -108,3 +117,18 @@ def lookup_table(tables: Mapping[str, Table], name: str) -> Table:
     if table is None:
         raise EmulatorError(grpc.StatusCode.NOT_FOUND, f"Table not found: {name}")
     return table
+
+
+def find_table(tables: Mapping[str, Table], name: str) -> Table | None:
+    """The table ``name``, matched case-insensitively as GoogleSQL names are."""
+    table = tables.get(name)
+    if table is not None:
+        return table
+    folded = name.casefold()
+    return next((t for n, t in tables.items() if n.casefold() == folded), None)
+
+
+def find_column(table: Table, name: str) -> ddl.ColumnDef | None:
+    """The column ``name`` of ``table``, matched case-insensitively."""
+    folded = name.casefold()
+    return next((c for c in table.columns if c.name.casefold() == folded), None)

@@ -1,5 +1,5 @@
-"""What the server streams back for a query: answers to the simple queries and change-stream rows batched
-into ``PartialResultSet`` messages, with injected faults."""
+"""What the server streams back for a query: answers to the simple queries, and change-stream or table
+rows batched into ``PartialResultSet`` messages, with injected faults."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from airflow_provider_cdc.domain.timestamps import format_timestamp, from_micros
 from . import wire
 from .clock import Clock
 from .database import Database
-from .model import FLUSH, EmulatorError
+from .model import FLUSH
 from .query import parse_current_timestamp_query, parse_options_query
 
 MAX_MESSAGE_BYTES = 256 * 1024
@@ -32,44 +32,52 @@ class Fault:
     after_rows: int
 
 
-def simple_query(database: Database, clock: Clock, sql: str, params: Any) -> Iterator[bytes]:
-    """``SELECT 1``, ``SELECT CURRENT_TIMESTAMP()`` (the clock's now) and reads of
-    ``INFORMATION_SCHEMA.CHANGE_STREAM_OPTIONS``; anything else is refused."""
+def simple_query(
+    database: Database, clock: Clock, sql: str, params: Any, transaction: Any = None
+) -> Iterator[bytes] | None:
+    """The answer to ``SELECT 1``, ``SELECT CURRENT_TIMESTAMP()`` (the clock's now) or a read of
+    ``INFORMATION_SCHEMA.CHANGE_STREAM_OPTIONS`` (with ``transaction`` in its metadata), else ``None``."""
     from google.cloud.spanner_v1 import StructType, Type, TypeCode
 
-    def result(names: list[str], code: Any, rows: list[list[str]]) -> bytes:
+    def result(names: list[str], code: Any, rows: list[list[str]]) -> Iterator[bytes]:
         metadata = result_set.ResultSetMetadata(
             row_type=StructType(fields=[StructType.Field(name=name, type_=Type(code=code)) for name in names])
         )
+        if transaction is not None:
+            metadata.transaction = transaction
         values = [struct_pb2.Value(string_value=v).SerializeToString() for row in rows for v in row]
-        return wire.partial_result_set(values, b"", result_set.ResultSetMetadata.serialize(metadata))
+        yield wire.partial_result_set(values, b"", result_set.ResultSetMetadata.serialize(metadata))
 
     if sql.strip().rstrip(";").upper() == "SELECT 1":
-        yield result([""], TypeCode.INT64, [["1"]])
-        return
+        return result([""], TypeCode.INT64, [["1"]])
     current = parse_current_timestamp_query(sql)
     if current is not None:
         now = format_timestamp(from_micros(clock.now_us()))
-        yield result(list(current), TypeCode.TIMESTAMP, [[now]])
-        return
+        return result(list(current), TypeCode.TIMESTAMP, [[now]])
     options = parse_options_query(sql, params)
     if options is not None:
         names = [name for _, name in options.columns]
-        yield result(names, TypeCode.STRING, options.rows(database.change_stream_options()))
-        return
-    raise EmulatorError(
-        grpc.StatusCode.INVALID_ARGUMENT,
-        "the emulator serves change-stream queries on READ_<stream>(...), SELECT 1, CURRENT_TIMESTAMP() "
-        f"and reads of INFORMATION_SCHEMA.CHANGE_STREAM_OPTIONS; unsupported: {sql[:120]!r}",
-    )
+        return result(names, TypeCode.STRING, options.rows(database.change_stream_options()))
+    return None
 
 
 def stream_rows(
-    rows: Iterator[Any], skip: int, context: grpc.ServicerContext, fault: Fault | None
+    rows: Iterator[Any],
+    skip: int,
+    context: grpc.ServicerContext,
+    fault: Fault | None,
+    metadata: bytes | None = None,
+    token_suffix: bytes = b"",
 ) -> Iterator[bytes]:
-    """Change-stream rows as ``PartialResultSet`` messages (resume token: rows sent so far), after
-    skipping ``skip`` rows already sent; ``fault`` aborts the stream after its ``after_rows`` rows."""
-    metadata: bytes | None = wire.change_record_metadata()
+    """Rows as ``PartialResultSet`` messages (resume token: rows sent so far, then ``token_suffix``),
+    after skipping ``skip`` rows already sent; ``fault`` aborts the stream after its ``after_rows`` rows.
+
+    Without ``metadata`` the rows are change-stream rows (one serialized ``ChangeRecord`` value each);
+    with it, each row is its values already framed (:func:`.wire.encode_row`).
+    """
+    framed = metadata is not None
+    if metadata is None:
+        metadata = wire.change_record_metadata()
     sent = skip
     emitted_here = 0
     batch: list[bytes] = []
@@ -78,7 +86,8 @@ def stream_rows(
 
     def flush() -> bytes:
         nonlocal batch, size, metadata
-        message = wire.partial_result_set(batch, str(sent).encode(), metadata)
+        values = b"".join(batch) if framed else b"".join(wire.frame_value(v) for v in batch)
+        message = wire.framed_result_set(values, str(sent).encode() + token_suffix, metadata)
         metadata, batch, size = None, [], 0
         return message
 

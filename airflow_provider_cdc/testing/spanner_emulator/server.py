@@ -1,4 +1,8 @@
-"""The gRPC server: Spanner, DatabaseAdmin, InstanceAdmin and Operations as the real client calls them."""
+"""The gRPC server: Spanner, DatabaseAdmin, InstanceAdmin and Operations as the real client calls them.
+
+Spanner serves change-stream queries (:mod:`.reads`), reads of tables at a timestamp, whole or by
+partition (:mod:`.table_reads`), and commits of mutations (:mod:`.database`).
+"""
 
 from __future__ import annotations
 
@@ -22,7 +26,9 @@ from .clock import Clock, ManualClock, WallClock
 from .database import Database
 from .model import EmulatorError, PartitionSchedule
 from .query import is_change_stream_query, parse_change_stream_query
-from .results import Fault, simple_query, stream_rows
+from .results import Fault, stream_rows
+from .snapshots import Transactions, transaction_pb
+from .table_reads import TableReads
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +42,8 @@ def _timestamp_pb(micros: int) -> timestamp_pb2.Timestamp:
 
 
 class SpannerEmulator:
-    """A Spanner change-stream emulator that the unmodified ``google-cloud-spanner`` client talks to.
+    """A Spanner emulator for change streams and table reads that the unmodified ``google-cloud-spanner``
+    client talks to.
 
     Point the client at it with ``SPANNER_EMULATOR_HOST=<host>``. Partitions split and merge on a seeded
     schedule or on ``split_partition``/``merge_partitions``; a ``ManualClock`` makes time simulated.
@@ -60,6 +67,8 @@ class SpannerEmulator:
         self._sessions: dict[str, str] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        self._transactions = Transactions(itertools.count(1))
+        self._tables = TableReads(self._transactions)
         self._fault: Fault | None = None
         self._server: grpc.Server | None = None
         self._max_workers = max_workers
@@ -176,6 +185,17 @@ class SpannerEmulator:
                 request_deserializer=spanner.ExecuteSqlRequest.deserialize,
                 response_serializer=_identity,
             ),
+            "StreamingRead": grpc.unary_stream_rpc_method_handler(
+                self._streaming_read,
+                request_deserializer=spanner.ReadRequest.deserialize,
+                response_serializer=_identity,
+            ),
+            "PartitionQuery": unary(
+                self._partition_query, spanner.PartitionQueryRequest, spanner.PartitionResponse.serialize
+            ),
+            "PartitionRead": unary(
+                self._partition_read, spanner.PartitionReadRequest, spanner.PartitionResponse.serialize
+            ),
         }
         database_methods = {
             "CreateDatabase": unary(
@@ -275,8 +295,13 @@ class SpannerEmulator:
         return self._done_operation(name, info, dbadmin.CreateDatabaseMetadata(database=name))
 
     def _get_database(self, request: Any, context: grpc.ServicerContext) -> dbadmin.Database:
-        self.database(request.name)
-        return dbadmin.Database(name=request.name, state=dbadmin.Database.State.READY)
+        database = self.database(request.name)
+        return dbadmin.Database(
+            name=request.name,
+            state=dbadmin.Database.State.READY,
+            version_retention_period=database.options.get("version_retention_period", "1h"),
+            earliest_version_time=from_micros(database.earliest_version_us()),
+        )
 
     def _update_ddl(self, request: Any, context: grpc.ServicerContext) -> operations_pb2.Operation:
         applied = self.database(request.database).apply_ddl(list(request.statements))
@@ -330,14 +355,27 @@ class SpannerEmulator:
         return empty_pb2.Empty()
 
     def _begin_transaction(self, request: Any, context: grpc.ServicerContext) -> transaction.Transaction:
-        self._session_database(request.session)
-        return transaction.Transaction(id=f"tx{next(self._ids)}".encode())
+        database = self._session_database(request.session)
+        options = type(request).pb(request).options
+        info = self._transactions.begin(request.session, database, options)
+        returned = info.mode == "read_only" and options.read_only.return_read_timestamp
+        return transaction_pb(info, info.read_us, returned)
+
+    def _check_writable(self, transaction_id: bytes) -> None:
+        info = self._transactions.find(transaction_id) if transaction_id else None
+        if info is not None and info.mode != "read_write":
+            raise EmulatorError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "Cannot commit or rollback a read-only or partitioned-dml transaction.",
+            )
 
     def _rollback(self, request: Any, context: grpc.ServicerContext) -> empty_pb2.Empty:
+        self._check_writable(request.transaction_id)
         return empty_pb2.Empty()
 
     def _commit(self, request: Any, context: grpc.ServicerContext) -> commit_response.CommitResponse:
         database = self._session_database(request.session)
+        self._check_writable(request.transaction_id)
         commit_us = database.commit(list(type(request).pb(request).mutations))
         response = commit_response.CommitResponse()
         type(response).pb(response).commit_timestamp.CopyFrom(_timestamp_pb(commit_us))
@@ -348,20 +386,35 @@ class SpannerEmulator:
         try:
             database = self._session_database(request.session)
             raw = type(request).pb(request)
+            if not is_change_stream_query(request.sql):
+                yield from self._tables.query(database, raw, context)
+                return
             if raw.transaction.HasField("begin") and raw.transaction.begin.HasField("read_write"):
                 raise EmulatorError(
                     grpc.StatusCode.INVALID_ARGUMENT,
                     "Change stream queries are not supported in read-write transactions",
                 )
-            if not is_change_stream_query(request.sql):
-                yield from simple_query(database, self.clock, request.sql, raw.params)
-                return
             query = parse_change_stream_query(request.sql, raw.params)
             skip = int(raw.resume_token.decode() or 0) if raw.resume_token else 0
             rows = database.read(query, context.is_active)
             yield from self._stream(rows, skip, context)
         except EmulatorError as exc:
             context.abort(exc.code, exc.message)
+
+    def _streaming_read(self, request: Any, context: grpc.ServicerContext) -> Iterator[bytes]:
+        try:
+            database = self._session_database(request.session)
+            yield from self._tables.streaming_read(database, type(request).pb(request), context)
+        except EmulatorError as exc:
+            context.abort(exc.code, exc.message)
+
+    def _partition_query(self, request: Any, context: grpc.ServicerContext) -> Any:
+        database = self._session_database(request.session)
+        return self._tables.partition_query(database, type(request).pb(request))
+
+    def _partition_read(self, request: Any, context: grpc.ServicerContext) -> Any:
+        database = self._session_database(request.session)
+        return self._tables.partition_read(database, type(request).pb(request))
 
     def _take_fault(self) -> Fault | None:
         with self._lock:

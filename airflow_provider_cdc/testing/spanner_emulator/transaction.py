@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 
 from .model import EmulatorError, Table, lookup_table
-from .values import SpannerType, decode_cell, sort_key
+from .values import COMMIT_TIMESTAMP_PLACEHOLDER, SpannerType, decode_cell, display_timestamp, sort_key
 
 
 @dataclass
@@ -55,9 +55,10 @@ class TransactionWrites:
     """The rows a transaction's mutations leave (an overlay on the tables, ``None`` for a deleted row)
     and, per written row, what its writes add up to."""
 
-    def __init__(self, tables: Mapping[str, Table], commit_text: str) -> None:
+    def __init__(self, tables: Mapping[str, Table], commit_text: str, commit_us: int) -> None:
         self._tables = tables
         self._commit_text = commit_text
+        self._commit_us = commit_us
         self.overlay: dict[tuple[str, tuple], dict[str, Any] | None] = {}
         self.writes: dict[tuple[str, tuple], _RowWrites] = {}
 
@@ -101,7 +102,7 @@ class TransactionWrites:
 
     def _apply_write(self, kind: str, write: Any) -> None:
         """An insert, update, insert-or-update or replace."""
-        commit_text, overlay = self._commit_text, self.overlay
+        overlay = self.overlay
         table = lookup_table(self._tables, write.table)
         columns = list(write.columns)
         defs = [table.column(c) for c in columns]
@@ -124,9 +125,7 @@ class TransactionWrites:
             given = {}
             for column, value in zip(defs, values.values, strict=True):
                 where = f"table {table.name} column {column.name}"
-                cell = decode_cell(
-                    value, column.type, where, commit_text if column.allow_commit_timestamp else None
-                )
+                cell = self._cell(table, column, value, where)
                 if cell is None and column.not_null:
                     raise EmulatorError(
                         grpc.StatusCode.FAILED_PRECONDITION, f"{where} is NOT NULL and cannot be set to NULL"
@@ -159,6 +158,33 @@ class TransactionWrites:
                 entry.recreated = True
             entry.written.update(c for c in columns if c not in table.primary_key)
             overlay[(table.name, key)] = after
+
+    def _cell(self, table: Table, column: Any, value: Any, where: str) -> Any:
+        """A written value, with Spanner's rules for commit timestamps: the placeholder only in a column
+        that allows it, and no explicit timestamp after the commit's in such a column."""
+        failed = grpc.StatusCode.FAILED_PRECONDITION
+        placeholder = value.WhichOneof("kind") == "string_value" and (
+            value.string_value == COMMIT_TIMESTAMP_PLACEHOLDER
+        )
+        if placeholder and column.type.code == "TIMESTAMP" and not column.allow_commit_timestamp:
+            raise EmulatorError(
+                failed,
+                "Cannot write commit timestamp because the allow_commit_timestamp column option is not "
+                f"set to true for column {table.name}.{column.name}, or for all corresponding shared key "
+                "columns in this table's interleaved table hierarchy.",
+            )
+        commit_text = self._commit_text if column.allow_commit_timestamp else None
+        cell = decode_cell(value, column.type, where, commit_text)
+        if (
+            column.allow_commit_timestamp
+            and not placeholder
+            and cell is not None
+            and cell > self._commit_text
+        ):
+            raise EmulatorError(
+                failed, f"Cannot write timestamps in the future, found: {display_timestamp(cell)}"
+            )
+        return cell
 
     def _apply_delete(self, delete: Any) -> None:
         overlay = self.overlay

@@ -18,7 +18,7 @@ from typing import Any
 
 from google.protobuf import struct_pb2
 
-from airflow_provider_cdc.domain.timestamps import format_timestamp, parse_timestamp
+from airflow_provider_cdc.domain.timestamps import format_timestamp, from_micros, parse_timestamp
 
 COMMIT_TIMESTAMP_PLACEHOLDER = "spanner.commit_timestamp()"
 #: Room for NUMERIC's 38 digits (29 integer, 9 fractional) and more, so checks never round.
@@ -122,6 +122,13 @@ def _decode_scalar(value: struct_pb2.Value, kind: str, code: str, where: str, co
             raise
         raise ValueError_(f"{where}: invalid {code} value {text!r}") from exc
     raise ValueError_(f"{where}: unsupported type {code}")
+
+
+def display_timestamp(value: str | int) -> str:
+    """A timestamp (stored text or µs) as Spanner's messages show it: ``2026-01-01T00:00:00.5+00:00``."""
+    moment = from_micros(value) if isinstance(value, int) else parse_timestamp(value)
+    fraction = f".{moment.microsecond:06d}".rstrip("0") if moment.microsecond else ""
+    return format_timestamp(moment)[:19] + fraction + "+00:00"
 
 
 def _normalize_numeric(number: Decimal, where: str) -> str:

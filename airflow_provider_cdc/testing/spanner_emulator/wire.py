@@ -1,8 +1,11 @@
-"""Wire encoding of change-stream rows: the ``ChangeRecord`` column type and its values."""
+"""Wire encoding: change-stream rows (the ``ChangeRecord`` column type and its values), table rows
+(stored cells as protobuf ``Value`` bytes) and ``PartialResultSet`` messages built from parts."""
 
 from __future__ import annotations
 
 import json
+import struct
+from collections.abc import Sequence
 from typing import Any
 
 from google.cloud.spanner_v1 import StructType, Type, TypeCode
@@ -179,11 +182,66 @@ def _varint(n: int) -> bytes:
 
 def partial_result_set(values: list[bytes], resume_token: bytes, metadata: bytes | None = None) -> bytes:
     """Serialized ``PartialResultSet`` (field 1 metadata, 2 values, 4 resume_token) built from parts."""
-    parts = []
-    if metadata is not None:
-        parts.append(b"\x0a" + _varint(len(metadata)) + metadata)
-    for value in values:
-        parts.append(b"\x12" + _varint(len(value)) + value)
-    if resume_token:
-        parts.append(b"\x22" + _varint(len(resume_token)) + resume_token)
-    return b"".join(parts)
+    return framed_result_set(b"".join(frame_value(v) for v in values), resume_token, metadata)
+
+
+def frame_value(value: bytes) -> bytes:
+    """One serialized ``Value`` as an entry of ``PartialResultSet.values`` (field 2)."""
+    return b"\x12" + _varint(len(value)) + value
+
+
+def framed_result_set(values: bytes, resume_token: bytes, metadata: bytes | None = None) -> bytes:
+    """Serialized ``PartialResultSet`` from already framed values (see :func:`frame_value`)."""
+    head = b"" if metadata is None else b"\x0a" + _varint(len(metadata)) + metadata
+    tail = b"\x22" + _varint(len(resume_token)) + resume_token if resume_token else b""
+    return head + values + tail
+
+
+# ----- table rows: stored cells (Spanner's JSON encoding) as protobuf ``Value`` bytes ----------------
+_NULL_BYTES = b"\x08\x00"
+_TRUE_BYTES, _FALSE_BYTES = b"\x20\x01", b"\x20\x00"
+
+
+def encode_cell(cell: Any) -> bytes:
+    """A stored cell as a serialized ``google.protobuf.Value``: strings for INT64, NUMERIC, STRING, BYTES,
+    DATE, TIMESTAMP, JSON and non-finite floats, numbers for finite floats, lists for arrays."""
+    if cell is None:
+        return _NULL_BYTES
+    if cell is True:
+        return _TRUE_BYTES
+    if cell is False:
+        return _FALSE_BYTES
+    if isinstance(cell, str):
+        data = cell.encode()
+        return b"\x1a" + _varint(len(data)) + data
+    if isinstance(cell, float):
+        return b"\x11" + struct.pack("<d", cell)
+    if isinstance(cell, int):
+        return encode_cell(str(cell))
+    if isinstance(cell, list):
+        inner = b"".join(b"\x0a" + _varint(len(e)) + e for e in map(encode_cell, cell))
+        return b"\x32" + _varint(len(inner)) + inner
+    raise TypeError(f"cannot encode a cell of type {type(cell).__name__}")
+
+
+def encode_row(cells: Sequence[Any]) -> bytes:
+    """A row's cells as framed ``PartialResultSet.values`` entries."""
+    return b"".join(frame_value(encode_cell(cell)) for cell in cells)
+
+
+def api_type(spanner_type: Any) -> Type:
+    """The API ``Type`` of a column type (:class:`~.values.SpannerType`)."""
+    if spanner_type.code == "ARRAY":
+        return _array(api_type(spanner_type.element))
+    return Type(code=TypeCode[spanner_type.code])
+
+
+def result_metadata(fields: Sequence[tuple[str, Any]], transaction: Any = None) -> bytes:
+    """Serialized ``ResultSetMetadata`` for ``(name, SpannerType)`` fields and, when a transaction
+    began or a read timestamp is returned, that ``Transaction``."""
+    metadata = result_set.ResultSetMetadata(
+        row_type=StructType(fields=[StructType.Field(name=n, type_=api_type(t)) for n, t in fields])
+    )
+    if transaction is not None:
+        metadata.transaction = transaction
+    return result_set.ResultSetMetadata.serialize(metadata)

@@ -1,0 +1,205 @@
+"""Spanner change stream → Delta Lake → BigQuery CDC tables, one window per data interval, exactly once.
+
+    wait_parents ─► open_window ─► read (mapped) ─► drained ─► merge (Spark) ─► upsert (Spark)
+        ─► to_bigquery ─► commit
+
+The window steps are those of ``spanner_change_stream_to_lake``; then ``to_bigquery`` streams the
+window's change set to ``{bigquery_project}.{bigquery_dataset}.{table}`` through BigQuery's change data
+capture (UPSERT/DELETE rows with ``_CHANGE_SEQUENCE_NUMBER``, Storage Write API default stream). A
+Spanner UPDATE carries only the columns it changed, so its row image is completed from the Delta table
+the upsert just applied. The commit records the BigQuery tables' ``upsert_stream_apply_watermark`` (the
+``to_bigquery`` output) beside the Delta tables' watermarks.
+
+Every setting is a DAG param (or an Airflow connection) with a default that runs on this machine with
+nothing configured: the change-stream emulator's demo database (``SPANNER_EMULATOR_HOST``), the SQLite
+metastore under ``$AIRFLOW_HOME``, Spark ``local[*]``, Delta tables under
+``$AIRFLOW_HOME/cdc-demo/bigquery`` and the dataset ``demo-project.cdc_demo`` of the loopback BigQuery
+fake (``python -m airflow_provider_cdc.testing.bigquery_fake --dataset demo-project.cdc_demo``) whose
+endpoints ``CDC_BIGQUERY_API_ENDPOINT`` and ``CDC_BIGQUERY_WRITE_ENDPOINT`` give (loopback endpoints
+are reached with anonymous credentials and no connection). On Cloud Composer set the Spanner params,
+the roots (``gs://``), ``bigquery_project`` and ``bigquery_dataset`` (an existing dataset) and leave
+the endpoints unset: ``google_cloud_default`` then carries the credentials for Spanner, Cloud Storage
+and BigQuery. The pipeline id differs from the lake DAG's, so both DAGs can share one metastore.
+
+Settings that shape the DAG itself are read from the environment when it is parsed, as in the lake
+DAG: ``CDC_WINDOW_MINUTES`` (default 10) or ``CDC_WINDOW_SECONDS``, ``CDC_START_DATE`` (RFC 3339,
+default 2026-01-01T00:00:00Z), ``CDC_READERS`` (default 2) and ``CDC_DEMO_HOME``.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+try:  # Airflow 3
+    from airflow.sdk import DAG, Param
+except ImportError:  # Airflow 2.11
+    from airflow import DAG  # type: ignore[no-redef]
+    from airflow.models.param import Param  # type: ignore[no-redef]
+
+from airflow.timetables.interval import DeltaDataIntervalTimetable
+
+from airflow_provider_cdc.domain.timestamps import parse_timestamp
+from airflow_provider_cdc.operators.bigquery_upsert import BigQueryCdcUpsertOperator
+from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
+from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
+from airflow_provider_cdc.operators.spanner_change_stream import (
+    SpannerChangeStreamOpenWindowOperator,
+    SpannerChangeStreamReadWindowOperator,
+)
+from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
+from airflow_provider_cdc.sensors.partitions_drained import SpannerChangeStreamPartitionsDrainedSensor
+
+DAG_ID = "spanner_change_stream_to_bigquery"
+
+
+def _positive_int_env(name: str, default: int) -> int:
+    """A positive integer from the environment variable ``name`` (``default`` when unset)."""
+    text = os.environ.get(name, "").strip() or str(default)
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"environment variable {name} must be a positive integer, got {text!r}")
+    return int(text)
+
+
+def _window_from_env() -> timedelta:
+    """The window length: ``CDC_WINDOW_SECONDS`` if set, else ``CDC_WINDOW_MINUTES`` (default 10)."""
+    if os.environ.get("CDC_WINDOW_SECONDS", "").strip():
+        return timedelta(seconds=_positive_int_env("CDC_WINDOW_SECONDS", 600))
+    return timedelta(minutes=_positive_int_env("CDC_WINDOW_MINUTES", 10))
+
+
+def _start_date_from_env(name: str, default: datetime) -> datetime:
+    """An RFC 3339 timestamp from the environment variable ``name`` (``default`` when unset), in UTC."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        return parse_timestamp(text)
+    except ValueError as exc:
+        raise ValueError(
+            f"environment variable {name} must be an RFC 3339 timestamp such as 2026-01-01T00:00:00Z, "
+            f"got {text!r} ({exc})"
+        ) from None
+
+
+DEMO_HOME = os.environ.get("CDC_DEMO_HOME") or str(
+    Path(os.environ.get("AIRFLOW_HOME", "~/airflow")).expanduser() / "cdc-demo"
+)
+WINDOW = _window_from_env()
+START_DATE = _start_date_from_env("CDC_START_DATE", datetime(2026, 1, 1, tzinfo=timezone.utc))
+READERS = _positive_int_env("CDC_READERS", 2)  # mapped over a fixed list, as in the lake DAG
+# BigQuery endpoints: unset for BigQuery itself; a local fake's for the embedded defaults.
+BIGQUERY_API_ENDPOINT = os.environ.get("CDC_BIGQUERY_API_ENDPOINT", "").strip()
+BIGQUERY_WRITE_ENDPOINT = os.environ.get("CDC_BIGQUERY_WRITE_ENDPOINT", "").strip()
+
+with DAG(
+    dag_id=DAG_ID,
+    description="Spanner change stream to Delta Lake and BigQuery CDC tables, one window per data interval",
+    start_date=START_DATE,
+    schedule=DeltaDataIntervalTimetable(WINDOW),  # data intervals [start, start + WINDOW)
+    catchup=True,
+    max_active_runs=1,  # windows apply in order
+    default_args={"retries": 2, "retry_delay": timedelta(seconds=5)},
+    params={
+        "project_id": Param("demo-project", type="string", description="Google Cloud project of Spanner"),
+        "instance_id": Param("demo-instance", type="string", description="Spanner instance"),
+        "database_id": Param("demo", type="string", description="Spanner database"),
+        "stream": Param("WorkloadChanges", type="string", description="change stream (READ_<stream>)"),
+        "pipeline_id": Param(
+            DAG_ID, type="string", description="names the pipeline in the metastore, Delta and BigQuery"
+        ),
+        # Staging belongs to the stream (its partitions' claims are shared by pipelines reading it);
+        # change sets and Delta tables belong to the pipeline.
+        "staging_root": Param(
+            f"{DEMO_HOME}/staging", type="string", description="staged changes (local or gs://)"
+        ),
+        "changeset_root": Param(
+            f"{DEMO_HOME}/bigquery/changesets", type="string", description="merged change sets"
+        ),
+        "lake_root": Param(
+            f"{DEMO_HOME}/bigquery/lake", type="string", description="Delta tables (local or gs://)"
+        ),
+        "bigquery_project": Param("demo-project", type="string", description="BigQuery project"),
+        "bigquery_dataset": Param("cdc_demo", type="string", description="BigQuery dataset (must exist)"),
+        "bigquery_api_endpoint": Param(
+            BIGQUERY_API_ENDPOINT, type="string", description="BigQuery REST endpoint (blank: BigQuery)"
+        ),
+        "bigquery_write_endpoint": Param(
+            BIGQUERY_WRITE_ENDPOINT, type="string", description="Storage Write API endpoint (blank: BigQuery)"
+        ),
+    },
+    tags=["cdc", "spanner", "delta", "bigquery", "example"],
+) as dag:
+    spanner = {
+        "project_id": "{{ params.project_id }}",
+        "instance_id": "{{ params.instance_id }}",
+        "database_id": "{{ params.database_id }}",
+        "stream": "{{ params.stream }}",
+    }
+    window = {
+        "staging_root": "{{ params.staging_root }}",
+        "pipeline_id": "{{ params.pipeline_id }}",
+        **spanner,
+    }
+
+    wait_parents = SpannerChangeStreamPartitionsDrainedSensor(
+        task_id="wait_parents",
+        timestamp="{{ data_interval_start }}",
+        pipeline_id="{{ params.pipeline_id }}",  # the window before this one must be applied
+        poke_interval=5,
+        timeout=3600,
+        **spanner,
+    )
+    open_window = SpannerChangeStreamOpenWindowOperator(
+        task_id="open_window", readers=READERS, first_window_start=START_DATE.isoformat(), **window
+    )
+    read = SpannerChangeStreamReadWindowOperator.partial(task_id="read", **window).expand(
+        reader_index=list(range(READERS))
+    )
+    drained = SpannerChangeStreamPartitionsDrainedSensor(
+        task_id="drained",
+        timestamp="{{ data_interval_end }}",
+        window_start="{{ data_interval_start }}",
+        window_end="{{ data_interval_end }}",
+        poke_interval=2,
+        timeout=3600,
+        **spanner,
+    )
+    locations = {
+        "staging_root": "{{ params.staging_root }}",
+        "changeset_root": "{{ params.changeset_root }}",
+        "lake_root": "{{ params.lake_root }}",
+    }
+    merge = SparkMergeWindowOperator(
+        task_id="merge",
+        locations=locations,
+        stream_key="projects/{{ params.project_id }}/instances/{{ params.instance_id }}"
+        "/databases/{{ params.database_id }}/{{ params.stream }}",
+    )
+    upsert = SparkUpsertWindowOperator(
+        task_id="upsert", locations=locations, pipeline_id="{{ params.pipeline_id }}"
+    )
+    # The same change set to BigQuery; partial row images are completed from the Delta tables.
+    to_bigquery = BigQueryCdcUpsertOperator(
+        task_id="to_bigquery",
+        locations=locations,
+        project_id="{{ params.bigquery_project }}",
+        dataset="{{ params.bigquery_dataset }}",
+        pipeline_id="{{ params.pipeline_id }}",
+        api_endpoint="{{ params.bigquery_api_endpoint }}",
+        write_endpoint="{{ params.bigquery_write_endpoint }}",
+        max_staleness=timedelta(minutes=15),  # the tables' max_staleness option
+    )
+    commit = CdcCommitWindowOperator(
+        task_id="commit",
+        pipeline_id="{{ params.pipeline_id }}",
+        read_summaries=read.output,
+        # Each BigQuery table's upsert_stream_apply_watermark, as to_bigquery read it after the apply.
+        bigquery_watermarks=to_bigquery.output,
+        locations=locations,
+        # max_staleness=timedelta(minutes=30) would fail the run when a Delta table's or a BigQuery
+        # table's apply watermark lags the current time by more (the demo's windows lie in the past).
+    )
+
+    wait_parents >> open_window >> read >> drained >> merge >> upsert >> to_bigquery >> commit

@@ -1,0 +1,267 @@
+"""The BigQuery example DAG end to end on Airflow 3: Spanner emulator → Delta Lake → BigQuery (the fake).
+
+The demo database (three windows of inserts, partial updates, deletes and re-inserts, with partition
+splits and merges) is served by the project's emulator in this process, and the BigQuery fake
+(``airflow_provider_cdc.testing.bigquery_fake``) serves the Storage Write API and the REST endpoints
+on loopback, also from this process. ``airflow dags test spanner_change_stream_to_bigquery <window
+end>`` runs each window (the date given is the end of the window it runs), in order, with the fake's
+endpoints in ``CDC_BIGQUERY_API_ENDPOINT``/``CDC_BIGQUERY_WRITE_ENDPOINT``. After every window the
+BigQuery tables, as a query would see them, and the Delta tables equal the committed history up to that
+window's end, and the commit recorded each BigQuery table's ``upsert_stream_apply_watermark``. Then a
+middle window runs again (``dags test`` clears its run): the rows are sent again, and nothing changes.
+
+The demo's values are drawn without NULL array elements (``value_profile="google-emulator"``): BigQuery
+arrays cannot hold them, and the BigQuery upsert refuses such a row naming it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DAG_ID = "spanner_change_stream_to_bigquery"
+PIPELINE = DAG_ID  # the DAG's default pipeline_id
+PROJECT, DATASET = "demo-project", "cdc_demo"  # the DAG's default BigQuery dataset
+TABLES = ("Customers", "Orders", "Readings")
+WINDOWS = 3
+CHANGES_PER_WINDOW = 200
+RERUN_WINDOW = 1
+
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.skipif(
+        os.environ.get("CDC_E2E_TESTS") != "1",
+        reason="end-to-end DAG tests run with CDC_E2E_TESTS=1, as scripts/test.sh sets it",
+    ),
+]
+
+
+@dataclass
+class BigQueryDag:
+    """The DAG's Airflow home, the emulator's history and the BigQuery fake."""
+
+    home: Any  # ExampleDagHome
+    fake: Any  # FakeBigQuery
+
+    @property
+    def lake_root(self) -> Path:
+        return self.home.demo_home / "bigquery" / "lake"  # the DAG's default lake_root
+
+    def window(self, index: int) -> tuple[datetime, datetime]:
+        return self.home.settings.window_bounds(index)
+
+    def run(self, index: int, name: str) -> str:
+        """``airflow dags test`` of window ``index``; returns its output."""
+        end = self.window(index)[1]
+        return self.home.airflow(
+            "dags", "test", DAG_ID, end.isoformat(), log=self.home.root / f"{name}.log", timeout=600
+        )
+
+    def truth_after(self, index: int) -> dict[str, list[dict[str, Any]]]:
+        """The tables' rows once every transaction committed before window ``index``'s end is applied."""
+        from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND
+        from airflow_provider_cdc.testing.workload import TABLES_BY_NAME
+
+        state = self.home.workload.state_at(self.window(index)[1] - ONE_MICROSECOND)
+        return {
+            name: [TABLES_BY_NAME[name].encode_values(rows[key]) for key in sorted(rows)]
+            for name, rows in state.items()
+        }
+
+    def metastore(self) -> Any:
+        from airflow_provider_cdc.metastore import Metastore
+
+        return Metastore(self.home.metastore_url)
+
+    def lake_snapshot(self) -> dict[str, tuple[int, list[str]]]:
+        """Per Delta table: version and every row (hidden CDC columns included), sorted."""
+        from airflow_provider_cdc.lake.delta import DeltaLakeTarget
+
+        lake = DeltaLakeTarget(str(self.lake_root))
+        return {
+            table: (lake.open(table).version(), _sorted_texts(lake.read_table(table).to_pylist()))
+            for table in TABLES
+        }
+
+    def bigquery_rows(self) -> dict[str, list[str]]:
+        """Per BigQuery table: every row as a query sees it, sorted."""
+        return {table: _sorted_texts(self.fake.rows(PROJECT, DATASET, table)) for table in TABLES}
+
+    def apply_watermarks(self) -> dict[str, datetime]:
+        """Each fake table's apply watermark (what INFORMATION_SCHEMA.TABLES answers)."""
+        from airflow_provider_cdc.domain.timestamps import from_micros
+
+        return {
+            table: from_micros(self.fake.table(PROJECT, DATASET, table).apply_watermark_us)
+            for table in TABLES
+            if self.fake.table(PROJECT, DATASET, table).apply_watermark_us is not None
+        }
+
+
+def _sorted_texts(rows: list[dict[str, Any]]) -> list[str]:
+    return sorted(json.dumps(row, sort_keys=True, default=str) for row in rows)
+
+
+@pytest.fixture(scope="module")
+def bigquery_dag(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BigQueryDag]:
+    """The demo database on an emulator, the BigQuery fake with the DAG's dataset, and an Airflow 3 home."""
+    from conftest import ExampleDagHome, example_dag_environment, free_port
+
+    from airflow_provider_cdc.testing.bigquery_fake import FakeBigQuery
+    from airflow_provider_cdc.testing.demo import DemoSettings, load_demo
+    from airflow_provider_cdc.testing.spanner_emulator import ManualClock, SpannerEmulator
+    from airflow_provider_cdc.testing.workload import GOOGLE_EMULATOR_PROFILE
+
+    root = tmp_path_factory.mktemp("example-dag-bigquery")
+    settings = DemoSettings(
+        windows=WINDOWS, changes_per_window=CHANGES_PER_WINDOW, value_profile=GOOGLE_EMULATOR_PROFILE
+    )
+    emulator = SpannerEmulator(ManualClock(settings.start - timedelta(minutes=1)))
+    host = emulator.start()
+    try:
+        with FakeBigQuery() as fake:
+            fake.create_dataset(PROJECT, DATASET)
+            workload = load_demo(emulator, settings)
+            api_port, metastore_url = free_port(), f"sqlite:///{root / 'cdc_metastore.db'}"
+            env = example_dag_environment(root, host, api_port, metastore_url)
+            env.update(
+                CDC_BIGQUERY_API_ENDPOINT=fake.rest_endpoint, CDC_BIGQUERY_WRITE_ENDPOINT=fake.write_endpoint
+            )
+            home = ExampleDagHome(
+                root=root,
+                airflow_home=root / "airflow",
+                env=env,
+                settings=settings,
+                workload=workload,
+                metastore_url=metastore_url,
+                api_port=api_port,
+            )
+            home.airflow_home.mkdir()
+            home.airflow("db", "migrate", log=root / "db-migrate.log")
+            yield BigQueryDag(home, fake)
+    finally:
+        emulator.stop()
+
+
+def _dag_runs(airflow_db: Path) -> list[tuple[str, datetime, datetime]]:
+    """``(state, data_interval_start, data_interval_end)`` of every run, oldest first."""
+    with sqlite3.connect(f"file:{airflow_db}?mode=ro", uri=True, timeout=30) as db:
+        rows = db.execute(
+            "SELECT state, data_interval_start, data_interval_end FROM dag_run WHERE dag_id = ? "
+            "ORDER BY data_interval_start",
+            (DAG_ID,),
+        ).fetchall()
+
+    def utc(text: str) -> datetime:
+        return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
+
+    return [(state, utc(start), utc(end)) for state, start, end in rows]
+
+
+def _assert_equal_to_history(dag: BigQueryDag, index: int, when: str) -> None:
+    """The BigQuery tables and the Delta tables hold the committed history up to window ``index``'s end."""
+    from airflow_provider_cdc.lake.delta import DeltaLakeTarget
+    from airflow_provider_cdc.testing.bigquery_fake.compare import compare_bigquery_to_truth
+    from airflow_provider_cdc.testing.lake_check import compare_lake_to_truth
+
+    truth = dag.truth_after(index)
+    assert sorted(truth) == list(TABLES)
+    for result in compare_lake_to_truth(DeltaLakeTarget(str(dag.lake_root)), truth):
+        assert result.equal, (
+            f"Delta table {result.table} {when}: {result.lake_rows} rows, {result.truth_rows} in the "
+            f"history; only in the lake: {result.only_in_lake}; only in the history: {result.only_in_truth}"
+        )
+    for result in compare_bigquery_to_truth(dag.fake, PROJECT, DATASET, truth):
+        assert result.equal, (
+            f"BigQuery table {result.table} {when}: {result.lake_rows} rows, {result.truth_rows} in the "
+            f"history; only in BigQuery: {result.only_in_lake}; only in the history: {result.only_in_truth}"
+        )
+
+
+def _assert_history_exercises_the_target(dag: BigQueryDag) -> None:
+    """Inserts, partial updates, deletes and re-inserts of a deleted key, in every table's history."""
+    from airflow_provider_cdc.testing.workload import TABLES_BY_NAME
+
+    first, last = dag.window(0)[0], dag.window(WINDOWS - 1)[1]
+    mods = [m for t in dag.home.workload.history_between(first, last) for m in t.mods]
+    assert {m.table for m in mods} == set(TABLES)
+    assert any(m.mod_type == "DELETE" for m in mods)
+    assert any(
+        m.mod_type == "UPDATE" and len(m.new_values) < len(TABLES_BY_NAME[m.table].value_columns)
+        for m in mods
+    ), "no partial update"
+    deleted: set[tuple[str, Any]] = set()
+    reinserts = 0
+    for mod in mods:
+        if mod.mod_type == "DELETE":
+            deleted.add((mod.table, mod.key))
+        elif mod.mod_type == "INSERT" and (mod.table, mod.key) in deleted:
+            reinserts += 1
+    assert reinserts, "no deleted key was inserted again"
+
+
+@pytest.mark.timeout(900)
+def test_windows_reach_bigquery_equal_to_the_history_and_a_rerun_changes_nothing(
+    bigquery_dag: BigQueryDag,
+) -> None:
+    from airflow_provider_cdc.hooks.bigquery_cdc import ledger_id
+
+    dag = bigquery_dag
+    _assert_history_exercises_the_target(dag)
+    ledger = ledger_id(PIPELINE)
+    for index in range(WINDOWS):
+        output = dag.run(index, f"window-{index}")
+        assert _dag_runs(dag.home.airflow_db)[-1] == ("success", *dag.window(index))
+        _assert_equal_to_history(dag, index, f"after window {index}")
+        store = dag.metastore()
+        try:
+            windows = [(w.start, w.end, w.state.value) for w in store.list_windows(PIPELINE)]
+            delta_marks = store.table_watermarks(PIPELINE)
+            bigquery_marks = store.table_watermarks(ledger)
+        finally:
+            store.dispose()
+        assert windows == [(*dag.window(i), "applied") for i in range(index + 1)]
+        assert delta_marks == dict.fromkeys(TABLES, dag.window(index)[1])
+        # The commit recorded what INFORMATION_SCHEMA.TABLES answered after this window's sends.
+        assert set(bigquery_marks) == set(TABLES), bigquery_marks
+        assert bigquery_marks == dag.apply_watermarks()
+        assert "BigQuery apply watermarks of " + ledger in output
+
+    # A middle window again: every row sent again (or found superseded by a later window), nothing changes.
+    lake_before, rows_before = dag.lake_snapshot(), dag.bigquery_rows()
+    appended = {t: dag.fake.table(PROJECT, DATASET, t).appended_rows for t in TABLES}
+    store = dag.metastore()
+    try:
+        marks_before = store.table_watermarks(ledger)
+        attempt_before = {w.start: w.attempt for w in store.list_windows(PIPELINE)}
+    finally:
+        store.dispose()
+    dag.run(RERUN_WINDOW, f"window-{RERUN_WINDOW}-again")
+    runs = _dag_runs(dag.home.airflow_db)
+    assert runs == [("success", *dag.window(i)) for i in range(WINDOWS)], runs
+    assert any(dag.fake.table(PROJECT, DATASET, t).appended_rows > appended[t] for t in TABLES)
+    assert dag.bigquery_rows() == rows_before
+    assert dag.lake_snapshot() == lake_before  # no Delta commit either
+    _assert_equal_to_history(dag, WINDOWS - 1, f"after window {RERUN_WINDOW} ran again")
+    store = dag.metastore()
+    try:
+        windows = {w.start: w for w in store.list_windows(PIPELINE)}
+        marks_after = store.table_watermarks(ledger)
+    finally:
+        store.dispose()
+    assert {w.state.value for w in windows.values()} == {"applied"}
+    assert {s: w.attempt - attempt_before[s] for s, w in windows.items()} == {
+        dag.window(i)[0]: int(i == RERUN_WINDOW) for i in range(WINDOWS)
+    }
+    # The recorded watermarks moved forward, to what BigQuery answered after the rows sent again.
+    assert set(marks_after) == set(TABLES)
+    assert all(marks_after[t] >= marks_before[t] for t in TABLES)
+    assert marks_after == dag.apply_watermarks()
