@@ -24,6 +24,11 @@ def get_provider_info() -> dict:
                 "external-doc-url": "https://cloud.google.com/bigquery/docs/change-data-capture",
                 "tags": ["gcp"],
             },
+            {
+                "integration-name": "Google Cloud Spanner tables",
+                "external-doc-url": "https://cloud.google.com/spanner/docs/reads#read_data_in_parallel",
+                "tags": ["gcp"],
+            },
         ],
         "hooks": [
             {
@@ -36,6 +41,10 @@ def get_provider_info() -> dict:
             {
                 "integration-name": "Google BigQuery CDC",
                 "python-modules": ["airflow_provider_cdc.hooks.bigquery_cdc"],
+            },
+            {
+                "integration-name": "Google Cloud Spanner tables",
+                "python-modules": ["airflow_provider_cdc.hooks.spanner_table"],
             },
         ],
         "operators": [
@@ -51,6 +60,10 @@ def get_provider_info() -> dict:
             {
                 "integration-name": "Google BigQuery CDC",
                 "python-modules": ["airflow_provider_cdc.operators.bigquery_upsert"],
+            },
+            {
+                "integration-name": "Google Cloud Spanner tables",
+                "python-modules": ["airflow_provider_cdc.operators.spanner_table"],
             },
         ],
         "sensors": [

@@ -272,6 +272,29 @@ class PartitionAccess(MetastoreEngine):
                 ).rowcount
         return changed
 
+    def end_partitions(self, stream: str, tokens: Iterable[str], end: datetime | str) -> int:
+        """Mark partitions that have no successors (the batches of a table read) ``finished`` at ``end``,
+        watermark included, so that they never count as alive or lagging; return how many changed."""
+        stream = validate_stream(stream)
+        wanted = sorted({validate_token(t, stream) for t in tokens})
+        end_us = timestamp_micros(end, "end")
+        changed = 0
+        with self._tx(write=True) as conn:
+            now = utc_now_micros()
+            for chunk in chunks(wanted):
+                changed += conn.execute(
+                    sa.update(P)
+                    .where(
+                        (P.c.stream == stream)
+                        & P.c.token.in_(chunk)
+                        & (P.c.state != PartitionState.FINISHED.value)
+                        & (P.c.start_us <= end_us)
+                    )
+                    .values(state=PartitionState.FINISHED.value, end_us=end_us, watermark_us=end_us,
+                            lease_owner=None, lease_expires_us=None, finished_us=now, updated_us=now)
+                ).rowcount
+        return changed
+
     # ------------------------------------------------------------------------------------------
     # Leases.
 

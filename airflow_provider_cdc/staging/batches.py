@@ -39,6 +39,11 @@ def record_batch(columns: Mapping[str, list[Any]]) -> pa.RecordBatch:
 
 def _array(values: list[Any], field: pa.Field) -> pa.Array:
     type_, count = field.type, len(values)
+    if type_ == pa.string() and count and type(values[0]) is str and values.count(values[0]) == count:
+        # One value in every row (a table read's source, table and column types): its bytes repeated.
+        data = values[0].encode("utf-8")
+        offsets = array("i", range(0, (count + 1) * len(data), len(data)) if data else bytes(4 * (count + 1)))
+        return pa.Array.from_buffers(type_, count, [None, pa.py_buffer(offsets), pa.py_buffer(data * count)])
     if type_ == pa.string():
         builder = pa.lib.StringBuilder(memory_pool())
         builder.append_values(values)
@@ -47,12 +52,15 @@ def _array(values: list[Any], field: pa.Field) -> pa.Array:
             raise ValueError(f"staged change column {field.name!r} must not be null")
         return result
     if type_ == pa.bool_():
-        if not all(type(value) is bool for value in values):
+        if set(map(type, values)) - {bool}:
             raise TypeError(f"staged change column {field.name!r} expects bool values")
-        bits = bytearray((count + 7) // 8)
-        for index, value in enumerate(values):
-            if value:
-                bits[index >> 3] |= 1 << (index & 7)
+        if values.count(True) == count:  # every row true (a table read's rows): all bits set
+            bits = bytearray(b"\xff" * ((count + 7) // 8))
+        else:
+            bits = bytearray((count + 7) // 8)
+            for index, value in enumerate(values):
+                if value:
+                    bits[index >> 3] |= 1 << (index & 7)
         return pa.Array.from_buffers(type_, count, [None, pa.py_buffer(bits)])
     if pa.types.is_timestamp(type_):
         micros: dict[datetime, int] = {}

@@ -1,0 +1,220 @@
+"""The table-source operators: arguments, registration, and a snapshot applied as a pipeline's first window.
+
+The end-to-end test (``spark``) runs the operators as a DAG wires them, against the project's
+emulator: a snapshot window ``[T - 1µs, T)`` opened, read, merged (``spark-submit``), upserted to
+Delta and committed, then the change stream's first window ``[T, T + w)``, which may only apply
+after the snapshot; the Delta tables equal the database at each window end.
+"""
+
+from __future__ import annotations
+
+import inspect
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from support.table_sources import (
+    INSTANCE,
+    PROJECT,
+    SNAPSHOT_DDL,
+    Writes,
+    column_types,
+    database_tables,
+    metastore_connection,
+)
+
+from airflow_provider_cdc._compat import AirflowFailException
+from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, format_timestamp
+from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.operators.spanner_table import (
+    SpannerTableOpenWindowOperator,
+    SpannerTableReadWindowOperator,
+    snapshot_window_bounds,
+)
+
+T = datetime(2026, 1, 1, tzinfo=timezone.utc)
+CONNECTION = {"project_id": PROJECT, "instance_id": INSTANCE, "database_id": "db", "source": "Snapshot"}
+
+
+def _context(task_id: str = "read", map_index: int = -1) -> dict[str, Any]:
+    return {"ti": SimpleNamespace(dag_id="pipe", run_id="run-1", task_id=task_id, map_index=map_index)}
+
+
+def test_the_provider_registers_the_hook_and_the_operators() -> None:
+    from airflow_provider_cdc import get_provider_info
+
+    info = get_provider_info()
+    hooks = {m for entry in info["hooks"] for m in entry["python-modules"]}
+    operators = {m for entry in info["operators"] for m in entry["python-modules"]}
+    assert "airflow_provider_cdc.hooks.spanner_table" in hooks
+    assert "airflow_provider_cdc.operators.spanner_table" in operators
+    integrations = {entry["integration-name"] for entry in info["integrations"]}
+    assert "Google Cloud Spanner tables" in integrations
+
+
+def test_operators_take_the_connection_fields_from_their_signature_and_template_them() -> None:
+    for operator in (SpannerTableOpenWindowOperator, SpannerTableReadWindowOperator):
+        parameters = {
+            name
+            for cls in operator.__mro__
+            if "__init__" in vars(cls)
+            for name in inspect.signature(cls.__init__).parameters
+        }  # as Airflow reads them
+        for name in (
+            "project_id",
+            "instance_id",
+            "database_id",
+            "source",
+            "gcp_conn_id",
+            "impersonation_chain",
+            "metastore_conn_id",
+            "staging_root",
+            "window_start",
+            "window_end",
+        ):
+            assert name in parameters, (operator.__name__, name)
+            assert name in operator.template_fields, (operator.__name__, name)
+    read = SpannerTableReadWindowOperator.partial(task_id="read", staging_root="/s", **CONNECTION).expand(
+        reader_index=[0, 1]
+    )
+    assert read is not None
+    with pytest.raises(TypeError, match="missing (the )?keyword argument 'source'"):
+        SpannerTableReadWindowOperator(task_id="r", staging_root="/s", instance_id="i", database_id="d")
+
+
+def test_snapshot_window_bounds_end_where_the_stream_starts() -> None:
+    assert snapshot_window_bounds("2026-01-01T00:00:00Z") == {
+        "window_start": "2025-12-31T23:59:59.999999Z",
+        "window_end": "2026-01-01T00:00:00.000000Z",
+    }
+
+
+def test_the_open_operator_refuses_a_bad_mode_and_a_relative_root() -> None:
+    bounds = snapshot_window_bounds(T)
+    with pytest.raises(AirflowFailException, match="mode must be"):
+        SpannerTableOpenWindowOperator(
+            task_id="o", mode="everything", tables=["A"], staging_root="/s", **bounds, **CONNECTION
+        ).execute(_context())
+    with pytest.raises(AirflowFailException, match="relative path"):
+        SpannerTableOpenWindowOperator(
+            task_id="o", mode="snapshot", tables=["A"], staging_root="staging", **bounds, **CONNECTION
+        ).execute(_context())
+
+
+def _delta_tables(lake: Path, types: dict[str, dict]) -> dict[str, dict]:
+    from airflow_provider_cdc.lake.delta import DeltaLakeTarget
+
+    target, tables = DeltaLakeTarget(str(lake)), {}
+    keys = {"Accounts": ("Id",), "Notes": ("Owner", "Seq")}
+    for table in types:
+        rows = {}
+        for row in target.read_table(table).to_pylist():
+            values = {k: v for k, v in row.items() if not k.startswith("_")}
+            key = tuple(sorted((name, values.pop(name)) for name in keys[table]))
+            rows[key] = values
+        tables[table] = rows
+    return {name: rows for name, rows in tables.items() if rows}
+
+
+@pytest.mark.spark
+def test_a_snapshot_is_applied_as_the_pipelines_first_window_and_the_stream_follows(
+    spanner_emulator: Any,
+    new_spanner_database: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    sqlite_url: str,
+    tmp_path: Path,
+) -> None:
+    from airflow_provider_cdc.metastore import Metastore
+    from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
+    from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
+    from airflow_provider_cdc.operators.spanner_change_stream import (
+        SpannerChangeStreamOpenWindowOperator,
+        SpannerChangeStreamReadWindowOperator,
+    )
+    from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
+
+    monkeypatch.setenv("SPANNER_EMULATOR_HOST", spanner_emulator.host)
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_METASTORE_DEFAULT", metastore_connection(sqlite_url))
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    clock = spanner_emulator.clock
+    database = new_spanner_database(SNAPSHOT_DDL, prefix="ops")
+    clock.advance(timedelta(seconds=1))
+    writes = Writes(database, seed=21)
+    writes.insert_accounts(50)
+    for _ in range(40):
+        writes.step()
+        clock.advance(timedelta(milliseconds=10))
+    first = (clock.now() + timedelta(seconds=2)).replace(microsecond=0)
+    stream_window = Window(first, first + timedelta(seconds=10))
+    clock.set(first - timedelta(milliseconds=200))
+    while clock.now() < stream_window.end - timedelta(milliseconds=100):
+        writes.step()
+        clock.advance(timedelta(milliseconds=50))
+    clock.set(stream_window.end + timedelta(seconds=1))
+
+    roots = {name: str(tmp_path / name) for name in ("staging_root", "changeset_root", "lake_root")}
+    spanner = {"project_id": PROJECT, "instance_id": INSTANCE, "database_id": database.database_id}
+    database_path = f"projects/{PROJECT}/instances/{INSTANCE}/databases/{database.database_id}"
+    snapshot = snapshot_window_bounds(first)
+    stream_bounds = {
+        "window_start": format_timestamp(stream_window.start),
+        "window_end": format_timestamp(stream_window.end),
+    }
+    spark = {"conn_id": "cdc_no_such_spark_connection", "conf": {"spark.ui.enabled": "false"}}
+    types = {name: column_types(database, name) for name in ("Accounts", "Notes")}
+    store = Metastore(sqlite_url)
+
+    def apply(bounds: dict, stream_key: str, summaries: list) -> None:
+        SparkMergeWindowOperator(
+            task_id="merge", locations=roots, stream_key=stream_key, **bounds, **spark
+        ).execute(_context("merge"))
+        SparkUpsertWindowOperator(
+            task_id="upsert", locations=roots, pipeline_id="pipe", **bounds, conn_id=spark["conn_id"]
+        ).execute(_context("upsert"))
+        CdcCommitWindowOperator(
+            task_id="commit", pipeline_id="pipe", read_summaries=summaries, locations=roots, **bounds
+        ).execute(_context("commit"))
+
+    table = {"staging_root": roots["staging_root"], "pipeline_id": "pipe", "source": "Snapshot", **spanner}
+    opened = SpannerTableOpenWindowOperator(
+        task_id="snapshot_open", mode="snapshot", tables=["Accounts", "Notes"], readers=2, **snapshot, **table
+    ).execute(_context("snapshot_open"))
+    assert opened == [0, 1]
+    assert store.get_pipeline("pipe").first_window_start == first - ONE_MICROSECOND
+    summaries = [
+        SpannerTableReadWindowOperator(task_id="snapshot_read", reader_index=i, **snapshot, **table).execute(
+            _context("snapshot_read", i)
+        )
+        for i in opened
+    ]
+    existing = database_tables(database, types, first - ONE_MICROSECOND)
+    assert sum(s["rows"] for s in summaries) == sum(len(rows) for rows in existing.values())
+    assert {s["reader_index"] for s in summaries} == {0, 1}
+    # The stream's first window waits for the snapshot: it may not apply before the snapshot is.
+    stream = {"staging_root": roots["staging_root"], "pipeline_id": "pipe", "stream": "Everything", **spanner}
+    SpannerChangeStreamOpenWindowOperator(
+        task_id="open", first_window_start=snapshot["window_start"], **stream_bounds, **stream
+    ).execute(_context("open"))
+    problem = store.predecessor_error("pipe", stream_window.start, stream_window.end)
+    assert problem is not None and "reading" in str(problem) and not problem.never_run
+
+    apply(snapshot, f"{database_path}/Snapshot", summaries)
+    assert _delta_tables(tmp_path / "lake_root", types) == existing
+    assert store.predecessor_error("pipe", stream_window.start, stream_window.end) is None
+    read = SpannerChangeStreamReadWindowOperator(task_id="read", **stream_bounds, **stream).execute(
+        _context()
+    )
+    apply(stream_bounds, f"{database_path}/Everything", [read])
+    assert _delta_tables(tmp_path / "lake_root", types) == database_tables(
+        database, types, stream_window.end - ONE_MICROSECOND
+    )
+
+    # A snapshot opened after the pipeline started elsewhere is refused: it must be the first window.
+    late = {**table, "pipeline_id": "other"}
+    store.record_pipeline("other", first)
+    with pytest.raises(AirflowFailException, match="a snapshot must be the pipeline's first window"):
+        SpannerTableOpenWindowOperator(
+            task_id="o", mode="snapshot", tables=["Accounts"], **snapshot, **late
+        ).execute(_context("o"))
