@@ -240,9 +240,19 @@ def compare(args: argparse.Namespace) -> int:
         recorded = json.load(handle)
     truth = recorded["state"] if args.windows is None else recorded["state_after_window"][args.windows - 1]
     results = compare_lake_to_rows(DeltaLakeTarget(args.lake_root), truth)
+    before = recorded.get("state_before_first_window") or {}
+    keys = recorded.get("key_columns") or {}
     for r in results:
         verdict = "equal" if r.equal else "DIFFERENT"
-        print(f"{r.table}: lake {r.lake_rows} rows, committed history {r.truth_rows} rows: {verdict}")
+        prior = ""
+        if r.table in before and r.table in keys:
+            # rows that existed before the first window (the initial snapshot's) and are still there
+            def key(row: dict[str, Any], table: str = r.table) -> str:
+                return json.dumps([row.get(k) for k in keys[table]])
+
+            kept = {key(row) for row in before[r.table]} & {key(row) for row in truth.get(r.table, [])}
+            prior = f" ({len(kept)} of them from the {len(before[r.table])} rows before the first window)"
+        print(f"{r.table}: lake {r.lake_rows} rows, committed history {r.truth_rows} rows{prior}: {verdict}")
         for row in r.only_in_lake[:1]:
             print(f"  only in the lake: {row[:200]}")
         for row in r.only_in_truth[:1]:

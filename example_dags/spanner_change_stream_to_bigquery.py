@@ -1,9 +1,10 @@
 """Spanner change stream → Delta Lake → BigQuery CDC tables, one window per data interval, exactly once.
 
-    wait_parents ─► open_window ─► read (mapped) ─► drained ─► merge (Spark) ─► upsert (Spark)
-        ─► to_bigquery ─► commit
+    initial_snapshot (first run only) ─► wait_parents ─► open_window ─► read (mapped) ─► drained
+        ─► merge (Spark) ─► upsert (Spark) ─► to_bigquery ─► commit
 
-The window steps are those of ``spanner_change_stream_to_lake``; then ``to_bigquery`` streams the
+The window steps, and the initial snapshot that the first run applies as the window ``[T - 1µs, T)``
+(Delta, then BigQuery), are those of ``spanner_change_stream_to_lake``; then ``to_bigquery`` streams the
 window's change set to ``{bigquery_project}.{bigquery_dataset}.{table}`` through BigQuery's change data
 capture (UPSERT/DELETE rows with ``_CHANGE_SEQUENCE_NUMBER``, Storage Write API default stream). A
 Spanner UPDATE carries only the columns it changed, so its row image is completed from the Delta table
@@ -29,8 +30,7 @@ default 2026-01-01T00:00:00Z), ``CDC_READERS`` (default 2) and ``CDC_DEMO_HOME``
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta, timezone
-from pathlib import Path
+from datetime import timedelta
 
 try:  # Airflow 3
     from airflow.sdk import DAG, Param
@@ -40,7 +40,7 @@ except ImportError:  # Airflow 2.11
 
 from airflow.timetables.interval import DeltaDataIntervalTimetable
 
-from airflow_provider_cdc.domain.timestamps import parse_timestamp
+from airflow_provider_cdc.dag_settings import DagSettings
 from airflow_provider_cdc.operators.bigquery_upsert import BigQueryCdcUpsertOperator
 from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
 from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
@@ -50,45 +50,17 @@ from airflow_provider_cdc.operators.spanner_change_stream import (
 )
 from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
 from airflow_provider_cdc.sensors.partitions_drained import SpannerChangeStreamPartitionsDrainedSensor
+from airflow_provider_cdc.task_groups import initial_snapshot, snapshot_start
 
 DAG_ID = "spanner_change_stream_to_bigquery"
 
 
-def _positive_int_env(name: str, default: int) -> int:
-    """A positive integer from the environment variable ``name`` (``default`` when unset)."""
-    text = os.environ.get(name, "").strip() or str(default)
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"environment variable {name} must be a positive integer, got {text!r}")
-    return int(text)
-
-
-def _window_from_env() -> timedelta:
-    """The window length: ``CDC_WINDOW_SECONDS`` if set, else ``CDC_WINDOW_MINUTES`` (default 10)."""
-    if os.environ.get("CDC_WINDOW_SECONDS", "").strip():
-        return timedelta(seconds=_positive_int_env("CDC_WINDOW_SECONDS", 600))
-    return timedelta(minutes=_positive_int_env("CDC_WINDOW_MINUTES", 10))
-
-
-def _start_date_from_env(name: str, default: datetime) -> datetime:
-    """An RFC 3339 timestamp from the environment variable ``name`` (``default`` when unset), in UTC."""
-    text = os.environ.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        return parse_timestamp(text)
-    except ValueError as exc:
-        raise ValueError(
-            f"environment variable {name} must be an RFC 3339 timestamp such as 2026-01-01T00:00:00Z, "
-            f"got {text!r} ({exc})"
-        ) from None
-
-
-DEMO_HOME = os.environ.get("CDC_DEMO_HOME") or str(
-    Path(os.environ.get("AIRFLOW_HOME", "~/airflow")).expanduser() / "cdc-demo"
-)
-WINDOW = _window_from_env()
-START_DATE = _start_date_from_env("CDC_START_DATE", datetime(2026, 1, 1, tzinfo=timezone.utc))
-READERS = _positive_int_env("CDC_READERS", 2)  # mapped over a fixed list, as in the lake DAG
+# Settings that shape the DAG itself, read from the environment when the file is parsed.
+SETTINGS = DagSettings.from_env()
+DEMO_HOME = SETTINGS.demo_home
+WINDOW = SETTINGS.window
+START_DATE = SETTINGS.start_date
+READERS = SETTINGS.readers  # mapped over a fixed list, as in the lake DAG
 # BigQuery endpoints: unset for BigQuery itself; a local fake's for the embedded defaults.
 BIGQUERY_API_ENDPOINT = os.environ.get("CDC_BIGQUERY_API_ENDPOINT", "").strip()
 BIGQUERY_WRITE_ENDPOINT = os.environ.get("CDC_BIGQUERY_WRITE_ENDPOINT", "").strip()
@@ -108,6 +80,9 @@ with DAG(
         "stream": Param("WorkloadChanges", type="string", description="change stream (READ_<stream>)"),
         "pipeline_id": Param(
             DAG_ID, type="string", description="names the pipeline in the metastore, Delta and BigQuery"
+        ),
+        "initial_snapshot": Param(
+            True, type="boolean", description="start with a snapshot of the watched tables (first run)"
         ),
         # Staging belongs to the stream (its partitions' claims are shared by pipelines reading it);
         # change sets and Delta tables belong to the pipeline.
@@ -143,8 +118,35 @@ with DAG(
         **spanner,
     }
 
+    locations = {
+        "staging_root": "{{ params.staging_root }}",
+        "changeset_root": "{{ params.changeset_root }}",
+        "lake_root": "{{ params.lake_root }}",
+    }
+    # Where the change sets go in BigQuery, for the snapshot and every window.
+    bigquery = {
+        "project_id": "{{ params.bigquery_project }}",
+        "dataset": "{{ params.bigquery_dataset }}",
+        "api_endpoint": "{{ params.bigquery_api_endpoint }}",
+        "write_endpoint": "{{ params.bigquery_write_endpoint }}",
+        "max_staleness": timedelta(minutes=15),  # the tables' max_staleness option
+    }
+    snapshot = initial_snapshot(
+        first_window_start=START_DATE,
+        source="{{ params.pipeline_id }}_snapshot",
+        project_id="{{ params.project_id }}",
+        instance_id="{{ params.instance_id }}",
+        database_id="{{ params.database_id }}",
+        change_stream="{{ params.stream }}",
+        locations=locations,
+        pipeline_id="{{ params.pipeline_id }}",
+        readers=READERS,
+        enabled="{{ params.initial_snapshot }}",
+        bigquery=bigquery,
+    )
     wait_parents = SpannerChangeStreamPartitionsDrainedSensor(
         task_id="wait_parents",
+        trigger_rule="none_failed",  # after the snapshot, or when later runs skip it
         timestamp="{{ data_interval_start }}",
         pipeline_id="{{ params.pipeline_id }}",  # the window before this one must be applied
         poke_interval=5,
@@ -152,7 +154,11 @@ with DAG(
         **spanner,
     )
     open_window = SpannerChangeStreamOpenWindowOperator(
-        task_id="open_window", readers=READERS, first_window_start=START_DATE.isoformat(), **window
+        task_id="open_window",
+        readers=READERS,
+        first_window_start=f"{{{{ '{snapshot_start(START_DATE)}' if params.initial_snapshot "
+        f"else '{START_DATE.isoformat()}' }}}}",
+        **window,
     )
     read = SpannerChangeStreamReadWindowOperator.partial(task_id="read", **window).expand(
         reader_index=list(range(READERS))
@@ -166,11 +172,6 @@ with DAG(
         timeout=3600,
         **spanner,
     )
-    locations = {
-        "staging_root": "{{ params.staging_root }}",
-        "changeset_root": "{{ params.changeset_root }}",
-        "lake_root": "{{ params.lake_root }}",
-    }
     merge = SparkMergeWindowOperator(
         task_id="merge",
         locations=locations,
@@ -182,14 +183,7 @@ with DAG(
     )
     # The same change set to BigQuery; partial row images are completed from the Delta tables.
     to_bigquery = BigQueryCdcUpsertOperator(
-        task_id="to_bigquery",
-        locations=locations,
-        project_id="{{ params.bigquery_project }}",
-        dataset="{{ params.bigquery_dataset }}",
-        pipeline_id="{{ params.pipeline_id }}",
-        api_endpoint="{{ params.bigquery_api_endpoint }}",
-        write_endpoint="{{ params.bigquery_write_endpoint }}",
-        max_staleness=timedelta(minutes=15),  # the tables' max_staleness option
+        task_id="to_bigquery", locations=locations, pipeline_id="{{ params.pipeline_id }}", **bigquery
     )
     commit = CdcCommitWindowOperator(
         task_id="commit",
@@ -202,4 +196,4 @@ with DAG(
         # table's apply watermark lags the current time by more (the demo's windows lie in the past).
     )
 
-    wait_parents >> open_window >> read >> drained >> merge >> upsert >> to_bigquery >> commit
+    snapshot >> wait_parents >> open_window >> read >> drained >> merge >> upsert >> to_bigquery >> commit

@@ -1,6 +1,14 @@
 """Spanner change stream → Delta Lake, one window per data interval, exactly once, in commit order per key.
 
-    wait_parents ─► open_window ─► read (mapped) ─► drained ─► merge (Spark) ─► upsert (Spark) ─► commit
+    initial_snapshot (first run only) ─► wait_parents ─► open_window ─► read (mapped) ─► drained
+        ─► merge (Spark) ─► upsert (Spark) ─► commit
+
+The first run starts the pipeline with a snapshot: every table the stream watches, as of one microsecond
+before the first window, applied as the window ``[T - 1µs, T)`` (``airflow_provider_cdc.task_groups.
+initial_snapshot``); later runs skip it. Rows that existed before the first window are in the lake
+with every column from its first commit, and the stream's first window follows without gap or overlap.
+The snapshot's timestamp must stay within the database's ``version_retention_period`` until the first
+run reads it (one hour by default: raise it, or set ``initial_snapshot`` to false for an empty database).
 
 Every setting is a DAG param (or an Airflow connection) with a default that runs on this machine with
 nothing configured: the change-stream emulator's demo database (``SPANNER_EMULATOR_HOST``), the SQLite
@@ -15,9 +23,7 @@ default 2026-01-01T00:00:00Z) and the readers per window (``CDC_READERS``, defau
 
 from __future__ import annotations
 
-import os
-from datetime import datetime, timedelta, timezone
-from pathlib import Path
+from datetime import timedelta
 
 try:  # Airflow 3
     from airflow.sdk import DAG, Param
@@ -27,7 +33,7 @@ except ImportError:  # Airflow 2.11
 
 from airflow.timetables.interval import DeltaDataIntervalTimetable
 
-from airflow_provider_cdc.domain.timestamps import parse_timestamp
+from airflow_provider_cdc.dag_settings import DagSettings
 from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
 from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
 from airflow_provider_cdc.operators.spanner_change_stream import (
@@ -36,48 +42,20 @@ from airflow_provider_cdc.operators.spanner_change_stream import (
 )
 from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
 from airflow_provider_cdc.sensors.partitions_drained import SpannerChangeStreamPartitionsDrainedSensor
+from airflow_provider_cdc.task_groups import initial_snapshot, snapshot_start
 
 DAG_ID = "spanner_change_stream_to_lake"
 
 
-def _positive_int_env(name: str, default: int) -> int:
-    """A positive integer from the environment variable ``name`` (``default`` when unset)."""
-    text = os.environ.get(name, "").strip() or str(default)
-    if not text.isdigit() or int(text) < 1:
-        raise ValueError(f"environment variable {name} must be a positive integer, got {text!r}")
-    return int(text)
-
-
-def _window_from_env() -> timedelta:
-    """The window length: ``CDC_WINDOW_SECONDS`` if set, else ``CDC_WINDOW_MINUTES`` (default 10)."""
-    if os.environ.get("CDC_WINDOW_SECONDS", "").strip():
-        return timedelta(seconds=_positive_int_env("CDC_WINDOW_SECONDS", 600))
-    return timedelta(minutes=_positive_int_env("CDC_WINDOW_MINUTES", 10))
-
-
-def _start_date_from_env(name: str, default: datetime) -> datetime:
-    """An RFC 3339 timestamp from the environment variable ``name`` (``default`` when unset), in UTC."""
-    text = os.environ.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        return parse_timestamp(text)
-    except ValueError as exc:
-        raise ValueError(
-            f"environment variable {name} must be an RFC 3339 timestamp such as 2026-01-01T00:00:00Z, "
-            f"got {text!r} ({exc})"
-        ) from None
-
-
-DEMO_HOME = os.environ.get("CDC_DEMO_HOME") or str(
-    Path(os.environ.get("AIRFLOW_HOME", "~/airflow")).expanduser() / "cdc-demo"
-)
-WINDOW = _window_from_env()
-START_DATE = _start_date_from_env("CDC_START_DATE", datetime(2026, 1, 1, tzinfo=timezone.utc))
+# Settings that shape the DAG itself, read from the environment when the file is parsed.
+SETTINGS = DagSettings.from_env()
+DEMO_HOME = SETTINGS.demo_home
+WINDOW = SETTINGS.window
+START_DATE = SETTINGS.start_date
 # Parallel readers per window. The mapped readers expand over this fixed list rather than over
 # open_window's output: Airflow 2's `airflow dags backfill` never expands a task mapped over the
 # output of a task that is not a root of the DAG (the backfill stops as deadlocked).
-READERS = _positive_int_env("CDC_READERS", 2)
+READERS = SETTINGS.readers
 
 with DAG(
     dag_id=DAG_ID,
@@ -94,6 +72,9 @@ with DAG(
         "stream": Param("WorkloadChanges", type="string", description="change stream (READ_<stream>)"),
         "pipeline_id": Param(
             DAG_ID, type="string", description="names the pipeline in the metastore and Delta"
+        ),
+        "initial_snapshot": Param(
+            True, type="boolean", description="start with a snapshot of the watched tables (first run)"
         ),
         "staging_root": Param(
             f"{DEMO_HOME}/staging", type="string", description="staged changes (local or gs://)"
@@ -115,8 +96,27 @@ with DAG(
         **spanner,
     }
 
+    # One argument names where a window's data lives, the same for every step after the read.
+    locations = {
+        "staging_root": "{{ params.staging_root }}",
+        "changeset_root": "{{ params.changeset_root }}",
+        "lake_root": "{{ params.lake_root }}",
+    }
+    snapshot = initial_snapshot(
+        first_window_start=START_DATE,
+        source="{{ params.pipeline_id }}_snapshot",  # the snapshot's staging folder and metastore key
+        project_id="{{ params.project_id }}",
+        instance_id="{{ params.instance_id }}",
+        database_id="{{ params.database_id }}",
+        change_stream="{{ params.stream }}",  # its tables, and of each the columns it watches
+        locations=locations,
+        pipeline_id="{{ params.pipeline_id }}",
+        readers=READERS,
+        enabled="{{ params.initial_snapshot }}",
+    )
     wait_parents = SpannerChangeStreamPartitionsDrainedSensor(
         task_id="wait_parents",
+        trigger_rule="none_failed",  # after the snapshot, or when later runs skip it
         timestamp="{{ data_interval_start }}",
         # The window before this one must be applied: a window run out of order, or after a window
         # that failed for good, fails here at once naming the window it waits for.
@@ -126,7 +126,12 @@ with DAG(
         **spanner,
     )
     open_window = SpannerChangeStreamOpenWindowOperator(
-        task_id="open_window", readers=READERS, first_window_start=START_DATE.isoformat(), **window
+        task_id="open_window",
+        readers=READERS,
+        # the pipeline's first window: the snapshot's, or the stream's own without a snapshot
+        first_window_start=f"{{{{ '{snapshot_start(START_DATE)}' if params.initial_snapshot "
+        f"else '{START_DATE.isoformat()}' }}}}",
+        **window,
     )
     read = SpannerChangeStreamReadWindowOperator.partial(task_id="read", **window).expand(
         reader_index=list(range(READERS))
@@ -140,12 +145,6 @@ with DAG(
         timeout=3600,
         **spanner,
     )
-    # One argument names where a window's data lives, the same for every step after the read.
-    locations = {
-        "staging_root": "{{ params.staging_root }}",
-        "changeset_root": "{{ params.changeset_root }}",
-        "lake_root": "{{ params.lake_root }}",
-    }
     merge = SparkMergeWindowOperator(
         task_id="merge",
         locations=locations,
@@ -163,4 +162,4 @@ with DAG(
         locations=locations,
     )
 
-    wait_parents >> open_window >> read >> drained >> merge >> upsert >> commit
+    snapshot >> wait_parents >> open_window >> read >> drained >> merge >> upsert >> commit

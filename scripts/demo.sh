@@ -7,11 +7,16 @@
 # `scripts/demo.sh bigquery [WINDOWS]` runs the example DAG spanner_change_stream_to_bigquery instead
 # (the same windows, then BigQuery CDC tables in the loopback BigQuery fake) and prints the BigQuery
 # tables, the Delta and BigQuery apply watermarks and the task timings.
-# Usage: scripts/demo.sh [bigquery] [WINDOWS]   (default 5; at most 6 for the Delta Lake DAG)
+# `scripts/demo.sh commit-timestamp [WINDOWS]` runs the example DAG spanner_commit_timestamp_tables_to_lake
+# instead: no change stream, the emulator's commit-timestamp demo database (Performances updated in place
+# with soft deletes, the changelog DocumentHistory mapped to each document's latest entry), then prints
+# the Delta tables, the status, the task timings and whether the tables equal the committed history.
+# Usage: scripts/demo.sh [bigquery|commit-timestamp] [WINDOWS]   (default 5; at most 6 for the Delta Lake DAG)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=lake
 if [ "${1:-}" = bigquery ]; then target=bigquery; shift; fi
+if [ "${1:-}" = commit-timestamp ]; then target=commit-timestamp; shift; fi
 windows=${1:-5}
 bash scripts/setup.sh
 root=$(pwd)
@@ -40,34 +45,56 @@ if [ "$target" = bigquery ]; then
   exit "$status"
 fi
 
-log "starting the Spanner change-stream emulator and loading the demo database"
-python -m airflow_provider_cdc.testing.spanner_emulator --port 0 --demo --demo-windows 6 \
-  --port-file "$CDC_DEMO_HOME/emulator.port" --demo-truth "$CDC_DEMO_HOME/truth.json" \
-  >"$CDC_DEMO_HOME/emulator.log" 2>&1 &
-emulator=$!
-trap 'kill $emulator 2>/dev/null || true' EXIT
-for _ in $(seq 1 120); do [ -s "$CDC_DEMO_HOME/emulator.port" ] && break; sleep 1; done
-[ -s "$CDC_DEMO_HOME/emulator.port" ] || { cat "$CDC_DEMO_HOME/emulator.log"; exit 1; }
-export SPANNER_EMULATOR_HOST=$(cat "$CDC_DEMO_HOME/emulator.port")
-grep -h "demo database loaded" "$CDC_DEMO_HOME/emulator.log" | sed 's/^.*INFO __main__: /[demo] /' >&2
+start_emulator() {  # ARGS...: the emulator's demo options
+  python -m airflow_provider_cdc.testing.spanner_emulator --port 0 --demo "$@" \
+    --port-file "$CDC_DEMO_HOME/emulator.port" --demo-truth "$CDC_DEMO_HOME/truth.json" \
+    >"$CDC_DEMO_HOME/emulator.log" 2>&1 &
+  emulator=$!
+  trap 'kill $emulator 2>/dev/null || true' EXIT
+  for _ in $(seq 1 120); do [ -s "$CDC_DEMO_HOME/emulator.port" ] && break; sleep 1; done
+  [ -s "$CDC_DEMO_HOME/emulator.port" ] || { cat "$CDC_DEMO_HOME/emulator.log"; exit 1; }
+  export SPANNER_EMULATOR_HOST=$(cat "$CDC_DEMO_HOME/emulator.port")
+  grep -h "demo database loaded" "$CDC_DEMO_HOME/emulator.log" | sed 's/^.*INFO __main__: /[demo] /' >&2
+}
 
-for i in $(seq 1 "$windows"); do
-  logical=$(python -c "from datetime import datetime, timedelta, timezone; print((datetime(2026,1,1,tzinfo=timezone.utc)+timedelta(minutes=10*$i)).isoformat())")
-  log "window $i/$windows: airflow dags test spanner_change_stream_to_lake $logical (data interval ends there)"
-  start=$(date +%s)
-  if ! airflow dags test spanner_change_stream_to_lake "$logical" >"$CDC_DEMO_HOME/window-$i.log" 2>&1; then
-    tail -40 "$CDC_DEMO_HOME/window-$i.log"; exit 1
-  fi
-  grep -hoE "(Window \[[^]]*\): read [0-9]+ change rows[^[]*|Window \[[^]]*\) applied[^[]*)" "$CDC_DEMO_HOME/window-$i.log" \
-    | sed 's/^/  /' >&2 || true
-  log "window $i done in $(( $(date +%s) - start )) s"
-done
+run_windows() {  # DAG PATTERN: each window with `airflow dags test`, printing the log lines PATTERN matches
+  local dag=$1 pattern=$2 i logical start
+  for i in $(seq 1 "$windows"); do
+    logical=$(python -c "from datetime import datetime, timedelta, timezone; print((datetime(2026,1,1,tzinfo=timezone.utc)+timedelta(minutes=10*$i)).isoformat())")
+    log "window $i/$windows: airflow dags test $dag $logical (data interval ends there)"
+    start=$(date +%s)
+    if ! airflow dags test "$dag" "$logical" >"$CDC_DEMO_HOME/window-$i.log" 2>&1; then
+      tail -40 "$CDC_DEMO_HOME/window-$i.log"; exit 1
+    fi
+    grep -hoE "$pattern" "$CDC_DEMO_HOME/window-$i.log" | sed 's/^/  /' >&2 || true
+    log "window $i done in $(( $(date +%s) - start )) s"
+  done
+}
 
-log "target tables (Delta Lake, $CDC_DEMO_HOME/lake)"
-python -m airflow_provider_cdc tables --lake-root "$CDC_DEMO_HOME/lake" --rows 3
-log "metastore: windows, partitions and apply watermarks"
-python -m airflow_provider_cdc status --pipeline spanner_change_stream_to_lake --limit 12
-log "task timings per window (seconds)"
-python -m airflow_provider_cdc timings --dag-id spanner_change_stream_to_lake
-log "do the tables equal the history committed to Spanner in those $windows windows?"
-python -m airflow_provider_cdc compare --lake-root "$CDC_DEMO_HOME/lake" --truth "$CDC_DEMO_HOME/truth.json" --windows "$windows"
+report() {  # DAG LAKE_ROOT QUESTION: the tables, the metastore, the timings and the comparison
+  local dag=$1 lake=$2
+  log "target tables (Delta Lake, $lake)"
+  python -m airflow_provider_cdc tables --lake-root "$lake" --rows 3
+  log "metastore: windows, partitions and apply watermarks"
+  python -m airflow_provider_cdc status --pipeline "$dag" --limit 12
+  log "task timings per window (seconds)"
+  python -m airflow_provider_cdc timings --dag-id "$dag"
+  log "do the tables equal the history committed to Spanner in those $windows windows$3?"
+  python -m airflow_provider_cdc compare --lake-root "$lake" --truth "$CDC_DEMO_HOME/truth.json" --windows "$windows"
+}
+
+applied='Window \[[^]]*\) applied[^[]*'
+if [ "$target" = commit-timestamp ]; then
+  log "starting the Spanner emulator and loading the commit-timestamp demo database (ledger, $windows windows)"
+  start_emulator --demo-kind commit-timestamp --demo-windows "$windows"
+  run_windows spanner_commit_timestamp_tables_to_lake \
+    "Window \[[^]]*\) of [A-Za-z0-9_]+: commit_timestamp read at [^;]*|$applied"
+  report spanner_commit_timestamp_tables_to_lake "$CDC_DEMO_HOME/commit-timestamp/lake" \
+    " (soft-deleted rows gone, each document's latest history row)"
+else
+  log "starting the Spanner change-stream emulator and loading the demo database"
+  start_emulator --demo-windows 6
+  run_windows spanner_change_stream_to_lake \
+    "Window \[[^]]*\) of [A-Za-z0-9_]+: snapshot read at [^;]*|Window \[[^]]*\): read [0-9]+ change rows[^[]*|$applied"
+  report spanner_change_stream_to_lake "$CDC_DEMO_HOME/lake" ""
+fi

@@ -339,34 +339,46 @@ def example_dag_environment(
 
 
 @contextmanager
-def example_dag_home_at(root: Path, windows: int, changes_per_window: int) -> Iterator[ExampleDagHome]:
-    """An example DAG home in ``root``: the demo database (``windows`` windows of ``changes_per_window``
-    changes) on an emulator served from this process until the context ends, a metastore, a lake
-    and an Airflow 3 home with a migrated metadata database and the DAG serialized."""
-    from airflow_provider_cdc.testing.demo import DemoSettings, load_demo
+def emulator_dag_home(
+    root: Path, settings: Any, load: Callable[[Any, Any, Path], Any], reserialize: bool = True
+) -> Iterator[ExampleDagHome]:
+    """A DAG home in ``root``: a demo database written by ``load(emulator, settings, truth_path)`` (it
+    returns the committed history) on an emulator served from this process until the context ends, a
+    metastore, a lake and an Airflow 3 home with a migrated metadata database (and the DAGs serialized)."""
     from airflow_provider_cdc.testing.spanner_emulator import ManualClock, SpannerEmulator
 
-    settings = DemoSettings(windows=windows, changes_per_window=changes_per_window)
     emulator = SpannerEmulator(ManualClock(settings.start - timedelta(minutes=1)))
     host = emulator.start()
     try:
-        workload = load_demo(emulator, settings, root / "truth.json")
+        history = load(emulator, settings, root / "truth.json")
         api_port, metastore_url = free_port(), f"sqlite:///{root / 'cdc_metastore.db'}"
         home = ExampleDagHome(
             root=root,
             airflow_home=root / "airflow",
             env=example_dag_environment(root, host, api_port, metastore_url),
             settings=settings,
-            workload=workload,
+            workload=history,
             metastore_url=metastore_url,
             api_port=api_port,
         )
         home.airflow_home.mkdir()
         home.airflow("db", "migrate", log=root / "db-migrate.log")
-        home.airflow("dags", "reserialize", log=root / "dags-reserialize.log")
+        if reserialize:
+            home.airflow("dags", "reserialize", log=root / "dags-reserialize.log")
         yield home
     finally:
         emulator.stop()
+
+
+@contextmanager
+def example_dag_home_at(root: Path, windows: int, changes_per_window: int) -> Iterator[ExampleDagHome]:
+    """The change-stream example DAG's home in ``root`` (:func:`emulator_dag_home`) over the demo database
+    of ``windows`` windows of ``changes_per_window`` changes."""
+    from airflow_provider_cdc.testing.demo import DemoSettings, load_demo
+
+    settings = DemoSettings(windows=windows, changes_per_window=changes_per_window)
+    with emulator_dag_home(root, settings, load_demo) as home:
+        yield home
 
 
 @pytest.fixture(scope="session")

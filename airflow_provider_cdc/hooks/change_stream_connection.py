@@ -2,18 +2,23 @@
 
 :class:`ChangeStreamConnection` holds them; :class:`ChangeStreamConnectionMixin` gives a class the same
 fields as keyword arguments and attributes, ``template_fields`` and :meth:`~ChangeStreamConnectionMixin.
-to_hook`. Nothing here imports the Google provider: a DAG file naming these classes stays quick to parse.
+to_hook` (the machinery is :mod:`airflow_provider_cdc.hooks.connection_fields`). Nothing here imports the
+Google provider: a DAG file naming these classes stays quick to parse.
 """
 
 from __future__ import annotations
 
-import inspect
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import MISSING, dataclass, fields
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
+from airflow_provider_cdc.hooks.connection_fields import (
+    ConnectionFields,
+    ConnectionFieldsMixin,
+    connection_arguments_of,
+)
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 
 if TYPE_CHECKING:
@@ -24,7 +29,6 @@ DEFAULT_HEARTBEAT_MS = 10_000
 RetentionValue = timedelta | int | float | str
 _DURATION = re.compile(r"([0-9]+)\s*([smhd])")
 _UNITS = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
-_Init = TypeVar("_Init", bound=Callable[..., None])
 
 
 def parse_retention(value: RetentionValue) -> timedelta:
@@ -66,7 +70,7 @@ def format_duration(period: timedelta) -> str:
 
 
 @dataclass(frozen=True)
-class ChangeStreamConnection:
+class ChangeStreamConnection(ConnectionFields):
     """Which change stream a task reads, and how: the arguments :class:`SpannerChangeStreamHook` takes.
 
     :param instance_id: Spanner instance id.
@@ -91,20 +95,6 @@ class ChangeStreamConnection:
     heartbeat_ms: int = DEFAULT_HEARTBEAT_MS
     retention: RetentionValue | None = None
 
-    def __post_init__(self) -> None:
-        chain = self.impersonation_chain
-        if chain is not None and not isinstance(chain, str):  # a list and a tuple compare equal
-            object.__setattr__(self, "impersonation_chain", tuple(chain))
-
-    @classmethod
-    def of(cls, source: object) -> ChangeStreamConnection:
-        """The fields of ``source``, an object with an attribute of each name (a task or trigger)."""
-        return cls(**{name: getattr(source, name) for name in CONNECTION_FIELDS})
-
-    def arguments(self) -> dict[str, Any]:
-        """The fields by name, as given."""
-        return {name: getattr(self, name) for name in CONNECTION_FIELDS}
-
     def serialize(self) -> dict[str, Any]:
         """The fields as JSON values that build an equal connection (a trigger's kwargs): the retention
         in seconds (``None`` when not given), the impersonation chain as a list, the heartbeat an int."""
@@ -123,35 +113,13 @@ class ChangeStreamConnection:
         return SpannerChangeStreamHook(**self.arguments())
 
 
-_FIELDS = fields(ChangeStreamConnection)
 #: The connection fields' names, in declaration order (each task's leading ``template_fields``).
-CONNECTION_FIELDS: tuple[str, ...] = tuple(field.name for field in _FIELDS)
-_PARAMETERS = [
-    inspect.Parameter(
-        field.name,
-        inspect.Parameter.KEYWORD_ONLY,
-        default=inspect.Parameter.empty if field.default is MISSING else field.default,
-        annotation=field.type,
-    )
-    for field in _FIELDS
-]
+CONNECTION_FIELDS: tuple[str, ...] = ChangeStreamConnection.field_names()
+#: Declares an ``__init__`` of a :class:`ChangeStreamConnectionMixin` class as taking the fields.
+connection_arguments = connection_arguments_of(ChangeStreamConnection)
 
 
-def connection_arguments(init: _Init) -> _Init:
-    """Declare ``init``, the ``__init__`` of a class using :class:`ChangeStreamConnectionMixin`, as taking
-    the connection fields too (through its ``**kwargs``).
-
-    Airflow reads an operator's arguments from the signature of each ``__init__`` it defines: this is how
-    ``default_args``, ``partial()`` and its missing-argument messages know the connection fields.
-    """
-    signature = inspect.signature(init)
-    own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    rest = [p for p in signature.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
-    init.__signature__ = signature.replace(parameters=[*own, *_PARAMETERS, *rest])  # type: ignore[attr-defined]
-    return init
-
-
-class ChangeStreamConnectionMixin:
+class ChangeStreamConnectionMixin(ConnectionFieldsMixin):
     """Gives an operator, sensor or trigger the :class:`ChangeStreamConnection` fields: keyword-only
     arguments and attributes of the same names, all templated, :attr:`connection` and :meth:`to_hook`.
 
@@ -159,9 +127,8 @@ class ChangeStreamConnectionMixin:
     ``__init__`` with :func:`connection_arguments`.
     """
 
+    connection_class = ChangeStreamConnection
     template_fields: Sequence[str] = CONNECTION_FIELDS
-    #: Copies of a task share its hook: Spanner and SQLAlchemy clients cannot be deep-copied.
-    shallow_copy_attrs: Sequence[str] = ("_connection_hook",)
 
     instance_id: str
     database_id: str
@@ -175,29 +142,11 @@ class ChangeStreamConnectionMixin:
 
     @connection_arguments
     def __init__(self, **kwargs: Any) -> None:
-        values: dict[str, Any] = {}
-        for field in _FIELDS:
-            if field.name in kwargs:
-                values[field.name] = kwargs.pop(field.name)
-            elif field.default is MISSING:
-                raise TypeError(f"{type(self).__name__} is missing the keyword argument {field.name!r}")
-            else:
-                values[field.name] = field.default
         super().__init__(**kwargs)
-        for name, value in values.items():
-            setattr(self, name, value)
-        self._connection_hook: tuple[ChangeStreamConnection, SpannerChangeStreamHook] | None = None
 
-    @property
-    def connection(self) -> ChangeStreamConnection:
-        """The fields' current values (rendered, once a task runs)."""
-        return ChangeStreamConnection.of(self)
+    if TYPE_CHECKING:
 
-    def to_hook(self) -> SpannerChangeStreamHook:
-        """The hook for the fields' current values, built once and kept while they stay the same: every
-        poke of a sensor, or poll of a trigger, uses one Spanner client, metastore and retention lookup."""
-        connection = self.connection
-        cached = getattr(self, "_connection_hook", None)
-        if cached is None or cached[0] != connection:
-            cached = self._connection_hook = (connection, connection.to_hook())
-        return cached[1]
+        @property
+        def connection(self) -> ChangeStreamConnection: ...
+
+        def to_hook(self) -> SpannerChangeStreamHook: ...

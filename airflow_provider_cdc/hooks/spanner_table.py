@@ -177,7 +177,8 @@ class SpannerTableHook(SpannerChangeStreamHook):
         staging_root: str,
         *,
         mode: str,
-        tables: Sequence[str | CommitTimestampTable | Mapping[str, Any]],
+        tables: Sequence[str | CommitTimestampTable | Mapping[str, Any]] | None = None,
+        change_stream: str | None = None,
         max_partitions: int | None = None,
         partition_size_bytes: int | None = None,
         page_rows: int | None = None,
@@ -186,8 +187,11 @@ class SpannerTableHook(SpannerChangeStreamHook):
     ) -> dict[str, Any]:
         """Plan the window's batches once and record them as its partitions; returns a summary.
 
-        ``mode`` ``snapshot``: ``tables`` are table names and the window is ``[T - 1µs, T)``, read at
-        its start. ``commit_timestamp``: ``tables`` are :class:`CommitTimestampTable` configurations
+        ``mode`` ``snapshot``: the window is ``[T - 1µs, T)``, read at its start; ``tables`` are table
+        names, and ``change_stream`` names the stream the pipeline reads next: without ``tables`` every
+        table it watches is read, and of each table only its key and the columns the stream watches
+        (``INFORMATION_SCHEMA.CHANGE_STREAM_TABLES``/``_COLUMNS``). ``commit_timestamp``: ``tables`` are
+        :class:`CommitTimestampTable` configurations
         (or mappings of their fields), read at the window end once the database's clock is past it;
         rows written since the previous window with a timestamp before this one fail the window
         (``on_late_rows='fail'``) or are logged (``'warn'``). ``page_rows`` reads commit-timestamp
@@ -197,7 +201,14 @@ class SpannerTableHook(SpannerChangeStreamHook):
             raise TableSourceConfigError(f"mode must be {SNAPSHOT!r} or {COMMIT_TIMESTAMP!r}, got {mode!r}")
         if on_late_rows not in ON_LATE_ROWS:
             raise TableSourceConfigError(f"on_late_rows must be one of {ON_LATE_ROWS}, got {on_late_rows!r}")
-        configs = self._configs(mode, tables, window)
+        if mode == SNAPSHOT and change_stream is not None:
+            try:
+                validate_identifier(change_stream, "change stream")
+            except InvalidIdentifierError as exc:
+                raise TableSourceConfigError(f"window {window}: {exc}") from exc
+        elif mode == COMMIT_TIMESTAMP and change_stream is not None:
+            raise TableSourceConfigError(f"window {window}: change_stream applies to snapshots only")
+        configs = self._configs(mode, tables, window, required=not (mode == SNAPSHOT and change_stream))
         with _step_errors(window, f"window {window} of pipeline {pipeline!r}: opening it"):
             if mode == SNAPSHOT:
                 read_at, now = self._snapshot_read_timestamp(pipeline, window, max_wait_seconds)
@@ -210,7 +221,7 @@ class SpannerTableHook(SpannerChangeStreamHook):
                     }
             else:
                 read_at, now = self._window_read_timestamp(window, max_wait_seconds)
-            planned = self._planned_tables(mode, configs, read_at, page_rows)
+            planned = self._planned_tables(mode, configs, read_at, page_rows, change_stream)
             if mode == COMMIT_TIMESTAMP:
                 self._check_late_rows(pipeline, window, planned, read_at, now, on_late_rows)
             return self._record_plan(
@@ -275,7 +286,9 @@ class SpannerTableHook(SpannerChangeStreamHook):
         return now, now
 
     @staticmethod
-    def _configs(mode: str, tables: Any, window: Window) -> list[Any]:
+    def _configs(mode: str, tables: Any, window: Window, required: bool = True) -> list[Any]:
+        if not required and not tables:
+            return []
         if isinstance(tables, (str, Mapping)) or not tables:
             raise TableSourceConfigError(f"window {window}: tables must be a non-empty list, got {tables!r}")
         try:
@@ -292,18 +305,30 @@ class SpannerTableHook(SpannerChangeStreamHook):
         return configs
 
     def _planned_tables(
-        self, mode: str, configs: Sequence[Any], read_at: datetime, page_rows: int | None
+        self,
+        mode: str,
+        configs: Sequence[Any],
+        read_at: datetime,
+        page_rows: int | None,
+        change_stream: str | None = None,
     ) -> list[PlannedTable]:
         from airflow_provider_cdc.spanner.commit_timestamp import commit_timestamp_table
         from airflow_provider_cdc.spanner.snapshot import snapshot_table
+        from airflow_provider_cdc.spanner.stream_scope import stream_scope
         from airflow_provider_cdc.spanner.table_schema import table_schema
 
         planned = []
         # The schema as of the read timestamp: the columns the read at that timestamp can select.
         with self.database.snapshot(read_timestamp=read_at, multi_use=True) as snapshot:
+            scope = stream_scope(snapshot, change_stream) if change_stream else None
+            if mode == SNAPSHOT and scope is not None and not configs:
+                configs = sorted(scope.tables)
+                if not configs:
+                    raise TableSourceConfigError(f"change stream {change_stream!r} watches no table")
             for config in configs:
                 if mode == SNAPSHOT:
-                    planned.append(snapshot_table(table_schema(snapshot, config)))
+                    schema = table_schema(snapshot, config)
+                    planned.append(snapshot_table(scope.restrict(schema) if scope else schema))
                 else:
                     schema = table_schema(snapshot, config.table)
                     planned.append(commit_timestamp_table(schema, config, page_rows))

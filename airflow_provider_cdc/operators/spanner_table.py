@@ -13,17 +13,22 @@ A pipeline that starts on a database with data takes a snapshot as its first win
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import MISSING, dataclass, fields
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_cdc._compat import AirflowFailException, BaseOperator, Context
 from airflow_provider_cdc._errors import metastore_errors, require_absolute
 from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, coerce_timestamp, format_timestamp
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.hooks.change_stream_connection import DEFAULT_GCP_CONN_ID
+from airflow_provider_cdc.hooks.connection_fields import (
+    ConnectionFields,
+    ConnectionFieldsMixin,
+    connection_arguments_of,
+)
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.operators._window import WINDOW_END, WINDOW_START, window_of
 from airflow_provider_cdc.operators.spanner_change_stream import reader_owner
@@ -42,8 +47,25 @@ def snapshot_window_bounds(first_window_start: datetime | str) -> dict[str, str]
     return {"window_start": format_timestamp(start - ONE_MICROSECOND), "window_end": format_timestamp(start)}
 
 
+def tables_argument(tables: Any) -> Any:
+    """``tables`` as given, or parsed when a template rendered it as JSON text (``{{ params.tables |
+    tojson }}``); blank text is no tables."""
+    if not isinstance(tables, str):
+        return tables
+    text = tables.strip()
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AirflowFailException(
+            f"tables must be a list, or its JSON text (render a param with '| tojson'), "
+            f"got {text[:200]!r}: {exc}"
+        ) from None
+
+
 @dataclass(frozen=True)
-class TableSourceConnection:
+class TableSourceConnection(ConnectionFields):
     """Which database and source a task reads: the arguments :class:`SpannerTableHook` takes.
 
     :param instance_id: Spanner instance id.
@@ -63,44 +85,23 @@ class TableSourceConnection:
     impersonation_chain: str | Sequence[str] | None = None
     metastore_conn_id: str = CdcMetastoreHook.default_conn_name
 
-    def arguments(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
     def to_hook(self) -> SpannerTableHook:
         from airflow_provider_cdc.hooks.spanner_table import SpannerTableHook
 
         return SpannerTableHook(**self.arguments())
 
 
-TABLE_SOURCE_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(TableSourceConnection))
-_PARAMETERS = [
-    inspect.Parameter(
-        f.name,
-        inspect.Parameter.KEYWORD_ONLY,
-        annotation=f.type,
-        default=inspect.Parameter.empty if f.default is MISSING else f.default,
-    )
-    for f in fields(TableSourceConnection)
-]
-_Init = TypeVar("_Init", bound=Callable[..., None])
+TABLE_SOURCE_FIELDS: tuple[str, ...] = TableSourceConnection.field_names()
+#: Declares an ``__init__`` of a :class:`TableSourceConnectionMixin` class as taking the fields.
+table_source_arguments = connection_arguments_of(TableSourceConnection)
 
 
-def table_source_arguments(init: _Init) -> _Init:
-    """Declare ``init`` (of a class using :class:`TableSourceConnectionMixin`) as taking the connection
-    fields through its ``**kwargs``: Airflow reads them from the signature (``default_args``, ``partial``)."""
-    signature = inspect.signature(init)
-    own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
-    rest = [p for p in signature.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
-    init.__signature__ = signature.replace(parameters=[*own, *_PARAMETERS, *rest])  # type: ignore[attr-defined]
-    return init
-
-
-class TableSourceConnectionMixin:
+class TableSourceConnectionMixin(ConnectionFieldsMixin):
     """Gives an operator the :class:`TableSourceConnection` fields: keyword arguments, attributes of the
     same names (templated) and :meth:`to_hook`. Put it before the Airflow base class."""
 
+    connection_class = TableSourceConnection
     template_fields: Sequence[str] = TABLE_SOURCE_FIELDS
-    shallow_copy_attrs: Sequence[str] = ("_source_hook",)
 
     instance_id: str
     database_id: str
@@ -112,34 +113,11 @@ class TableSourceConnectionMixin:
 
     @table_source_arguments
     def __init__(self, **kwargs: Any) -> None:
-        values: dict[str, Any] = {}
-        for f in fields(TableSourceConnection):
-            if f.name in kwargs:
-                values[f.name] = kwargs.pop(f.name)
-            elif f.default is MISSING:
-                raise TypeError(f"{type(self).__name__} is missing the keyword argument {f.name!r}")
-            else:
-                values[f.name] = f.default
         super().__init__(**kwargs)
-        for name, value in values.items():
-            setattr(self, name, value)
-        self._source_hook: tuple[TableSourceConnection, SpannerTableHook] | None = None
 
-    @property
-    def connection(self) -> TableSourceConnection:
-        chain = self.impersonation_chain
-        values = {name: getattr(self, name) for name in TABLE_SOURCE_FIELDS}
-        if chain is not None and not isinstance(chain, str):
-            values["impersonation_chain"] = tuple(chain)
-        return TableSourceConnection(**values)
+    if TYPE_CHECKING:
 
-    def to_hook(self) -> SpannerTableHook:
-        """The hook for the fields' current values, built once while they stay the same."""
-        connection = self.connection
-        cached = getattr(self, "_source_hook", None)
-        if cached is None or cached[0] != connection:
-            cached = self._source_hook = (connection, connection.to_hook())
-        return cached[1]
+        def to_hook(self) -> SpannerTableHook: ...
 
 
 class _TableWindowOperator(TableSourceConnectionMixin, BaseOperator):
@@ -182,11 +160,15 @@ class _TableWindowOperator(TableSourceConnectionMixin, BaseOperator):
 class SpannerTableOpenWindowOperator(_TableWindowOperator):
     """Opens a window of a table source: plans its batches once and records them in the metastore.
 
-    :param mode: ``snapshot`` (``tables``: table names; the window is ``[T - 1µs, T)``, see
-        :func:`snapshot_window_bounds`, and becomes the pipeline's first window) or
+    :param mode: ``snapshot`` (``tables``: table names, or ``change_stream``; the window is
+        ``[T - 1µs, T)``, see :func:`snapshot_window_bounds`, and becomes the pipeline's first window) or
         ``commit_timestamp`` (``tables``: :class:`~airflow_provider_cdc.domain.table_rows.
         CommitTimestampTable` fields as dicts, e.g. ``{"table": "DocumentHistory", "timestamp_column":
         "Ts", "entity_key": ["UserId", "DocumentId"], "target_table": "Documents"}``).
+    :param change_stream: ``snapshot`` mode: the change stream the pipeline reads after the snapshot.
+        Without ``tables`` the snapshot reads every table it watches; of each table it reads the key and
+        the columns the stream watches, so the snapshot holds what the stream reports.
+    :param tables: a list, or its JSON text (a rendered ``{{ params.tables | tojson }}``).
     :param readers: how many mapped readers read the window (the return value is ``range(readers)``).
     :param first_window_start: ``commit_timestamp`` mode: the pipeline's first window start (default
         this window's start); a snapshot window is always its pipeline's first.
@@ -203,6 +185,7 @@ class SpannerTableOpenWindowOperator(_TableWindowOperator):
         *_TableWindowOperator.template_fields,
         "mode",
         "tables",
+        "change_stream",
         "readers",
         "first_window_start",
         "page_rows",
@@ -214,7 +197,8 @@ class SpannerTableOpenWindowOperator(_TableWindowOperator):
         self,
         *,
         mode: str,
-        tables: Sequence[str] | Sequence[Mapping[str, Any]],
+        tables: Sequence[str] | Sequence[Mapping[str, Any]] | None = None,
+        change_stream: str | None = None,
         readers: int | str = 1,
         first_window_start: Any = None,
         max_partitions: int | None = None,
@@ -227,6 +211,7 @@ class SpannerTableOpenWindowOperator(_TableWindowOperator):
         super().__init__(**kwargs)
         self.mode = mode
         self.tables = tables
+        self.change_stream = change_stream
         self.readers = readers
         self.first_window_start = first_window_start
         self.max_partitions = max_partitions
@@ -245,6 +230,7 @@ class SpannerTableOpenWindowOperator(_TableWindowOperator):
             raise AirflowFailException(
                 f"mode must be {SNAPSHOT!r} or {COMMIT_TIMESTAMP!r}, got {self.mode!r}"
             )
+        tables = tables_argument(self.tables)
         window, pipeline = self.window(), self.pipeline(context)
         if self.mode == SNAPSHOT:
             first = window.start
@@ -270,7 +256,8 @@ class SpannerTableOpenWindowOperator(_TableWindowOperator):
                 window,
                 self.staging_root,
                 mode=self.mode,
-                tables=self.tables,
+                tables=tables,
+                change_stream=self.change_stream or None,
                 max_partitions=self.max_partitions,
                 partition_size_bytes=self.partition_size_bytes,
                 page_rows=page_rows,

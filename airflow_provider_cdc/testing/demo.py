@@ -55,6 +55,11 @@ class DemoSettings:
     #: the values drawn (``testing.workload.values.VALUE_PROFILES``): ``google-emulator`` draws no NULL
     #: array elements, which BigQuery cannot hold
     value_profile: str = FULL_PROFILE
+    #: changes committed in the minute before the first window: rows the pipeline's initial snapshot
+    #: reads (later windows update some of them partially and delete others)
+    prior_changes: int = 1_000
+    #: the database's ``version_retention_period``: the demo's clock ends an hour past the snapshot
+    version_retention: str = "7d"
 
     def window_bounds(self, index: int) -> tuple[datetime, datetime]:
         return self.start + self.window * index, self.start + self.window * (index + 1)
@@ -93,12 +98,21 @@ def load_demo(emulator: Any, settings: DemoSettings, truth_path: str | os.PathLi
         node_count=1,
     )
     instance.create().result(60)
-    database = instance.database(settings.database, ddl_statements=schema_ddl(retention="30d"))
+    retention = f"ALTER DATABASE `{settings.database}` SET OPTIONS (version_retention_period = " \
+        f"'{settings.version_retention}')"  # fmt: skip
+    database = instance.database(settings.database, ddl_statements=[*schema_ddl(retention="30d"), retention])
     database.create().result(60)
     workload = Workload(
         database, emulator, seed=settings.seed, progress_every=10**9,
         max_writes_per_row=settings.max_writes_per_row, value_profile=settings.value_profile,
     )
+    if settings.prior_changes:
+        # Rows before the first window, within the half minute before it: the initial snapshot's.
+        emulator.clock.set(max(emulator.clock.now(), settings.start - timedelta(seconds=40)))
+        workload.run(changes=settings.prior_changes, step=timedelta(seconds=30) / settings.prior_changes)
+        if workload.transactions[-1].commit_timestamp >= settings.start:
+            raise RuntimeError(f"the demo's prior rows overflowed the first window's start {settings.start}")
+        log.info("demo rows before the first window: %d changes", settings.prior_changes)
     per_window = settings.changes_per_window
     step = settings.window * 0.9 / per_window
     for index in range(settings.windows):
@@ -134,6 +148,11 @@ def load_demo(emulator: Any, settings: DemoSettings, truth_path: str | os.PathLi
             "transactions": len(workload.transactions),
             "changes": workload.change_count,
             "state": encoded_state(workload),
+            # the rows the initial snapshot reads, and how to key them
+            "state_before_first_window": encoded_state(workload, settings.start - timedelta(microseconds=1)),
+            "key_columns": {
+                name: [c.name for c in TABLES_BY_NAME[name].key_columns] for name in workload.state
+            },
             # the tables as they must be once windows 0..i are applied
             "state_after_window": [
                 encoded_state(workload, settings.window_bounds(i)[1] - timedelta(microseconds=1))

@@ -9,6 +9,7 @@ after the snapshot; the Delta tables equal the database at each window end.
 from __future__ import annotations
 
 import inspect
+import json
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
@@ -218,3 +219,15 @@ def test_a_snapshot_is_applied_as_the_pipelines_first_window_and_the_stream_foll
         SpannerTableOpenWindowOperator(
             task_id="o", mode="snapshot", tables=["Accounts"], **snapshot, **late
         ).execute(_context("o"))
+
+
+def test_tables_rendered_as_json_text_reach_the_hook_as_a_list() -> None:
+    from airflow_provider_cdc._compat import AirflowFailException
+    from airflow_provider_cdc.operators.spanner_table import tables_argument
+
+    tables = [{"table": "DocumentHistory", "timestamp_column": "Ts", "entity_key": ["UserId", "DocumentId"]}]
+    assert tables_argument(tables) is tables
+    assert tables_argument(json.dumps(tables)) == tables
+    assert tables_argument("  ") is None
+    with pytest.raises(AirflowFailException, match=r"tables must be a list, or its JSON text .*\[\{'table'"):
+        tables_argument("[{'table': 'DocumentHistory'}]")  # a Python repr: render with '| tojson'

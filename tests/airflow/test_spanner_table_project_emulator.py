@@ -161,3 +161,63 @@ def test_commit_timestamp_windows_with_shared_timestamps_and_pages(
             assert len({(r["keys_json"], r["change_sequence_number"]) for r in rows}) == len(rows)
             apply_window(state, rows, types)
         assert sorted(dict(key)["Id"] for key in state["Docs"]) == [1, 2, 3, 5, 6, 7]
+
+
+def test_a_snapshot_reads_the_tables_and_columns_its_change_stream_watches(
+    new_spanner_database: Any, project_env: Any, tmp_path: Path
+) -> None:
+    from airflow_provider_cdc.hooks.spanner_table import TableSourceConfigError
+    from airflow_provider_cdc.spanner.snapshot import snapshot_window
+
+    clock = project_env.clock
+    ddl = [
+        *SNAPSHOT_DDL,
+        "CREATE CHANGE STREAM AccountNames FOR Accounts(Name)",
+        "CREATE CHANGE STREAM Keys FOR Notes()",
+    ]
+    database = new_spanner_database(ddl, prefix="scope")
+    clock.advance(timedelta(seconds=1))
+    writes = Writes(database, seed=3)
+    writes.insert_accounts(40)
+    for _ in range(30):
+        writes.step()
+        clock.advance(timedelta(milliseconds=10))
+    first = (clock.now() + timedelta(seconds=2)).replace(microsecond=0)
+    clock.set(first + timedelta(seconds=5))
+    _require_batch_reads(database, "Accounts", first)
+    window = snapshot_window(first)
+    types = {name: column_types(database, name) for name in ("Accounts", "Notes")}
+    truth = database_tables(database, types, window.start)
+
+    def snapshot(source: str, **arguments: Any) -> dict[str, dict]:
+        hook = table_hook(database, source)
+        hook.open_window(source, window, str(tmp_path), mode="snapshot", **arguments)
+        hook.read_window(window, str(tmp_path), "reader-0")
+        state: dict[str, dict] = {}
+        apply_window(state, staged_rows(hook, tmp_path, window), types)
+        return state
+
+    # FOR ALL: every table, every column
+    assert snapshot("All", change_stream="Everything") == truth
+    # FOR Accounts(Name): one table, its key and the watched column
+    names = snapshot("Names", change_stream="AccountNames")
+    assert list(names) == ["Accounts"] and truth["Accounts"]
+    assert names["Accounts"] == {
+        key: {c: v for c, v in row.items() if c in ("Id", "Name")} for key, row in truth["Accounts"].items()
+    }
+    # FOR Notes(): the keys alone
+    keys = snapshot("Keys", change_stream="Keys")
+    assert keys == {"Notes": {key: {c: v for c, v in row.items() if c in ("Owner", "Seq")}
+                              for key, row in truth.get("Notes", {}).items()}}  # fmt: skip
+    # tables named: those, restricted to what the stream watches
+    assert snapshot("Named", change_stream="Everything", tables=["Notes"]) == {
+        "Notes": truth.get("Notes", {})
+    }
+    with pytest.raises(
+        TableSourceConfigError, match=r"table 'Notes' is not watched by change stream 'AccountNames'"
+    ):
+        snapshot("Unwatched", change_stream="AccountNames", tables=["Notes"])
+    with pytest.raises(TableSourceConfigError, match=r"change stream 'Missing' does not exist"):
+        snapshot("Missing", change_stream="Missing")
+    with pytest.raises(TableSourceConfigError, match=r"tables must be a non-empty list"):
+        snapshot("Neither")

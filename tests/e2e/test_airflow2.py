@@ -44,6 +44,8 @@ EXECUTOR = os.environ.get("CDC_AIRFLOW2_EXECUTOR", "DebugExecutor")
 SETTINGS = DemoSettings(windows=4, changes_per_window=150)
 BACKFILLED_WINDOWS = 3
 WINDOWS = [SETTINGS.window_bounds(i) for i in range(BACKFILLED_WINDOWS)]
+# The first run starts the pipeline with the initial snapshot's window [T - 1µs, T).
+SNAPSHOT_WINDOW = (SETTINGS.start - ONE_MICROSECOND, SETTINGS.start)
 # `airflow dags backfill -s S -e E` creates a run for every logical date in [S, E]; with
 # DeltaDataIntervalTimetable the logical date is the start of the data interval.
 BACKFILL_RANGE = ["-s", WINDOWS[0][0].isoformat(), "-e", WINDOWS[-1][0].isoformat()]
@@ -227,9 +229,12 @@ print(json.dumps(report))
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["version"].startswith("2.11."), report["version"]
     assert report["errors"] == {}
-    assert report["dags"] == ["spanner_change_stream_to_bigquery", DAG_ID]
+    assert report["dags"] == [
+        "spanner_change_stream_to_bigquery", DAG_ID, "spanner_commit_timestamp_tables_to_lake"
+    ]
     tasks = ["wait_parents", "open_window", "read", "drained", "merge", "upsert", "commit"]
-    assert report["tasks"] == sorted(tasks)
+    snapshot = ["is_first_window", "open", "read", "merge", "upsert", "commit"]
+    assert report["tasks"] == sorted([*tasks, *(f"initial_snapshot.{t}" for t in snapshot)])
     assert report["timetable"] == "DeltaDataIntervalTimetable"
 
 
@@ -244,7 +249,7 @@ def test_backfill_applies_each_window_and_the_lake_equals_the_history(backfilled
         watermarks = store.table_watermarks(DAG_ID)
     finally:
         store.dispose()
-    assert windows == [(start, end, "applied", 1) for start, end in WINDOWS]
+    assert windows == [(start, end, "applied", 1) for start, end in [SNAPSHOT_WINDOW, *WINDOWS]]
     last_end = WINDOWS[-1][1]
     assert watermarks == dict.fromkeys(backfilled.truth, last_end), {
         t: format_timestamp(w) for t, w in watermarks.items()
@@ -281,7 +286,7 @@ def test_backfilling_the_same_range_again_leaves_the_tables_identical(backfilled
     finally:
         store.dispose()
     # Every window was opened, read, merged and applied a second time ...
-    assert windows == [(start, end, "applied", 2) for start, end in WINDOWS]
+    assert windows == [(start, end, "applied", 2) for start, end in [SNAPSHOT_WINDOW, *WINDOWS]]
     # ... and the lake recognised each apply: same rows, no new Delta commit.
     after = backfilled.lake_snapshot()
     assert after.keys() == before.keys()

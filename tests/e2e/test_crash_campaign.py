@@ -329,7 +329,7 @@ class CrashPipeline(Pipeline):
         """The tables' rows before window ``index`` (as after the window before it)."""
         if index > 0:
             return self.truth_after(index - 1)
-        return {table: [] for table in TABLES}
+        return self.truth_at(self.snapshot_window()[0])  # the initial snapshot's rows
 
     def staged_since(self, since: float) -> int:
         """Directories under the staging root with files written since ``since`` (epoch seconds)."""
@@ -358,7 +358,10 @@ class CrashPipeline(Pipeline):
     def assert_commits_once_in_order(self, index: int) -> None:
         """Per table: the pipeline's Delta commits are window versions up to ``index``'s, each at most
         once, in window order."""
-        versions = [self.version(i) for i in range(index + 1)]
+        from airflow_provider_cdc.domain.timestamps import to_micros
+
+        # the initial snapshot's window [T - 1µs, T) first: window 0's run applies it
+        versions = [to_micros(self.snapshot_window()[1])] + [self.version(i) for i in range(index + 1)]
         for table in TABLES:
             commits = self.window_commits(table)
             assert commits == sorted(set(commits)), (

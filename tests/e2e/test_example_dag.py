@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 import pytest
 
 DAG_ID = "spanner_change_stream_to_lake"
+FIRST_WINDOW_START = datetime(2026, 1, 1, tzinfo=timezone.utc)  # the demo's and the DAG's start date
 PIPELINE = DAG_ID  # the DAG's default pipeline_id
 TABLES = ("Customers", "Orders", "Readings")
 FIRST_WINDOWS = 10  # windows 0-9 run one after the other
@@ -44,6 +45,10 @@ BACKFILLED = range(5, 10)
 KILLED_WINDOW = 10
 RACED_WINDOW = 11
 ALL_TASKS = {"wait_parents", "open_window", "read[0]", "read[1]", "drained", "merge", "upsert", "commit"}
+#: The initial snapshot's tasks: they run in the first window's run; later runs skip all but the first.
+SNAPSHOT = "initial_snapshot"
+SNAPSHOT_TASKS = {f"{SNAPSHOT}.{t}" for t in ("open", "read", "merge", "upsert", "commit")}
+SNAPSHOT_GATE = f"{SNAPSHOT}.is_first_window"
 RUNNER_TIMEOUT = 1500.0
 
 pytestmark = [
@@ -155,6 +160,7 @@ def _execute_run(sdk_dag: Any, scheduler_dag: Any, run_id: str, stop_before: set
         if run.state == DagRunState.QUEUED:
             run.set_state(DagRunState.RUNNING)
             session.commit()
+        states: dict[tuple[str, int], Any] = {}
         while run.state == DagRunState.RUNNING:
             session.expire_all()
             schedulable, _ = run.update_state(session=session)
@@ -168,7 +174,13 @@ def _execute_run(sdk_dag: Any, scheduler_dag: Any, run_id: str, stop_before: set
             session.commit()
             tis = run.get_task_instances(session=session)
             scheduled = [ti for ti in tis if ti.state == TaskInstanceState.SCHEDULED]
+            # Each pass settles one more level of skipped tasks (a skipped branch's descendants).
+            changed, states = states != {(ti.task_id, ti.map_index): ti.state for ti in tis}, {
+                (ti.task_id, ti.map_index): ti.state for ti in tis
+            }
             if not scheduled:
+                if changed and run.state == DagRunState.RUNNING:
+                    continue
                 if run.state != DagRunState.RUNNING or not any(ti.state in waiting for ti in tis):
                     break  # done, or only tasks left that depend on a stopped one
                 time.sleep(0.5)  # a try waiting for its retry delay
@@ -236,9 +248,17 @@ class RunReport:
         return sorted({*tries, (current["try_number"], current["state"])})
 
     def assert_succeeded(self) -> None:
-        failed = {name: t["state"] for name, t in self.tasks.items() if t["state"] != "success"}
+        """The run succeeded: every window task and the snapshot's gate succeeded; the snapshot's tasks
+        succeeded in the first window's run and were skipped in every other."""
+        first_run = self.data_interval[0] == FIRST_WINDOW_START
+        snapshot = {n: t["state"] for n, t in self.tasks.items() if n.split("[")[0] in SNAPSHOT_TASKS}
+        window = {name: t["state"] for name, t in self.tasks.items() if name not in snapshot}
+        failed = {name: state for name, state in window.items() if state != "success"}
         assert self.state == "success" and not failed, f"run {self.run_id} is {self.state}; tasks: {failed}"
-        assert set(self.tasks) == ALL_TASKS, f"run {self.run_id} has tasks {sorted(self.tasks)}"
+        assert set(window) == {*ALL_TASKS, SNAPSHOT_GATE}, f"run {self.run_id} has tasks {sorted(self.tasks)}"
+        assert {name.split("[")[0] for name in snapshot} == SNAPSHOT_TASKS, sorted(self.tasks)
+        expected = "success" if first_run else "skipped"
+        assert set(snapshot.values()) == {expected}, f"run {self.run_id}: snapshot tasks {snapshot}"
 
 
 def _ti_name(task_id: str, map_index: int) -> str:
@@ -296,6 +316,13 @@ class Pipeline:
     def window(self, index: int) -> tuple[datetime, datetime]:
         return self.home.settings.window_bounds(index)
 
+    def snapshot_window(self) -> tuple[datetime, datetime]:
+        """The initial snapshot's window ``[T - 1µs, T)``."""
+        from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND
+
+        start = self.window(0)[0]
+        return start - ONE_MICROSECOND, start
+
     def version(self, index: int) -> int:
         """The window's version in Delta (its end in µs)."""
         from airflow_provider_cdc.domain.timestamps import to_micros
@@ -305,9 +332,14 @@ class Pipeline:
     def truth_after(self, index: int) -> dict[str, list[dict[str, Any]]]:
         """The tables' rows once every transaction committed before window ``index``'s end is applied."""
         from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND
+
+        return self.truth_at(self.window(index)[1] - ONE_MICROSECOND)
+
+    def truth_at(self, moment: datetime) -> dict[str, list[dict[str, Any]]]:
+        """The tables' rows as of ``moment`` (every transaction committed at or before it applied)."""
         from airflow_provider_cdc.testing.workload import TABLES_BY_NAME
 
-        state = self.home.workload.state_at(self.window(index)[1] - ONE_MICROSECOND)
+        state = self.home.workload.state_at(moment)
         return {
             name: [TABLES_BY_NAME[name].encode_values(rows[key]) for key in sorted(rows)]
             for name, rows in state.items()
@@ -445,7 +477,7 @@ class Pipeline:
         finally:
             store.dispose()
         bounds = [(w.start, w.end) for w in windows]
-        assert bounds == [self.window(i) for i in range(index + 1)]
+        assert bounds == [self.snapshot_window()] + [self.window(i) for i in range(index + 1)]
         states = [(w.window_id, w.state.value) for w in windows]
         assert {state for _, state in states} == {"applied"}, states
         assert watermarks == {table: self.window(index)[1] for table in TABLES}
@@ -476,6 +508,8 @@ def pipeline(example_dag_home: Any) -> Iterator[Pipeline]:
 
 @pytest.mark.timeout(1800)
 def test_ten_windows_apply_the_history_exactly(pipeline: Pipeline) -> None:
+    from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, to_micros
+
     workload = pipeline.home.workload
     first, last = pipeline.window(0)[0], pipeline.window(FIRST_WINDOWS - 1)[1]
     history = workload.history_between(first, last)
@@ -484,6 +518,12 @@ def test_ten_windows_apply_the_history_exactly(pipeline: Pipeline) -> None:
     assert [e for e in workload.splits if e.at < last] and [e for e in workload.merges if e.at < last]
     assert any(m.mod_type == "DELETE" for m in mods)
     assert any(m.mod_type == "UPDATE" and len(m.new_values) < len(_value_columns(m.table)) for m in mods)
+
+    # Rows from before the first window, some of them updated partially or deleted in these windows.
+    before = workload.state_at(first - ONE_MICROSECOND)
+    assert all(before[table] for table in TABLES)
+    assert any(m.mod_type == "UPDATE" and m.key in before.get(m.table, {}) for m in mods)
+    assert any(m.mod_type == "DELETE" and m.key in before.get(m.table, {}) for m in mods)
 
     windows = [pipeline.window(i) for i in range(FIRST_WINDOWS)]
     reports, _ = pipeline.run(*pipeline.window_args(windows), name="ten-windows")
@@ -495,10 +535,12 @@ def test_ten_windows_apply_the_history_exactly(pipeline: Pipeline) -> None:
         report.assert_succeeded()
     pipeline.assert_lake_equals_truth(FIRST_WINDOWS - 1)
     pipeline.assert_applied_through(FIRST_WINDOWS - 1)
-    # One Delta commit per window and table the window changed, in window order, none twice.
+    # One Delta commit per window and table the window changed, in window order, none twice: the
+    # snapshot's first (every table has rows before the first window).
+    snapshot_version = to_micros(pipeline.snapshot_window()[1])
     for table in TABLES:
         expected = [pipeline.version(i) for i in range(FIRST_WINDOWS) if table in pipeline.changed_tables(i)]
-        assert pipeline.window_commits(table) == expected, table
+        assert pipeline.window_commits(table) == [snapshot_version, *expected], table
     assert _transactions_spanning_partitions(pipeline) > 0
 
 
@@ -667,7 +709,11 @@ def test_backfill_over_five_windows_run_by_the_scheduler_changes_nothing(pipelin
                 run_id,
             )
         )
-        assert set(states.values()) == {"success"} and len(states) == 8, (run_id, states)
+        window = {name: state for name, state in states.items() if name.split("[")[0] not in SNAPSHOT_TASKS}
+        skipped = {name: state for name, state in states.items() if name not in window}
+        # the window's tasks ran; a later window's run skips the initial snapshot
+        assert set(window) == {*ALL_TASKS, SNAPSHOT_GATE}, (run_id, states)
+        assert set(window.values()) == {"success"} and set(skipped.values()) == {"skipped"}, (run_id, states)
     # Each re-run upsert found its window applied and left the tables alone.
     logs = home.airflow_home / "logs" / f"dag_id={DAG_ID}"
     for index, (run_id, *_) in zip(BACKFILLED, runs, strict=True):
@@ -682,7 +728,8 @@ def test_backfill_over_five_windows_run_by_the_scheduler_changes_nothing(pipelin
     pipeline.assert_applied_through(FIRST_WINDOWS - 1)
     attempts = {start: w.attempt for start, w in pipeline.window_records().items()}
     assert {start: attempts[start] - attempts_before[start] for start in attempts} == {
-        pipeline.window(i)[0]: int(i in BACKFILLED) for i in range(FIRST_WINDOWS)
+        pipeline.snapshot_window()[0]: 0,  # the first run's snapshot is not in the backfill
+        **{pipeline.window(i)[0]: int(i in BACKFILLED) for i in range(FIRST_WINDOWS)},
     }
 
 
@@ -820,7 +867,11 @@ def test_two_runs_of_one_window_at_once_apply_it_exactly_once(pipeline: Pipeline
     (manual,), _ = pipeline.run(*until_upsert, "--manual", name="race-manual")
     for run in (scheduled, manual):
         assert run.data_interval == window
-        unrun = {name: t["state"] for name, t in run.tasks.items() if t["state"] != "success"}
+        unrun = {
+            name: t["state"]
+            for name, t in run.tasks.items()
+            if t["state"] != "success" and name.split("[")[0] not in SNAPSHOT_TASKS  # skipped: a later window
+        }
         assert unrun == {"upsert": None, "commit": None}, (run.run_id, unrun)
     assert scheduled.run_id != manual.run_id
 

@@ -58,6 +58,11 @@ class BigQueryDag:
     def window(self, index: int) -> tuple[datetime, datetime]:
         return self.home.settings.window_bounds(index)
 
+    def snapshot_window(self) -> tuple[datetime, datetime]:
+        """The initial snapshot's window ``[T - 1µs, T)``, applied by the first window's run."""
+        start = self.window(0)[0]
+        return start - timedelta(microseconds=1), start
+
     def run(self, index: int, name: str) -> str:
         """``airflow dags test`` of window ``index``; returns its output."""
         end = self.window(index)[1]
@@ -113,42 +118,22 @@ def _sorted_texts(rows: list[dict[str, Any]]) -> list[str]:
 @pytest.fixture(scope="module")
 def bigquery_dag(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BigQueryDag]:
     """The demo database on an emulator, the BigQuery fake with the DAG's dataset, and an Airflow 3 home."""
-    from conftest import ExampleDagHome, example_dag_environment, free_port
+    from conftest import emulator_dag_home
 
     from airflow_provider_cdc.testing.bigquery_fake import FakeBigQuery
     from airflow_provider_cdc.testing.demo import DemoSettings, load_demo
-    from airflow_provider_cdc.testing.spanner_emulator import ManualClock, SpannerEmulator
     from airflow_provider_cdc.testing.workload import GOOGLE_EMULATOR_PROFILE
 
     root = tmp_path_factory.mktemp("example-dag-bigquery")
     settings = DemoSettings(
         windows=WINDOWS, changes_per_window=CHANGES_PER_WINDOW, value_profile=GOOGLE_EMULATOR_PROFILE
     )
-    emulator = SpannerEmulator(ManualClock(settings.start - timedelta(minutes=1)))
-    host = emulator.start()
-    try:
-        with FakeBigQuery() as fake:
-            fake.create_dataset(PROJECT, DATASET)
-            workload = load_demo(emulator, settings)
-            api_port, metastore_url = free_port(), f"sqlite:///{root / 'cdc_metastore.db'}"
-            env = example_dag_environment(root, host, api_port, metastore_url)
-            env.update(
-                CDC_BIGQUERY_API_ENDPOINT=fake.rest_endpoint, CDC_BIGQUERY_WRITE_ENDPOINT=fake.write_endpoint
-            )
-            home = ExampleDagHome(
-                root=root,
-                airflow_home=root / "airflow",
-                env=env,
-                settings=settings,
-                workload=workload,
-                metastore_url=metastore_url,
-                api_port=api_port,
-            )
-            home.airflow_home.mkdir()
-            home.airflow("db", "migrate", log=root / "db-migrate.log")
-            yield BigQueryDag(home, fake)
-    finally:
-        emulator.stop()
+    with FakeBigQuery() as fake, emulator_dag_home(root, settings, load_demo, reserialize=False) as home:
+        fake.create_dataset(PROJECT, DATASET)
+        home.env.update(
+            CDC_BIGQUERY_API_ENDPOINT=fake.rest_endpoint, CDC_BIGQUERY_WRITE_ENDPOINT=fake.write_endpoint
+        )
+        yield BigQueryDag(home, fake)
 
 
 def _dag_runs(airflow_db: Path) -> list[tuple[str, datetime, datetime]]:
@@ -228,7 +213,10 @@ def test_windows_reach_bigquery_equal_to_the_history_and_a_rerun_changes_nothing
             bigquery_marks = store.table_watermarks(ledger)
         finally:
             store.dispose()
-        assert windows == [(*dag.window(i), "applied") for i in range(index + 1)]
+        # the initial snapshot's window [T - 1µs, T) first
+        assert windows == [(*dag.snapshot_window(), "applied")] + [
+            (*dag.window(i), "applied") for i in range(index + 1)
+        ]
         assert delta_marks == dict.fromkeys(TABLES, dag.window(index)[1])
         # The commit recorded what INFORMATION_SCHEMA.TABLES answered after this window's sends.
         assert set(bigquery_marks) == set(TABLES), bigquery_marks
@@ -259,7 +247,8 @@ def test_windows_reach_bigquery_equal_to_the_history_and_a_rerun_changes_nothing
         store.dispose()
     assert {w.state.value for w in windows.values()} == {"applied"}
     assert {s: w.attempt - attempt_before[s] for s, w in windows.items()} == {
-        dag.window(i)[0]: int(i == RERUN_WINDOW) for i in range(WINDOWS)
+        dag.snapshot_window()[0]: 0,
+        **{dag.window(i)[0]: int(i == RERUN_WINDOW) for i in range(WINDOWS)},
     }
     # The recorded watermarks moved forward, to what BigQuery answered after the rows sent again.
     assert set(marks_after) == set(TABLES)

@@ -32,6 +32,7 @@ PROJECT, INSTANCE, DATABASE = "demo-project", "demo-instance", "demo"
 TABLES = ("Customers", "Orders", "Readings")
 WINDOW = timedelta(seconds=20)
 WINDOWS = 3
+PRIOR_CHANGES = 60  # committed before the first window: the initial snapshot's rows
 CHANGES_PER_SECOND = 12
 
 pytestmark = [
@@ -114,7 +115,7 @@ def google_dag(google_spanner_emulator: Any, tmp_path_factory: pytest.TempPathFa
         google_spanner_emulator.host, PROJECT, INSTANCE, DATABASE, schema_ddl(tables=WORKLOAD_TABLES)
     )
     # The first window starts after the change stream exists, on a whole second.
-    start = _now().replace(microsecond=0) + timedelta(seconds=4)
+    start = _now().replace(microsecond=0) + timedelta(seconds=8)
     api_port, metastore_url = free_port(), f"sqlite:///{root / 'cdc_metastore.db'}"
     env = example_dag_environment(root, google_spanner_emulator.host, api_port, metastore_url)
     env.update(CDC_WINDOW_SECONDS=str(int(WINDOW.total_seconds())), CDC_START_DATE=start.isoformat())
@@ -134,6 +135,9 @@ def google_dag(google_spanner_emulator: Any, tmp_path_factory: pytest.TempPathFa
         )
     )
     home.workload = live.workload
+    # Rows before the first window: the DAG's initial snapshot reads them at T - 1µs.
+    live.workload.run(changes=PRIOR_CHANGES, step=timedelta(0))
+    assert live.workload.transactions[-1].commit_timestamp < start, "the prior rows overran the first window"
     _sleep_until(start)
     live.start()
     try:
@@ -248,6 +252,9 @@ def test_consecutive_windows_against_google_emulator_equal_the_committed_history
                 f"the lake, {result.truth_rows} in the history; only in the lake: {result.only_in_lake}; "
                 f"only in the history: {result.only_in_truth}"
             )
-        assert windows == [(*google_dag.window(i), "applied") for i in range(index + 1)]
-        changed = {m.table for t in workload.history_between(first, end) for m in t.mods}
+        snapshot_window = (first - timedelta(microseconds=1), first)  # the initial snapshot's
+        assert windows == [(*snapshot_window, "applied")] + [
+            (*google_dag.window(i), "applied") for i in range(index + 1)
+        ]
+        changed = {m.table for t in workload.transactions if t.commit_timestamp < end for m in t.mods}
         assert watermarks == dict.fromkeys(sorted(changed), end), (index, watermarks)

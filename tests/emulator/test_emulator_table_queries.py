@@ -325,6 +325,49 @@ INVALID_QUERIES = [
 ]
 
 
+def test_information_schema_lists_what_change_streams_watch(target: Target) -> None:
+    database = target.database(
+        [
+            "CREATE TABLE A (K INT64 NOT NULL, V STRING(MAX), W INT64) PRIMARY KEY (K)",
+            "CREATE TABLE B (K INT64 NOT NULL, V STRING(MAX)) PRIMARY KEY (K)",
+            "CREATE TABLE C (K INT64 NOT NULL) PRIMARY KEY (K)",
+            "CREATE CHANGE STREAM AllS FOR ALL",
+            "CREATE CHANGE STREAM SomeS FOR A(V, W), B",
+            "CREATE CHANGE STREAM KeyS FOR A()",
+        ]
+    )
+    streams = (
+        "SELECT CHANGE_STREAM_NAME, `ALL` FROM INFORMATION_SCHEMA.CHANGE_STREAMS "
+        "WHERE CHANGE_STREAM_NAME = @s"
+    )
+    tables = (
+        "SELECT TABLE_NAME, ALL_COLUMNS FROM INFORMATION_SCHEMA.CHANGE_STREAM_TABLES "
+        "WHERE CHANGE_STREAM_NAME = @s ORDER BY TABLE_NAME"
+    )
+    columns = (
+        "SELECT TABLE_NAME, COLUMN_NAME FROM INFORMATION_SCHEMA.CHANGE_STREAM_COLUMNS "
+        "WHERE CHANGE_STREAM_NAME = @s ORDER BY TABLE_NAME, COLUMN_NAME"
+    )
+    types = {"s": param_types.STRING}
+
+    def of(sql: str, stream: str) -> list:
+        return rows_of(database, sql, {"s": stream}, types)
+
+    assert [of(streams, s) for s in ("AllS", "SomeS", "KeyS", "Nope")] == [
+        [["AllS", True]],
+        [["SomeS", False]],
+        [["KeyS", False]],
+        [],
+    ]
+    # a FOR ALL stream lists no table; a table listed bare watches all its columns
+    assert [of(tables, s) for s in ("AllS", "SomeS", "KeyS")] == [
+        [],
+        [["A", False], ["B", True]],
+        [["A", False]],
+    ]
+    assert [of(columns, s) for s in ("AllS", "SomeS", "KeyS")] == [[], [["A", "V"], ["A", "W"]], []]
+
+
 @pytest.mark.parametrize(("sql", "column", "text"), INVALID_QUERIES, ids=[q[0] for q in INVALID_QUERIES])
 def test_invalid_queries_fail_as_spanner_words_them(target: Target, sql: str, column: int, text: str) -> None:
     database = all_types(target)

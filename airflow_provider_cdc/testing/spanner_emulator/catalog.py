@@ -1,6 +1,7 @@
 """``INFORMATION_SCHEMA`` views of the database's own tables: TABLES, COLUMNS, INDEXES, INDEX_COLUMNS
-(the primary keys) and COLUMN_OPTIONS, with the columns and values Spanner gives them, and
-DATABASE_OPTIONS (the dialect, and ``version_retention_period`` once set).
+(the primary keys) and COLUMN_OPTIONS, with the columns and values Spanner gives them,
+DATABASE_OPTIONS (the dialect, and ``version_retention_period`` once set) and the change streams' scopes
+(CHANGE_STREAMS, CHANGE_STREAM_TABLES, CHANGE_STREAM_COLUMNS).
 
 Spanner's views also list its own system views (schemas ``INFORMATION_SCHEMA`` and ``SPANNER_SYS``), which
 the emulator does not model: a query must keep to the database's tables, by ``TABLE_SCHEMA = ''`` or by
@@ -173,11 +174,50 @@ DATABASE_OPTIONS: Columns = (
 )
 
 
+_STREAM_CATALOG = (
+    ("CHANGE_STREAM_CATALOG", STRING),
+    ("CHANGE_STREAM_SCHEMA", STRING),
+    ("CHANGE_STREAM_NAME", STRING),
+)
+#: Views of the change streams' scopes, as Google's emulator answers them: a ``FOR ALL`` stream has
+#: ``ALL = TRUE`` and no rows in CHANGE_STREAM_TABLES; a table listed with columns has ``ALL_COLUMNS =
+#: FALSE`` and those columns in CHANGE_STREAM_COLUMNS; a table listed bare has ``ALL_COLUMNS = TRUE``.
+STREAM_VIEWS: dict[str, Columns] = {
+    "CHANGE_STREAMS": (*_STREAM_CATALOG, ("ALL", BOOL)),
+    "CHANGE_STREAM_TABLES": (*_STREAM_CATALOG, *_CATALOG, ("ALL_COLUMNS", BOOL)),
+    "CHANGE_STREAM_COLUMNS": (*_STREAM_CATALOG, *_CATALOG, ("COLUMN_NAME", STRING)),
+}
+
+
+def _stream_rows(view_name: str, database: Any) -> list[Row]:
+    rows: list[Row] = []
+    for stream in sorted(database.streams.values(), key=lambda s: s.name):
+        of_stream = {
+            "CHANGE_STREAM_CATALOG": "",
+            "CHANGE_STREAM_SCHEMA": "",
+            "CHANGE_STREAM_NAME": stream.name,
+        }
+        scope = stream.definition.scope
+        if view_name == "CHANGE_STREAMS":
+            rows.append({**of_stream, "ALL": scope is None})
+            continue
+        for table, columns in sorted((scope or {}).items()):
+            of_table = {**of_stream, "TABLE_CATALOG": "", "TABLE_SCHEMA": "", "TABLE_NAME": table}
+            if view_name == "CHANGE_STREAM_TABLES":
+                rows.append({**of_table, "ALL_COLUMNS": columns is None})
+            else:
+                rows.extend({**of_table, "COLUMN_NAME": column} for column in columns or ())
+    return rows
+
+
 def view(name: str) -> tuple[Columns, Callable[[Any], list[Row]]] | None:
     """The columns of ``INFORMATION_SCHEMA.<name>`` and how to list its rows from a database (its
-    ``tables`` and ``options``), or ``None``."""
+    ``tables``, ``streams`` and ``options``), or ``None``."""
     if name.upper() == "DATABASE_OPTIONS":
         return DATABASE_OPTIONS, _database_options
+    if name.upper() in STREAM_VIEWS:
+        view_name = name.upper()
+        return STREAM_VIEWS[view_name], lambda database: _stream_rows(view_name, database)
     found = VIEWS.get(name.upper())
     if found is None:
         return None

@@ -1,0 +1,162 @@
+"""Task groups a pipeline DAG is assembled from.
+
+:func:`initial_snapshot` is the step that starts a change-stream pipeline on a database that already has
+rows: in the DAG run whose data interval starts at the first window's start ``T`` it reads every table the
+stream watches as of ``T - 1µs`` and applies it as the pipeline's first window ``[T - 1µs, T)``; every
+later run skips it. Put it upstream of the stream window's first task and give that task
+``trigger_rule="none_failed"``, and the stream's open operator ``first_window_start`` =
+:func:`snapshot_start`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, coerce_timestamp, format_timestamp
+from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
+from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
+from airflow_provider_cdc.operators.spanner_table import (
+    SNAPSHOT,
+    SpannerTableOpenWindowOperator,
+    SpannerTableReadWindowOperator,
+    snapshot_window_bounds,
+)
+from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
+
+try:  # Airflow 3
+    from airflow.providers.standard.operators.python import ShortCircuitOperator
+    from airflow.sdk import TaskGroup
+except ImportError:  # Airflow 2.11
+    from airflow.operators.python import ShortCircuitOperator  # type: ignore[no-redef]
+    from airflow.utils.task_group import TaskGroup  # type: ignore[no-redef]
+
+log = logging.getLogger(__name__)
+
+__all__ = ["initial_snapshot", "is_first_window", "snapshot_start"]
+
+_TRUE = {"true", "1", "yes", "on"}
+
+
+def snapshot_start(first_window_start: datetime | str) -> str:
+    """The pipeline's first window start when it begins with a snapshot: ``T - 1µs`` (RFC 3339)."""
+    return format_timestamp(coerce_timestamp(first_window_start) - ONE_MICROSECOND)
+
+
+def is_first_window(
+    first_window_start: str, enabled: Any = True, data_interval_start: Any = None, **_: Any
+) -> bool:
+    """Whether this DAG run is the one whose data interval starts at ``first_window_start`` (and the
+    snapshot is ``enabled``: a bool, or its rendered text)."""
+    if str(enabled).strip().lower() not in _TRUE:
+        log.info("The initial snapshot is turned off: skipping it")
+        return False
+    if data_interval_start is None:
+        log.info("This run has no data interval: skipping the initial snapshot")
+        return False
+    first = coerce_timestamp(first_window_start)
+    if coerce_timestamp(data_interval_start) != first:
+        log.info(
+            "This run's data interval starts at %s; the initial snapshot belongs to the run starting at %s",
+            format_timestamp(coerce_timestamp(data_interval_start)),
+            format_timestamp(first),
+        )
+        return False
+    return True
+
+
+def initial_snapshot(
+    *,
+    first_window_start: datetime | str,
+    source: str,
+    project_id: str,
+    instance_id: str,
+    database_id: str,
+    locations: Mapping[str, str],
+    pipeline_id: str,
+    change_stream: str | None = None,
+    tables: Sequence[str] | None = None,
+    readers: int = 2,
+    enabled: Any = True,
+    bigquery: Mapping[str, Any] | None = None,
+    group_id: str = "initial_snapshot",
+    **connection: Any,
+) -> TaskGroup:
+    """The snapshot window ``[T - 1µs, T)`` as a task group (call it inside a DAG):
+
+        is_first_window ─► open ─► read (mapped) ─► merge ─► upsert [─► to_bigquery] ─► commit
+
+    :param first_window_start: ``T``, the first stream window's start (the DAG's start date).
+    :param source: the snapshot's name (a plain identifier): its staging folder and metastore key; one per
+        pipeline.
+    :param locations: ``staging_root``, ``changeset_root`` and ``lake_root``, as the window steps take them.
+    :param change_stream: the stream the pipeline reads: the snapshot reads the tables and columns it
+        watches (unless ``tables`` names tables).
+    :param readers: mapped readers of the snapshot's PartitionQuery batches.
+    :param enabled: ``False`` (or text rendering to it) skips the snapshot in every run.
+    :param bigquery: arguments of a :class:`~airflow_provider_cdc.operators.bigquery_upsert.
+        BigQueryCdcUpsertOperator` that applies the snapshot to BigQuery after the Delta tables.
+    :param connection: further connection fields of the table operators (``gcp_conn_id``,
+        ``impersonation_chain``, ``metastore_conn_id``).
+    """
+    bounds = snapshot_window_bounds(first_window_start)
+    table_source = {
+        "project_id": project_id,
+        "instance_id": instance_id,
+        "database_id": database_id,
+        "source": source,
+        "staging_root": locations["staging_root"],
+        "pipeline_id": pipeline_id,
+        **bounds,
+        **connection,
+    }
+    with TaskGroup(group_id=group_id, tooltip="the database's rows as of the first window's start") as group:
+        first = ShortCircuitOperator(
+            task_id="is_first_window",
+            python_callable=is_first_window,
+            op_kwargs={
+                "first_window_start": coerce_timestamp(first_window_start).isoformat(),
+                "enabled": enabled,
+            },
+            # skip the snapshot's tasks only; the stream window after the group runs by its trigger rule
+            ignore_downstream_trigger_rules=False,
+        )
+        open_snapshot = SpannerTableOpenWindowOperator(
+            task_id="open", mode=SNAPSHOT, tables=tables, change_stream=change_stream, readers=readers,
+            **table_source,
+        )  # fmt: skip
+        read = SpannerTableReadWindowOperator.partial(task_id="read", **table_source).expand(
+            reader_index=list(range(readers))
+        )
+        merge = SparkMergeWindowOperator(
+            task_id="merge",
+            locations=locations,
+            stream_key=f"projects/{project_id}/instances/{instance_id}/databases/{database_id}/{source}",
+            **bounds,
+        )
+        upsert = SparkUpsertWindowOperator(
+            task_id="upsert", locations=locations, pipeline_id=pipeline_id, **bounds
+        )
+        last: Any = upsert
+        watermarks = None
+        if bigquery is not None:
+            from airflow_provider_cdc.operators.bigquery_upsert import BigQueryCdcUpsertOperator
+
+            to_bigquery = BigQueryCdcUpsertOperator(
+                task_id="to_bigquery", locations=locations, pipeline_id=pipeline_id, **bounds, **bigquery
+            )
+            upsert >> to_bigquery
+            last, watermarks = to_bigquery, to_bigquery.output
+        commit = CdcCommitWindowOperator(
+            task_id="commit",
+            pipeline_id=pipeline_id,
+            read_summaries=read.output,
+            bigquery_watermarks=watermarks,
+            locations=locations,
+            **bounds,
+        )
+        first >> open_snapshot >> read >> merge >> upsert
+        last >> commit
+    return group
