@@ -29,33 +29,11 @@ def _start_emulator(**kwargs: Any) -> Any:
     return emulator
 
 
-def emulator_client(host: str) -> Any:
-    """A ``google-cloud-spanner`` client for the emulator at ``host``.
+def emulator_test_instance(host: str) -> Any:
+    """The tests' instance ``test-instance`` (``test-project``), created on the emulator at ``host``."""
+    from airflow_provider_cdc.testing.emulator_client import emulator_instance
 
-    The client reads ``SPANNER_EMULATOR_HOST`` when it is constructed; it is set for that moment
-    only, so clients of several emulators can coexist in one process.
-    """
-    from google.cloud.spanner_v1 import Client
-
-    previous = os.environ.get("SPANNER_EMULATOR_HOST")
-    os.environ["SPANNER_EMULATOR_HOST"] = host
-    try:
-        return Client(project=EMULATOR_PROJECT, disable_builtin_metrics=True)
-    finally:
-        if previous is None:
-            os.environ.pop("SPANNER_EMULATOR_HOST", None)
-        else:
-            os.environ["SPANNER_EMULATOR_HOST"] = previous
-
-
-def create_emulator_instance(client: Any) -> Any:
-    instance = client.instance(
-        EMULATOR_INSTANCE,
-        configuration_name=f"projects/{EMULATOR_PROJECT}/instanceConfigs/emulator-config",
-        node_count=1,
-    )
-    instance.create().result(30)
-    return instance
+    return emulator_instance(host, EMULATOR_PROJECT, EMULATOR_INSTANCE)
 
 
 @pytest.fixture(scope="session")
@@ -75,7 +53,7 @@ def spanner_emulator() -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def spanner_instance(spanner_emulator: Any) -> Any:
     """The instance ``test-instance`` on the session emulator, created through the client."""
-    return create_emulator_instance(emulator_client(spanner_emulator.host))
+    return emulator_test_instance(spanner_emulator.host)
 
 
 @pytest.fixture(scope="session")
@@ -95,9 +73,7 @@ def emulator_instance() -> Callable[[Any], Any]:
     """Factory: the instance ``test-instance`` on a given (extra) emulator, or on one at a ``host:port``."""
 
     def create(emulator: Any) -> Any:
-        return create_emulator_instance(
-            emulator_client(emulator if isinstance(emulator, str) else emulator.host)
-        )
+        return emulator_test_instance(emulator if isinstance(emulator, str) else emulator.host)
 
     return create
 
@@ -137,7 +113,7 @@ def google_spanner_emulator() -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def google_spanner_instance(google_spanner_emulator: Any) -> Any:
     """The instance ``test-instance`` on Google's emulator, created through the client."""
-    return create_emulator_instance(emulator_client(google_spanner_emulator.host))
+    return emulator_test_instance(google_spanner_emulator.host)
 
 
 @pytest.fixture(scope="session")
@@ -158,23 +134,9 @@ def google_emulator_database(
 ) -> Any:
     """Create ``projects/<project>/instances/<instance_id>/databases/<database_id>`` with ``ddl`` on
     Google's emulator at ``host``; returns the database."""
-    from google.cloud.spanner_v1 import Client
+    from airflow_provider_cdc.testing.emulator_client import emulator_instance
 
-    from airflow_provider_cdc.testing.google_emulator import INSTANCE_CONFIG
-
-    previous = os.environ.get("SPANNER_EMULATOR_HOST")
-    os.environ["SPANNER_EMULATOR_HOST"] = host  # read when the client is constructed
-    try:
-        client = Client(project=project, disable_builtin_metrics=True)
-    finally:
-        if previous is None:
-            os.environ.pop("SPANNER_EMULATOR_HOST", None)
-        else:
-            os.environ["SPANNER_EMULATOR_HOST"] = previous
-    instance = client.instance(
-        instance_id, configuration_name=f"projects/{project}/instanceConfigs/{INSTANCE_CONFIG}", node_count=1
-    )
-    instance.create().result(60)
+    instance = emulator_instance(host, project, instance_id)
     database = instance.database(database_id, ddl_statements=list(ddl))
     database.create().result(60)
     return database

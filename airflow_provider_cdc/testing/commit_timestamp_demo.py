@@ -282,27 +282,10 @@ def load_commit_timestamp_demo(
     window, so every window is complete and readable. With ``truth_path``, the target tables after
     every window are written there as JSON.
     """
-    from google.api_core.exceptions import AlreadyExists
-    from google.cloud.spanner_v1 import Client
+    from airflow_provider_cdc.testing.emulator_client import emulator_instance
 
-    previous = os.environ.get("SPANNER_EMULATOR_HOST")
-    os.environ["SPANNER_EMULATOR_HOST"] = emulator.host
-    try:
-        client = Client(project=settings.project, disable_builtin_metrics=True)
-    finally:
-        if previous is None:
-            os.environ.pop("SPANNER_EMULATOR_HOST", None)
-        else:
-            os.environ["SPANNER_EMULATOR_HOST"] = previous
-    instance = client.instance(
-        settings.instance,
-        configuration_name=f"projects/{settings.project}/instanceConfigs/emulator-config",
-        node_count=1,
-    )
-    try:
-        instance.create().result(60)
-    except AlreadyExists:  # another demo database on the same emulator
-        pass
+    # another demo database may be on the same emulator
+    instance = emulator_instance(emulator.host, settings.project, settings.instance, exists_ok=True)
     retention = (
         f"ALTER DATABASE `{settings.database}` SET OPTIONS "
         f"(version_retention_period = '{settings.version_retention}')"

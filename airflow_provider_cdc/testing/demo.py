@@ -81,23 +81,9 @@ def load_demo(emulator: Any, settings: DemoSettings, truth_path: str | os.PathLi
     The emulator's clock must be a ``ManualClock`` before ``settings.start``; it ends just after the last
     window, so every window is complete and readable.
     """
-    from google.cloud.spanner_v1 import Client
+    from airflow_provider_cdc.testing.emulator_client import emulator_instance
 
-    previous = os.environ.get("SPANNER_EMULATOR_HOST")
-    os.environ["SPANNER_EMULATOR_HOST"] = emulator.host
-    try:
-        client = Client(project=settings.project, disable_builtin_metrics=True)
-    finally:
-        if previous is None:
-            os.environ.pop("SPANNER_EMULATOR_HOST", None)
-        else:
-            os.environ["SPANNER_EMULATOR_HOST"] = previous
-    instance = client.instance(
-        settings.instance,
-        configuration_name=f"projects/{settings.project}/instanceConfigs/emulator-config",
-        node_count=1,
-    )
-    instance.create().result(60)
+    instance = emulator_instance(emulator.host, settings.project, settings.instance)
     retention = f"ALTER DATABASE `{settings.database}` SET OPTIONS (version_retention_period = " \
         f"'{settings.version_retention}')"  # fmt: skip
     database = instance.database(settings.database, ddl_statements=[*schema_ddl(retention="30d"), retention])

@@ -20,10 +20,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from airflow_provider_cdc.testing.emulator_client import INSTANCE_CONFIG
+
+__all__ = ["INSTANCE_CONFIG", "GoogleEmulatorUnavailable", "GoogleSpannerEmulator", "find_binary"]
+
 BINARY_ENV = "CDC_SPANNER_EMULATOR_BIN"
 DEFAULT_BINARY = "/usr/lib/google-cloud-sdk/bin/cloud_spanner_emulator/emulator_main"
-#: The instance configuration Google's emulator accepts.
-INSTANCE_CONFIG = "emulator-config"
 
 
 class GoogleEmulatorUnavailable(RuntimeError):
