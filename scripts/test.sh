@@ -23,8 +23,8 @@ export AIRFLOW_HOME="${AIRFLOW_HOME:-$(pwd)/.cache/airflow-test-home}"
 mkdir -p "$AIRFLOW_HOME"
 .venv/bin/ruff check --quiet .
 # Test files that run alongside the rest (whole suite only), each in a pytest process and Airflow home
-# of its own: the Airflow 2.11 backfill tests with the BigQuery example DAG's (about 3 + 3 minutes,
-# mostly subprocesses waiting on each other), the tests against Google's Cloud Spanner emulator (about 4 minutes, mostly waiting for
+# of its own: the Airflow 2.11 backfill tests with the BigQuery and commit-timestamp example DAGs' (about
+# 3 + 3 + 2 minutes, mostly subprocesses waiting on each other), the tests against Google's Cloud Spanner emulator (about 4 minutes, mostly waiting for
 # real-time windows to pass; they skip, naming the reason, where the emulator is not installed) and the
 # crash campaign (about 7 minutes: SIGKILLs at 20 seeded points, CDC_CRASH_POINTS for more).
 side_names=() side_pids=() side_logs=()
@@ -40,8 +40,10 @@ set +e
 if [ "$#" -eq 0 ]; then
   ignored=()
   if [ -x .venv-airflow2/bin/airflow ]; then
-    run_alongside airflow2 tests/e2e/test_airflow2.py tests/e2e/test_example_dag_bigquery.py
-    ignored+=(--ignore=tests/e2e/test_airflow2.py --ignore=tests/e2e/test_example_dag_bigquery.py)
+    run_alongside airflow2 tests/e2e/test_airflow2.py tests/e2e/test_example_dag_bigquery.py \
+      tests/e2e/test_example_dag_commit_timestamp.py
+    ignored+=(--ignore=tests/e2e/test_airflow2.py --ignore=tests/e2e/test_example_dag_bigquery.py
+      --ignore=tests/e2e/test_example_dag_commit_timestamp.py)
   fi
   run_alongside google tests/e2e/test_google_emulator_read.py tests/e2e/test_example_dag_google.py
   ignored+=(--ignore=tests/e2e/test_google_emulator_read.py --ignore=tests/e2e/test_example_dag_google.py)
