@@ -15,7 +15,9 @@ each, every run in a fresh process so that its peak memory is its own:
   provider - the provider's TableWindowReader (what ``SpannerTableHook.read_window`` runs in a task):
              batches claimed with leases and claim ids, rows taken undecoded and turned into staged
              change rows, Parquet staging, each batch completed by compare-and-set. ``--hook`` reads
-             through SpannerTableHook instead, which also loads Airflow into the process.
+             through SpannerTableHook instead, which also loads Airflow into the process;
+             ``--process-gc`` keeps the process's garbage-collector thresholds during the read
+             (the reader otherwise runs full collections less often, as the raw loop does not).
 Printed per size: the median rows/s of each side with their spread (min-max), the ratio of the
 medians (goal >= 0.9), peak RSS and CPU seconds, and the growth of the provider's peak RSS from the
 first size to the last (goal: flat in table size).
@@ -24,6 +26,7 @@ first size to the last (goal: flat in table size).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -180,22 +183,31 @@ def _prepare_run(host: str, info: dict, workdir: str, run_dir: str) -> tuple[Any
     return store, staging
 
 
-def _provider(host: str, info: dict, workdir: str, run_dir: str, conn: Any) -> None:
+def _provider(host: str, info: dict, workdir: str, run_dir: str, process_gc: bool, conn: Any) -> None:
     """Child: the provider's table reader stages the snapshot window (SQLite metastore)."""
     from airflow_provider_cdc.domain.window import Window
+    from airflow_provider_cdc.spanner.garbage_collection import FULL_COLLECTION_FACTOR
     from airflow_provider_cdc.spanner.table_reader import TableWindowReader
 
     database = _database(host)
     store, staging = _prepare_run(host, info, workdir, run_dir)
     window = Window.from_window_id(info["window_id"])
-    reader = TableWindowReader(database, store, f"{database.name}/{SOURCE}", SOURCE, staging, owner="bench")
+    reader = TableWindowReader(
+        database,
+        store,
+        f"{database.name}/{SOURCE}",
+        SOURCE,
+        staging,
+        owner="bench",
+        full_collection_factor=1 if process_gc else FULL_COLLECTION_FACTOR,
+    )
     started = time.perf_counter()
     summary = reader.read(window)
     seconds = time.perf_counter() - started
     conn.send({"rows": summary.rows, "seconds": seconds, **_usage()})
 
 
-def _hook(host: str, info: dict, workdir: str, run_dir: str, conn: Any) -> None:
+def _hook(host: str, info: dict, workdir: str, run_dir: str, process_gc: bool, conn: Any) -> None:
     """Child: as :func:`_provider`, through SpannerTableHook (Airflow loaded, the hook's own client)."""
     import logging
 
@@ -206,6 +218,10 @@ def _hook(host: str, info: dict, workdir: str, run_dir: str, conn: Any) -> None:
     from airflow_provider_cdc.domain.window import Window
     from airflow_provider_cdc.hooks.spanner_table import SpannerTableHook
 
+    if process_gc:  # the hook builds its reader with the default factor
+        from airflow_provider_cdc.spanner import table_reader
+
+        table_reader.fewer_full_collections = lambda factor: contextlib.nullcontext()  # type: ignore[assignment]
     os.environ["SPANNER_EMULATOR_HOST"] = host
     _, staging = _prepare_run(host, info, workdir, run_dir)
     hook = SpannerTableHook(project_id=PROJECT, instance_id=INSTANCE, database_id=DATABASE, source=SOURCE)
@@ -243,6 +259,9 @@ def main() -> int:
     parser.add_argument("--emulator", choices=("google", "project"), default="google")
     parser.add_argument("--max-partitions", type=int, default=None, help="PartitionQuery hint")
     parser.add_argument("--hook", action="store_true", help="read through SpannerTableHook")
+    parser.add_argument(
+        "--process-gc", action="store_true", help="the provider keeps the garbage collector's thresholds"
+    )
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
@@ -269,7 +288,9 @@ def main() -> int:
                         raw_runs.append(run)
                     else:
                         with tempfile.TemporaryDirectory(dir=workdir) as run_dir:
-                            run = _in_child(provider_target, served["host"], info, workdir, run_dir)
+                            run = _in_child(
+                                provider_target, served["host"], info, workdir, run_dir, args.process_gc
+                            )
                         our_runs.append(run)
                     print(
                         f"[{size:,} rows] {side:>8} run {attempt + 1}: "
@@ -287,7 +308,9 @@ def main() -> int:
         results.append((size, info["batches"], raw_runs, our_runs))
     side = "hook" if args.hook else "provider"
     print(
-        f"snapshot of one table ({args.emulator} emulator): medians of {args.repeat} interleaved runs "
+        f"snapshot of one table ({args.emulator} emulator"
+        f"{', provider with the process GC thresholds' if args.process_gc else ''}): "
+        f"medians of {args.repeat} interleaved runs "
         "per side, "
         "each in a fresh process (spread min-max)"
     )

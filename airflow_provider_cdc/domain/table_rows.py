@@ -17,7 +17,8 @@ sequence number is ``commit timestamp / fingerprint(table, key) / 0 / 0``: chang
 
 :class:`ChangeRowEncoder` builds the staged rows column-wise from rows whose values are already in
 Spanner's JSON encoding (what a query returns on the wire); :func:`table_change_rows` does the same
-for rows of Python values.
+for rows of Python values. The JSON texts of keys and images are written a column at a time
+(:func:`json_texts`) and put together with one ``%`` format per row.
 """
 
 from __future__ import annotations
@@ -180,21 +181,66 @@ class CommitTimestampTable:
         return INSERT
 
 
-def _make_dumps() -> Callable[[Any], str]:
+def _make_dumps(item_separator: str = ",") -> Callable[[Any], str]:
     """Compact JSON text, calling the C encoder directly; dicts are written in insertion order
     (the encoder builds them with sorted keys, which makes the text canonical)."""
-    encoder = json.JSONEncoder(separators=(",", ":"))
+    encoder = json.JSONEncoder(separators=(item_separator, ":"))
     make_encoder = getattr(json.encoder, "c_make_encoder", None)
     if make_encoder is None:  # pragma: no cover - Python without the C accelerator
         return encoder.encode
     encode = make_encoder(
-        None, encoder.default, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True
+        None,
+        encoder.default,
+        json.encoder.encode_basestring_ascii,
+        None,
+        ":",
+        item_separator,
+        False,
+        False,
+        True,
     )
     join = "".join
     return lambda value: join(encode(value, 0))
 
 
 _dumps = _make_dumps()
+# A list written with this separator between its items splits into the items' texts: the writer
+# escapes every control character, so no scalar's text holds it (a nested array of two or more
+# items does, and shows as more pieces than items).
+_SEPARATOR = "\x00"
+_dumps_separated = _make_dumps(_SEPARATOR)
+_encode_string = json.encoder.encode_basestring_ascii
+#: Type codes whose values are JSON strings in Spanner's encoding.
+_STRING_CODES = frozenset(
+    ("BYTES", "DATE", "ENUM", "INT64", "INTERVAL", "JSON", "NUMERIC", "PROTO", "STRING", "TIMESTAMP", "UUID")
+)
+
+
+def json_texts(values: Sequence[Any], strings: bool = False) -> list[str]:
+    """The compact JSON text of each value, as a column: what ``json.dumps(value,
+    separators=(",", ":"))`` writes for each. ``strings``: the values are likely all strings."""
+    if strings:
+        try:
+            return list(map(_encode_string, values))
+        except TypeError:  # a NULL or a value of another kind
+            pass
+    if not values:
+        return []
+    texts = _dumps_separated(values)[1:-1].split(_SEPARATOR)
+    if len(texts) == len(values):
+        return texts
+    return [_dumps(value) for value in values]
+
+
+def _object_format(names: Sequence[str]) -> str:
+    """A ``%`` format of the JSON object of ``names`` whose values are given as JSON texts."""
+    fields = (_dumps(name).replace("%", "%%") + ":%s" for name in names)
+    return "{" + ",".join(fields) + "}"
+
+
+class ColumnChunk(list):  # type: ignore[type-arg]
+    """Rows given column-wise: one sequence of encoded values per selected column, all of one
+    length (how a table read hands a chunk of rows to :meth:`ChangeRowEncoder.columns`)."""
 
 
 class ChangeRowEncoder:
@@ -227,15 +273,16 @@ class ChangeRowEncoder:
         if missing:
             raise TableRowError(f"table {table!r}: columns {missing} are not read")
         ordered = sorted(columns, key=lambda c: c.name)  # canonical JSON: sorted names
+        self._width = len(select)
         self._keys = [(c.name, position[c.name]) for c in ordered if c.is_primary_key]
         self._values = [(c.name, position[c.name]) for c in ordered if not c.is_primary_key]
         if not self._keys:
             raise TableRowError(f"table {table!r}: no key column")
-        self._single_key = (
-            (self._keys[0][0], self._keys[0][1], "{" + _dumps(self._keys[0][0]) + ":")
-            if len(self._keys) == 1
-            else None
-        )
+        # Per key and value column: where it is read, and whether its values are JSON strings.
+        self._key_texts = [(position[c.name], _is_string(c)) for c in ordered if c.is_primary_key]
+        self._value_texts = [(position[c.name], _is_string(c)) for c in ordered if not c.is_primary_key]
+        self._key_format = _object_format([name for name, _ in self._keys])
+        self._value_format = _object_format([name for name, _ in self._values])
         self.partition_token = partition_token
         self.types_json = column_types_json(columns)
         self.value_capture_type = value_capture_type
@@ -274,47 +321,55 @@ class ChangeRowEncoder:
         """The canonical JSON of a row's key."""
         return _dumps({name: row[at] for name, at in self._keys})
 
-    def columns(self, rows: Iterable[Sequence[Any]]) -> list[list[Any]]:
-        """The rows' staged change rows: one list per ``STAGED_CHANGE_COLUMNS`` entry."""
-        dumps, encode, blake2b = _dumps, json.encoder.encode_basestring_ascii, hashlib.blake2b
-        keys_columns, value_columns, single = self._keys, self._values, self._single_key
-        timestamps: list[datetime] = []
-        transactions: list[str] = []
-        mods: list[str] = []
-        keys: list[str] = []
-        images: list[str] = []
-        sequences: list[str] = []
-        config, mod_columns = self.config, self._mod_columns
-        for row in rows:
-            if single is not None:
-                value = row[single[1]]
-                # The common key, one INT64 or STRING column: its JSON text without building a dict.
-                keys_json = (
-                    single[2] + encode(value) + "}" if value.__class__ is str else dumps({single[0]: value})
-                )
-            else:
-                keys_json = dumps({name: row[at] for name, at in keys_columns})
-            if self._commit is not None:
-                stamp, _micros, prefix, transaction_prefix = self._commit
-            else:
-                stamp, _micros, prefix, transaction_prefix = self._stamp(row[self._timestamp_at], keys_json)
-            mod = INSERT
-            if mod_columns:
-                assert config is not None
-                try:
-                    mod = config.mod_type({name: row[at] for name, at in mod_columns})
-                except TableRowError as exc:
-                    raise TableRowError(f"{exc} (key {keys_json})") from None
-            transaction = transaction_prefix + keys_json
-            timestamps.append(stamp)
-            transactions.append(transaction)
-            mods.append(mod)
-            keys.append(keys_json)
-            images.append("{}" if mod == DELETE else dumps({name: row[at] for name, at in value_columns}))
+    def columns(self, rows: Iterable[Sequence[Any]] | ColumnChunk) -> list[list[Any]]:
+        """The rows' staged change rows: one list per ``STAGED_CHANGE_COLUMNS`` entry; ``rows`` are
+        sequences of values in ``select`` order, or a :class:`ColumnChunk`."""
+        if isinstance(rows, ColumnChunk):
+            return self.encode_columns(rows)
+        rows = list(rows)
+        if not rows:
+            return [[] for _ in STAGED_CHANGE_COLUMNS]
+        return self.encode_columns(list(zip(*rows, strict=True)))
+
+    def encode_columns(self, values: Sequence[Sequence[Any]]) -> list[list[Any]]:
+        """As :meth:`columns`, from rows given column-wise (see :class:`ColumnChunk`)."""
+        if len(values) != self._width:
+            raise ValueError(f"table {self.table!r}: expected {self._width} columns, got {len(values)}")
+        count = len(values[0]) if values else 0
+        if any(len(column) != count for column in values):
+            raise ValueError(f"table {self.table!r}: the columns differ in length")
+        key_format = self._key_format
+        texts = [json_texts(values[at], strings) for at, strings in self._key_texts]
+        if len(texts) == 1:
+            keys = [key_format % text for text in texts[0]]
+        else:
+            keys = [key_format % row for row in zip(*texts, strict=True)]
+        blake2b = hashlib.blake2b
+        if self._commit is not None:
+            stamp, _micros, prefix, transaction_prefix = self._commit
+            timestamps = [stamp] * count
+            transactions = [transaction_prefix + keys_json for keys_json in keys]
+            mods = [INSERT] * count
             # domain.sequence_number.fingerprint64, inline and uncached: every row's text is new
-            digest = blake2b(transaction.encode("utf-8"), digest_size=8).hexdigest().upper()
-            sequences.append(prefix + digest + _SEQUENCE_TAIL)
-        count = len(keys)
+            sequences = [
+                prefix
+                + blake2b(transaction.encode("utf-8"), digest_size=8).hexdigest().upper()
+                + _SEQUENCE_TAIL
+                for transaction in transactions
+            ]
+        else:
+            timestamps, transactions, mods, sequences = self._committed(values, keys)
+        try:
+            images = self._images(values, count)
+        except TypeError:
+            if DELETE not in mods:
+                raise
+            images = [  # a value that is not JSON in a deleted row: the row's image is not written
+                "{}" if mod == DELETE else _dumps({name: values[at][index] for name, at in self._values})
+                for index, mod in enumerate(mods)
+            ]
+        if DELETE in mods:
+            images = ["{}" if mod == DELETE else image for mod, image in zip(mods, images, strict=True)]
         return [
             [self.partition_token] * count,
             timestamps,
@@ -333,6 +388,47 @@ class ChangeRowEncoder:
             [True] * count,
             sequences,
         ]
+
+    def _images(self, values: Sequence[Sequence[Any]], count: int) -> list[str]:
+        """The rows' value images (their non-key columns as JSON objects)."""
+        if not self._value_texts:
+            return ["{}"] * count
+        value_format = self._value_format
+        texts = [json_texts(values[at], strings) for at, strings in self._value_texts]
+        return [value_format % row for row in zip(*texts, strict=True)]
+
+    def _committed(
+        self, values: Sequence[Sequence[Any]], keys: list[str]
+    ) -> tuple[list[datetime], list[str], list[str], list[str]]:
+        """Commit timestamps, transactions, mod types and sequence numbers of rows committed at
+        their own timestamps (a commit-timestamp table)."""
+        config, blake2b = self.config, hashlib.blake2b
+        timestamps: list[datetime] = []
+        transactions: list[str] = []
+        mods: list[str] = []
+        sequences: list[str] = []
+        mod_columns = [(name, values[at]) for name, at in self._mod_columns]
+        for index, (text, keys_json) in enumerate(zip(values[self._timestamp_at], keys, strict=True)):
+            stamp, _micros, prefix, transaction_prefix = self._stamp(text, keys_json)
+            mod = INSERT
+            if mod_columns:
+                assert config is not None
+                try:
+                    mod = config.mod_type({name: column[index] for name, column in mod_columns})
+                except TableRowError as exc:
+                    raise TableRowError(f"{exc} (key {keys_json})") from None
+            transaction = transaction_prefix + keys_json
+            timestamps.append(stamp)
+            transactions.append(transaction)
+            mods.append(mod)
+            digest = blake2b(transaction.encode("utf-8"), digest_size=8).hexdigest().upper()
+            sequences.append(prefix + digest + _SEQUENCE_TAIL)
+        return timestamps, transactions, mods, sequences
+
+
+def _is_string(column: ColumnType) -> bool:
+    """Whether a column's encoded values are JSON strings (or NULL)."""
+    return isinstance(column.type, Mapping) and column.type.get("code") in _STRING_CODES
 
 
 def encode_row(columns: Sequence[ColumnType], row: Mapping[str, Any], table: str) -> dict[str, Any]:

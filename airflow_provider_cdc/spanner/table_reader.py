@@ -4,23 +4,23 @@ Readers share a window as they share a change-stream window: each claims a batch
 partition of the source in the metastore) under a lease and a claim id, stages its rows under
 ``partition=<key>/claim=<id>/`` and completes the batch with a compare-and-set on that claim, so a
 reader that lost its lease is never read. Rows are read undecoded (``lazy_decode=True``) and turned
-into staged change rows column-wise, a chunk of rows at a time (bounded memory).
+into staged change rows column-wise, a chunk of rows at a time (bounded memory): each column of a
+chunk is converted by its type at once.
 """
 
 from __future__ import annotations
 
-import logging
 import time
-import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from google.api_core import exceptions as gexc
 
-from airflow_provider_cdc.domain.table_rows import ChangeRowEncoder
+from airflow_provider_cdc.domain.table_rows import ChangeRowEncoder, ColumnChunk
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.metastore import Metastore
+from airflow_provider_cdc.spanner.claimed_reader import ClaimedWindowReader, describe_error
+from airflow_provider_cdc.spanner.garbage_collection import FULL_COLLECTION_FACTOR, fewer_full_collections
 from airflow_provider_cdc.spanner.table_batches import (
     SNAPSHOT,
     BatchPlan,
@@ -31,9 +31,8 @@ from airflow_provider_cdc.spanner.table_batches import (
     quoted,
     read_plan,
 )
-from airflow_provider_cdc.spanner.window_reader import RETRYABLE
-from airflow_provider_cdc.spanner.wire_values import wire_chunks, wire_rows
-from airflow_provider_cdc.staging.parquet import DEFAULT_ROWS_PER_FILE, StagingWriter, window_location
+from airflow_provider_cdc.spanner.wire_values import wire_column_chunks
+from airflow_provider_cdc.staging.parquet import StagingWriter, window_location
 from airflow_provider_cdc.staging.reading import discard_other_claims
 
 #: Rows turned into staged rows at once (a reader holds at most this many undecoded rows).
@@ -94,22 +93,6 @@ class TableReadSummary:
         }
 
 
-def _describe(exc: gexc.GoogleAPICallError) -> str:
-    code = getattr(exc, "grpc_status_code", None)
-    return f"{code.name if code is not None else type(exc).__name__}: {exc.message}"
-
-
-def _chunks(rows: Iterable[Any], size: int) -> Iterator[list[Any]]:
-    chunk: list[Any] = []
-    for row in rows:
-        chunk.append(row)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
 def page_query(table: PlannedTable, after: list[Any] | None) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """The next page of a commit-timestamp table in ``(timestamp, primary key)`` order after the
     row ``after`` (values in ``select`` order; ``None``: the first page); window parameters apart."""
@@ -145,12 +128,16 @@ def page_query(table: PlannedTable, after: list[Any] | None) -> tuple[str, dict[
     return text, params, kinds
 
 
-class TableWindowReader:
+class TableWindowReader(ClaimedWindowReader):
     """Reads the batches of table-source windows into Parquet staging, claims in the metastore.
 
     ``database`` is a ``google-cloud-spanner`` database; ``source_key`` names the source in the
     metastore (``projects/…/databases/<db>/<source>``) and ``source`` the staging folder.
+    ``full_collection_factor``: see :func:`fewer_full_collections` (1: the process's own setting).
     """
+
+    read_error = TableReadError
+    partition_noun = "batch"
 
     def __init__(
         self,
@@ -161,36 +148,24 @@ class TableWindowReader:
         staging_root: str,
         *,
         owner: str,
-        lease_seconds: float = 300.0,
-        retries: int = 5,
-        backoff_seconds: float = 1.0,
-        poll_seconds: float = 1.0,
-        rows_per_file: int = DEFAULT_ROWS_PER_FILE,
         chunk_rows: int = CHUNK_ROWS,
-        filesystem: object | None = None,
-        storage_options: Mapping[str, str] | None = None,
-        log: logging.Logger | None = None,
-        progress_seconds: float = 10.0,
-        sleep: Callable[[float], None] = time.sleep,
+        full_collection_factor: int = FULL_COLLECTION_FACTOR,
+        **options: Any,
     ) -> None:
+        """``options``: those of :class:`ClaimedWindowReader` (leases, retries, staging, logging)."""
+        super().__init__(metastore, source_key, source, staging_root, owner=owner, **options)
         self.database = database
-        self.metastore = metastore
-        self.source_key = source_key
-        self.source = source
-        self.staging_root = staging_root
-        self.owner = owner
-        self.lease_seconds = lease_seconds
-        self.retries = retries
-        self.backoff_seconds = backoff_seconds
-        self.poll_seconds = poll_seconds
-        self.rows_per_file = rows_per_file
         self.chunk_rows = chunk_rows
-        self.filesystem = filesystem
-        self.storage_options = storage_options
-        self.log = log or logging.getLogger(__name__)
-        self.progress_seconds = progress_seconds
-        self._sleep = sleep
+        self.full_collection_factor = full_collection_factor
         self._plans: dict[str, BatchPlan] = {}
+
+    @property
+    def source_key(self) -> str:
+        return self.key
+
+    @property
+    def source(self) -> str:
+        return self.folder
 
     def plan(self, window: Window, plan_id: str) -> BatchPlan:
         """The window's plan ``plan_id`` (read once per reader)."""
@@ -211,17 +186,7 @@ class TableWindowReader:
         summary = TableReadSummary(window.window_id, window_location(self.staging_root, self.source, window))
         if not self.metastore.window_partitions(self.source_key, window.start, window.end):
             raise TableReadError(window, None, f"the window of {self.source_key} has not been opened")
-        while True:
-            claim_id = uuid.uuid4().hex
-            token = self.metastore.claim_window_partition(
-                self.source_key, window.start, window.end, self.owner, self.lease_seconds, claim_id=claim_id
-            )
-            if token is None:
-                items = self.metastore.window_partitions(self.source_key, window.start, window.end)
-                if all(item.state == "done" for item in items):
-                    break
-                self._sleep(self.poll_seconds)
-                continue
+        for token, claim_id in self.claims(window):
             plan = self.plan(window, plan_id_of(token))
             summary.batches.append(self._read_batch(window, plan, plan.batch(token), claim_id))
         summary.seconds = time.monotonic() - started
@@ -240,18 +205,9 @@ class TableWindowReader:
         result = BatchResult(batch.token, table.target)
         began = time.monotonic()
         while True:
-            writer = StagingWriter(
-                self.staging_root,
-                self.source,
-                window,
-                batch.token,
-                rows_per_file=self.rows_per_file,
-                filesystem=self.filesystem,
-                claim_id=claim_id,
-                storage_options=self.storage_options,  # type: ignore[arg-type]
-            )
+            writer = self.staging_writer(window, batch.token, claim_id)
             try:
-                with writer:
+                with writer, fewer_full_collections(self.full_collection_factor):
                     if batch.partition is None:
                         self._read_pages(window, plan, table, batch, writer, result, began)
                     else:
@@ -260,23 +216,10 @@ class TableWindowReader:
             except gexc.GoogleAPICallError as exc:
                 self._retry_or_raise(window, plan, batch, exc, result)
         result.seconds = time.monotonic() - began
-        done = self.metastore.complete_window_partition(
-            self.source_key,
-            window.start,
-            window.end,
-            batch.token,
-            self.owner,
-            rows=result.rows,
-            transactions=float(result.rows),
-            claim_id=claim_id,
+        self.complete(
+            window, batch.token, claim_id, rows=result.rows, transactions=float(result.rows),
             output_files=len(writer.files),
-        )
-        if not done:
-            raise TableReadError(
-                window,
-                batch.token,
-                f"the lease of reader {self.owner} expired and another reader took the batch",
-            )
+        )  # fmt: skip
         removed = discard_other_claims(writer)
         if removed:
             self.log.info("Batch %s: removed %d file(s) other claims staged", batch.token, removed)
@@ -302,35 +245,28 @@ class TableWindowReader:
             raise TableReadError(
                 window,
                 batch.token,
-                f"{_describe(exc)}: the read timestamp {plan.read_timestamp.isoformat()} is no longer within "
-                "the database's version_retention_period; raise it with ALTER DATABASE … SET OPTIONS "
+                f"{describe_error(exc)}: the read timestamp {plan.read_timestamp.isoformat()} is no longer "
+                "within the database's version_retention_period; raise it with ALTER DATABASE … SET OPTIONS "
                 "(version_retention_period='…') and open the window again",
             ) from exc
         if isinstance(exc, gexc.NotFound) and batch.partition is not None:
             raise TableReadError(
                 window,
                 batch.token,
-                f"{_describe(exc)}: the read transaction of plan {plan.plan_id} is gone; "
+                f"{describe_error(exc)}: the read transaction of plan {plan.plan_id} is gone; "
                 "open the window again",
             ) from exc
-        if not isinstance(exc, RETRYABLE):
-            raise TableReadError(window, batch.token, _describe(exc)) from exc
         result.retries += 1
-        if result.retries > self.retries:
-            raise TableReadError(
-                window, batch.token, f"{_describe(exc)} (gave up after {self.retries} retries)"
-            ) from exc
-        delay = self.backoff_seconds * (2 ** (result.retries - 1))
+        delay = self.back_off(window, batch.token, exc, result.retries)
         self.log.warning(
             "Batch %s of window %s: %s; retry %d/%d in %.1fs",
             batch.token,
             window,
-            _describe(exc),
+            describe_error(exc),
             result.retries,
             self.retries,
             delay,
         )
-        self._renew(window, batch.token)
         self._sleep(delay)
 
     def _encoder(self, plan: BatchPlan, table: PlannedTable, batch: TableBatch) -> ChangeRowEncoder:
@@ -344,9 +280,10 @@ class TableWindowReader:
         )
 
     @staticmethod
-    def _arrays(table: PlannedTable) -> list[int]:
-        arrays = {c.name for c in table.columns if c.spanner_type.code == "ARRAY"}
-        return [index for index, name in enumerate(table.select) if name in arrays]
+    def _codes(table: PlannedTable) -> list[str | None]:
+        """The type code of each selected column (``None``: not a change column)."""
+        codes = {c.name: c.spanner_type.code for c in table.columns}
+        return [codes.get(name) for name in table.select]
 
     def _read_partition(
         self,
@@ -367,9 +304,9 @@ class TableWindowReader:
         if params:
             query.update(params=params, param_types=types)
         rows = snapshot.process_query_batch({"partition": batch.partition, "query": query}, lazy_decode=True)
-        encoder, arrays, last_log = self._encoder(plan, table, batch), self._arrays(table), time.monotonic()
-        for chunk in wire_chunks(rows, self.chunk_rows, arrays):
-            result.rows += writer.write_columns(encoder.columns(chunk))
+        encoder, codes, last_log = self._encoder(plan, table, batch), self._codes(table), time.monotonic()
+        for chunk in wire_column_chunks(rows, self.chunk_rows, codes):
+            result.rows += writer.write_columns(encoder.columns(ColumnChunk(chunk)))
             last_log = self._maybe_progress(window, batch, result, began, last_log)
 
     def _read_pages(
@@ -384,7 +321,7 @@ class TableWindowReader:
     ) -> None:
         assert table.page_rows is not None
         result.rows = 0
-        encoder, arrays, last_log = self._encoder(plan, table, batch), self._arrays(table), time.monotonic()
+        encoder, codes, last_log = self._encoder(plan, table, batch), self._codes(table), time.monotonic()
         window_params, window_types = table.params(window)
         after: list[Any] | None = None
         with self.database.snapshot(read_timestamp=plan.read_timestamp, multi_use=True) as snapshot:
@@ -396,13 +333,14 @@ class TableWindowReader:
                     param_types={**window_types, **types},
                     lazy_decode=True,
                 )
-                page = list(wire_rows(found, arrays))
-                for chunk in _chunks(page, self.chunk_rows):
-                    result.rows += writer.write_columns(encoder.columns(chunk))
+                page = 0
+                for chunk in wire_column_chunks(found, self.chunk_rows, codes):
+                    page += writer.write_columns(encoder.columns(ColumnChunk(chunk)))
+                    after = [column[-1] for column in chunk]
+                result.rows += page
                 last_log = self._maybe_progress(window, batch, result, began, last_log)
-                if len(page) < table.page_rows:
+                if page < table.page_rows:
                     return
-                after = page[-1]
 
     def _maybe_progress(
         self, window: Window, batch: TableBatch, result: BatchResult, began: float, last_log: float
@@ -410,7 +348,7 @@ class TableWindowReader:
         now = time.monotonic()
         if now - last_log < self.progress_seconds:
             return last_log
-        self._renew(window, batch.token)
+        self.renew(window, batch.token)
         seconds = now - began
         self.log.info(
             "Batch %s of window %s: %d rows (%.0f/s)",
@@ -420,9 +358,3 @@ class TableWindowReader:
             result.rows / seconds if seconds else 0.0,
         )
         return now
-
-    def _renew(self, window: Window, token: str) -> None:
-        if not self.metastore.renew_window_partition_lease(
-            self.source_key, window.start, window.end, token, self.owner, self.lease_seconds
-        ):
-            raise TableReadError(window, token, f"reader {self.owner} lost its lease on the batch")

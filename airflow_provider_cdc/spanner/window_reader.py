@@ -8,10 +8,7 @@ only once every parent that overlaps the window has been read for it (lineage or
 
 from __future__ import annotations
 
-import logging
 import time
-import uuid
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -28,20 +25,12 @@ from airflow_provider_cdc.domain.timestamps import format_timestamp
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.metastore import Metastore, PartitionSpec
 from airflow_provider_cdc.spanner.change_stream_query import ChangeStreamQuery
+from airflow_provider_cdc.spanner.claimed_reader import RETRYABLE, ClaimedWindowReader, describe_error
 from airflow_provider_cdc.spanner.record_decoder import ChangeRecordDecoder, DataRecordRows
-from airflow_provider_cdc.staging.parquet import DEFAULT_ROWS_PER_FILE, StagingWriter, window_location
-from airflow_provider_cdc.staging.reading import discard_other_claims
+from airflow_provider_cdc.staging.parquet import StagingWriter, window_location
 
-# Errors worth retrying from the last record received (the client already resumes UNAVAILABLE
-# transparently with resume tokens; these are what reach us).
-RETRYABLE = (
-    gexc.Aborted,
-    gexc.ServiceUnavailable,
-    gexc.InternalServerError,
-    gexc.DeadlineExceeded,
-    gexc.ResourceExhausted,
-    gexc.Cancelled,
-)
+__all__ = ["RETRYABLE", "ChangeStreamReadError", "PartitionResult", "ReadSummary", "WindowReader"]
+from airflow_provider_cdc.staging.reading import discard_other_claims
 
 
 class ChangeStreamReadError(RuntimeError):
@@ -100,12 +89,14 @@ class ReadSummary:
         }
 
 
-class WindowReader:
+class WindowReader(ClaimedWindowReader):
     """Reads windows of one change stream into Parquet staging, recording lineage in the metastore.
 
     The staging root is opened with ``storage_options`` (delta-rs object-store options, such as
     those of a Google connection) unless an explicit ``filesystem`` is given.
     """
+
+    read_error = ChangeStreamReadError
 
     def __init__(
         self,
@@ -115,34 +106,17 @@ class WindowReader:
         staging_root: str,
         *,
         owner: str,
-        lease_seconds: float = 300.0,
-        retries: int = 5,
-        backoff_seconds: float = 1.0,
-        poll_seconds: float = 1.0,
-        rows_per_file: int = DEFAULT_ROWS_PER_FILE,
         query_timeout: float | None = 3600.0,
-        filesystem: object | None = None,
-        storage_options: Mapping[str, str] | None = None,
-        log: logging.Logger | None = None,
-        progress_seconds: float = 10.0,
-        sleep: Callable[[float], None] = time.sleep,
+        **options: Any,
     ) -> None:
+        """``options``: those of :class:`ClaimedWindowReader` (leases, retries, staging, logging)."""
+        super().__init__(metastore, stream_key, query.stream, staging_root, owner=owner, **options)
         self.query = query
-        self.metastore = metastore
-        self.stream_key = stream_key
-        self.staging_root = staging_root
-        self.owner = owner
-        self.lease_seconds = lease_seconds
-        self.retries = retries
-        self.backoff_seconds = backoff_seconds
-        self.poll_seconds = poll_seconds
-        self.rows_per_file = rows_per_file
         self.query_timeout = query_timeout
-        self.filesystem = filesystem
-        self.storage_options = storage_options
-        self.log = log or logging.getLogger(__name__)
-        self.progress_seconds = progress_seconds
-        self._sleep = sleep
+
+    @property
+    def stream_key(self) -> str:
+        return self.key
 
     # ----- lineage --------------------------------------------------------------------------------
     def prepare(self, window: Window) -> list[str]:
@@ -176,7 +150,7 @@ class WindowReader:
                         for c in record.child_partitions
                     )
         except gexc.GoogleAPICallError as exc:
-            raise ChangeStreamReadError(window, None, _describe(exc)) from exc
+            raise ChangeStreamReadError(window, None, describe_error(exc)) from exc
         if not children:
             raise ChangeStreamReadError(window, None, "the initial query returned no partitions")
         self.metastore.add_partitions(self.stream_key, children)
@@ -196,23 +170,7 @@ class WindowReader:
         summary = ReadSummary(window.window_id, window_location(self.staging_root, self.query.stream, window))
         if not self.metastore.window_partitions(self.stream_key, window.start, window.end):
             self.prepare(window)
-        while True:
-            # Each claim writes a folder of its own and only the claim that completes the partition
-            # counts: a reader that lost its lease and wakes up later changes nothing.
-            claim_id = uuid.uuid4().hex
-            token = self.metastore.claim_window_partition(
-                self.stream_key, window.start, window.end, self.owner, self.lease_seconds, claim_id=claim_id
-            )
-            if token is None:
-                pending = [
-                    p
-                    for p in self.metastore.window_partitions(self.stream_key, window.start, window.end)
-                    if p.state != "done"
-                ]
-                if not pending:
-                    break
-                self._sleep(self.poll_seconds)
-                continue
+        for token, claim_id in self.claims(window):
             # The partition's own lease shows who reads it (status, stalled-partition checks); a
             # finished partition re-read for a past window cannot be leased and needs no lease.
             leased = self.metastore.claim_partition(self.stream_key, token, self.owner, self.lease_seconds)
@@ -244,16 +202,7 @@ class WindowReader:
         if start > window.query_end:
             self._complete(window, token, result, claim_id, output_files=0)
             return result
-        writer = StagingWriter(
-            self.staging_root,
-            self.query.stream,
-            window,
-            token,
-            rows_per_file=self.rows_per_file,
-            filesystem=self.filesystem,
-            claim_id=claim_id,
-            storage_options=self.storage_options,
-        )
+        writer = self.staging_writer(window, token, claim_id)
         with writer:
             self._drain(window, token, start, writer, result)
         if result.children:
@@ -283,23 +232,14 @@ class WindowReader:
         self, window: Window, token: str, result: PartitionResult, claim_id: str, *, output_files: int
     ) -> None:
         result.finished = time.monotonic()
-        done = self.metastore.complete_window_partition(
-            self.stream_key,
-            window.start,
-            window.end,
+        self.complete(
+            window,
             token,
-            self.owner,
+            claim_id,
             rows=result.rows,
             transactions=result.transactions,
-            claim_id=claim_id,
             output_files=output_files,
         )
-        if not done:
-            raise ChangeStreamReadError(
-                window,
-                token,
-                f"the lease of reader {self.owner} expired and another reader took the partition",
-            )
 
     def _drain(
         self, window: Window, token: str, start: datetime, writer: StagingWriter, result: PartitionResult
@@ -351,33 +291,26 @@ class WindowReader:
                             self._progress(window, token, at, result, now - began)
                 return
             except gexc.GoogleAPICallError as exc:
-                if not isinstance(exc, RETRYABLE):
-                    raise ChangeStreamReadError(window, token, _describe(exc)) from exc
                 result.retries += 1
-                if result.retries > self.retries:
-                    raise ChangeStreamReadError(
-                        window, token, f"{_describe(exc)} (gave up after {self.retries} retries)"
-                    ) from exc
+                delay = self.back_off(window, token, exc, result.retries)
                 if last_ts is not None:
                     resume_at, seen_at_resume = last_ts, set(seen_at_last)
-                delay = self.backoff_seconds * (2 ** (result.retries - 1))
                 self.log.warning(
                     "Partition %s of window %s: %s; retry %d/%d from %s in %.1fs",
                     token,
                     window,
-                    _describe(exc),
+                    describe_error(exc),
                     result.retries,
                     self.retries,
                     format_timestamp(resume_at),
                     delay,
                 )
-                self._renew(window, token)
                 self._sleep(delay)
 
     def _progress(
         self, window: Window, token: str, at: datetime, result: PartitionResult, seconds: float
     ) -> None:
-        self._renew(window, token)
+        self.renew(window, token)
         lag = (window.end - at).total_seconds()
         self.log.info(
             "Partition %s of window %s: %d change rows (%.0f/s), at %s, %.1fs behind the window end",
@@ -388,15 +321,3 @@ class WindowReader:
             format_timestamp(at),
             max(lag, 0.0),
         )
-
-    def _renew(self, window: Window, token: str) -> None:
-        if not self.metastore.renew_window_partition_lease(
-            self.stream_key, window.start, window.end, token, self.owner, self.lease_seconds
-        ):
-            raise ChangeStreamReadError(window, token, f"reader {self.owner} lost its lease on the partition")
-
-
-def _describe(exc: gexc.GoogleAPICallError) -> str:
-    code = getattr(exc, "grpc_status_code", None)
-    name = code.name if code is not None else type(exc).__name__
-    return f"{name}: {exc.message}"

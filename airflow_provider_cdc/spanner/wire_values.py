@@ -5,11 +5,14 @@ STRING, BYTES (base64), JSON (its text) and UUID as strings, FLOAT32/FLOAT64 as 
 strings ``NaN``/``Infinity``/``-Infinity``, BOOL as booleans, ARRAY as lists, NULL as null: exactly
 the encoding staged change rows carry (ARCHITECTURE.md, "Staged change rows"). Taking the values as
 they travel skips the client's decoding into Python types and keeps every digit Spanner sent.
+:func:`wire_column_chunks` converts a chunk of rows column by column, each column by its type.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
+from operator import attrgetter
 from typing import Any
 
 from google.protobuf.struct_pb2 import ListValue, Value
@@ -60,3 +63,60 @@ def wire_chunks(
             append = chunk.append
     if chunk:
         yield chunk
+
+
+# A scalar column's values all travel in one field of ``Value``: read that field of every value at
+# once, and look closer only at the values where it holds its default ("", 0.0, False), which are
+# also what the field reads for a NULL or for a value of another kind (FLOAT64's "NaN").
+_FIELDS: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "BYTES",
+            "DATE",
+            "ENUM",
+            "INT64",
+            "INTERVAL",
+            "JSON",
+            "NUMERIC",
+            "PROTO",
+            "STRING",
+            "TIMESTAMP",
+            "UUID",
+        ),
+        "string_value",
+    ),
+    "FLOAT32": "number_value",
+    "FLOAT64": "number_value",
+    "BOOL": "bool_value",
+}
+_GETTERS = {name: attrgetter(name) for name in set(_FIELDS.values())}
+
+
+def wire_column(values: Sequence[Value], code: str | None = None) -> list[Any]:
+    """One column's undecoded values in Spanner's JSON encoding; ``code`` is the column's type
+    code (``INT64``, ``ARRAY``, ...; ``None``: unknown), which picks a faster path for scalars."""
+    field = _FIELDS.get(code) if code is not None else None
+    if field is None:
+        return [wire_value(value) for value in values]
+    result = list(map(_GETTERS[field], values))
+    if not all(result):
+        which = _which
+        for index, item in enumerate(result):
+            if not item:  # the field's default: that value, a NULL or a value of another kind
+                kind = which(values[index], "kind")
+                if kind != field:
+                    result[index] = wire_value(values[index])
+    return result
+
+
+def wire_column_chunks(
+    rows: Iterable[Sequence[Value]], size: int, codes: Sequence[str | None]
+) -> Iterator[list[list[Any]]]:
+    """Undecoded result rows in chunks of at most ``size`` rows, each chunk column-wise: one list of
+    encoded values per column, in row order; ``codes`` are the columns' type codes (see
+    :func:`wire_column`)."""
+    rows = iter(rows)
+    while chunk := list(islice(rows, size)):
+        yield [
+            wire_column(column, code) for column, code in zip(zip(*chunk, strict=True), codes, strict=True)
+        ]

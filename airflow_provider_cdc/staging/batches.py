@@ -11,6 +11,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Mapping
 from datetime import datetime
+from itertools import accumulate
 from typing import Any
 
 import pyarrow as pa
@@ -45,6 +46,9 @@ def _array(values: list[Any], field: pa.Field) -> pa.Array:
         offsets = array("i", range(0, (count + 1) * len(data), len(data)) if data else bytes(4 * (count + 1)))
         return pa.Array.from_buffers(type_, count, [None, pa.py_buffer(offsets), pa.py_buffer(data * count)])
     if type_ == pa.string():
+        strings = _ascii_strings(values)
+        if strings is not None:
+            return strings
         builder = pa.lib.StringBuilder(memory_pool())
         builder.append_values(values)
         result = builder.finish()
@@ -62,6 +66,10 @@ def _array(values: list[Any], field: pa.Field) -> pa.Array:
                 if value:
                     bits[index >> 3] |= 1 << (index & 7)
         return pa.Array.from_buffers(type_, count, [None, pa.py_buffer(bits)])
+    if pa.types.is_timestamp(type_) and count and isinstance(values[0], datetime):
+        if values.count(values[0]) == count:  # one commit timestamp (a snapshot's rows)
+            buffer = array("q", [to_micros(values[0])]) * count
+            return pa.Array.from_buffers(type_, count, [None, pa.py_buffer(buffer)])
     if pa.types.is_timestamp(type_):
         micros: dict[datetime, int] = {}
         for value in dict.fromkeys(values):
@@ -72,3 +80,20 @@ def _array(values: list[Any], field: pa.Field) -> pa.Array:
     else:
         buffer = array(_ARRAY_CODES[type_], values)
     return pa.Array.from_buffers(type_, count, [None, pa.py_buffer(buffer)])
+
+
+def _ascii_strings(values: list[Any]) -> pa.Array | None:
+    """ASCII strings (the staged JSON texts) as a string array made of their joined bytes and
+    offsets; ``None`` for other values (the builder then takes them, or refuses them)."""
+    try:
+        text = "".join(values)
+    except TypeError:  # a value that is not a string
+        return None
+    if not text.isascii():
+        return None  # a character's length is then not its length in bytes
+    try:
+        offsets = array("i", accumulate(map(len, values), initial=0))
+    except OverflowError:  # 2 GiB or more: left to the builder
+        return None
+    data = text.encode("ascii")
+    return pa.Array.from_buffers(pa.string(), len(values), [None, pa.py_buffer(offsets), pa.py_buffer(data)])

@@ -307,7 +307,10 @@ class StagingWriter:
             return
         batch = record_batch(self._columns)
         timestamps = self._columns["commit_timestamp"]
-        low, high = min(timestamps), max(timestamps)
+        if timestamps.count(timestamps[0]) == len(timestamps):
+            low = high = timestamps[0]
+        else:
+            low, high = min(timestamps), max(timestamps)
         if self._min_timestamp is None or low < self._min_timestamp:
             self._min_timestamp = low
         if self._max_timestamp is None or high > self._max_timestamp:

@@ -149,8 +149,11 @@ def test_claims_write_folders_of_their_own_and_readers_read_the_recorded_one(tmp
     assert len(staged_files(str(tmp_path), STREAM, WINDOW)) == 3  # unrecorded claims too, without claims
     # The recorded claim's writer removes what other claims staged; its own files stay.
     assert discard_other_claims(writer) == 1
-    assert [p.split(f"partition={key}/")[1] for p in staged_files(str(tmp_path), STREAM, WINDOW)
-            if f"partition={key}/" in p] == ["claim=winner1/part-00000.parquet"]
+    assert [
+        p.split(f"partition={key}/")[1]
+        for p in staged_files(str(tmp_path), STREAM, WINDOW)
+        if f"partition={key}/" in p
+    ] == ["claim=winner1/part-00000.parquet"]
     with pytest.raises(ValueError, match="claim id must be letters and digits"):
         StagingWriter(str(tmp_path), STREAM, WINDOW, "token-A", claim_id="../x")
 
@@ -443,3 +446,49 @@ def test_object_store_locations_take_pyarrow_writes(tmp_path) -> None:
         assert pq.read_table(handle).equals(table)
     with fs.open_input_file("note.txt") as handle:
         assert handle.read() == b"hello world"
+
+
+def test_record_batches_from_python_columns_take_every_path_with_the_same_values():
+    from airflow_provider_cdc.domain.contract.staged_rows import STAGED_CHANGE_COLUMNS
+    from airflow_provider_cdc.staging.batches import record_batch
+
+    one = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = [
+        _staged_row(one, '{"Id":"1"}', "ascii"),
+        _staged_row(one, '{"Id":"2"}', "naïve ü 日本"),
+        _staged_row(one + timedelta(microseconds=1), '{"Id":"3"}', ""),
+    ]
+    for subset in (rows[:1], rows[::2], rows, rows * 3):
+        columns = {name: [row[name] for row in subset] for name in STAGED_CHANGE_COLUMNS}
+        batch = record_batch(columns)
+        assert batch.schema == STAGED_CHANGE_SCHEMA
+        for name in STAGED_CHANGE_COLUMNS:
+            assert batch.column(name).to_pylist() == columns[name], name
+    with pytest.raises(ValueError, match="must not be null"):
+        record_batch({**{n: [rows[0][n]] for n in STAGED_CHANGE_COLUMNS}, "keys_json": [None]})
+    with pytest.raises(TypeError):
+        record_batch({**{n: [rows[0][n]] for n in STAGED_CHANGE_COLUMNS}, "keys_json": [7]})
+    with pytest.raises(TypeError):
+        record_batch({**{n: [rows[0][n]] * 2 for n in STAGED_CHANGE_COLUMNS}, "commit_timestamp": [one, "x"]})
+
+
+def _staged_row(commit: datetime, keys: str, name: str) -> dict:
+    """A staged row of a table read (one record, one mod)."""
+    return {
+        "partition_token": "p",
+        "commit_timestamp": commit,
+        "server_transaction_id": f"T/{keys}",
+        "record_sequence": "00000000",
+        "mod_index": 0,
+        "table_name": "T",
+        "mod_type": "INSERT",
+        "keys_json": keys,
+        "new_values_json": f'{{"Name":"{name}"}}',
+        "old_values_json": "{}",
+        "column_types_json": "[]",
+        "value_capture_type": "NEW_ROW",
+        "number_of_records_in_transaction": 1,
+        "number_of_partitions_in_transaction": 1,
+        "is_last_record_in_transaction_in_partition": True,
+        "change_sequence_number": keys,
+    }

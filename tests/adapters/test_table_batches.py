@@ -187,7 +187,7 @@ def test_columns_of_one_value_are_staged_as_that_value_in_every_row() -> None:
     from airflow_provider_cdc.staging.batches import _array
 
     field = pa.field("column_types_json", pa.string())
-    for values in (["[{\"name\":\"Id\"}]"] * 4096, [""] * 3, ["é"] * 2, ["a", "b", "a"]):
+    for values in (['[{"name":"Id"}]'] * 4096, [""] * 3, ["é"] * 2, ["a", "b", "a"]):
         array = _array(values, field)
         array.validate(full=True)
         assert array.to_pylist() == values
@@ -195,3 +195,34 @@ def test_columns_of_one_value_are_staged_as_that_value_in_every_row() -> None:
         array = _array(flags, pa.field("is_last_record_in_transaction_in_partition", pa.bool_()))
         array.validate(full=True)
         assert array.to_pylist() == flags
+
+
+def test_reading_defers_full_collections_and_restores_the_thresholds() -> None:
+    import gc
+
+    from airflow_provider_cdc.spanner.garbage_collection import fewer_full_collections
+
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, 10, 10)
+        with fewer_full_collections(100):
+            assert gc.get_threshold() == (700, 10, 1000)
+        assert gc.get_threshold() == (700, 10, 10)
+        outer, inner = fewer_full_collections(100), fewer_full_collections(100)
+        outer.__enter__()
+        inner.__enter__()  # another reader's block (in another thread) overlapping the first
+        assert gc.get_threshold() == (700, 10, 1000)
+        outer.__exit__(None, None, None)
+        assert gc.get_threshold() == (700, 10, 1000)
+        inner.__exit__(None, None, None)
+        assert gc.get_threshold() == (700, 10, 10)
+        with pytest.raises(RuntimeError), fewer_full_collections(100):
+            raise RuntimeError("a failed read")
+        assert gc.get_threshold() == (700, 10, 10)
+        with fewer_full_collections(1):
+            assert gc.get_threshold() == (700, 10, 10)
+        gc.set_threshold(0, 10, 10)  # automatic collection off: left off
+        with fewer_full_collections(100):
+            assert gc.get_threshold() == (0, 10, 10)
+    finally:
+        gc.set_threshold(*before)

@@ -16,8 +16,10 @@ from airflow_provider_cdc.domain.table_rows import (
     INSERT,
     UPDATE,
     ChangeRowEncoder,
+    ColumnChunk,
     CommitTimestampTable,
     TableRowError,
+    json_texts,
     table_change_rows,
 )
 from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, to_micros
@@ -184,3 +186,238 @@ def test_refusals_name_the_table_and_the_column() -> None:
     with pytest.raises(TableRowError, match=r"columns \['Name'\] are not read"):
         ChangeRowEncoder("Users", USERS[:2], ["UserId"], partition_token="p", commit_timestamp=T)
     assert CommitTimestampTable.of(config.to_dict()) == config
+
+
+# -- column-wise encoding against a row-by-row reference ---------------------------------------------
+
+ALL_TYPES = [
+    ColumnType("Id", {"code": "INT64"}, True, 1),
+    ColumnType("Region", {"code": "STRING"}, True, 2),
+    ColumnType("Name", {"code": "STRING"}, False, 3),
+    ColumnType("Score", {"code": "FLOAT64"}, False, 4),
+    ColumnType("Ratio", {"code": "FLOAT32"}, False, 5),
+    ColumnType("Active", {"code": "BOOL"}, False, 6),
+    ColumnType("Born", {"code": "DATE"}, False, 7),
+    ColumnType("Ts", {"code": "TIMESTAMP", "allow_commit_timestamp": True}, False, 8),
+    ColumnType("Amount", {"code": "NUMERIC"}, False, 9),
+    ColumnType("Doc", {"code": "JSON"}, False, 10),
+    ColumnType("Photo", {"code": "BYTES"}, False, 11),
+    ColumnType("Tags", {"code": "ARRAY", "array_element_type": {"code": "STRING"}}, False, 12),
+    ColumnType("Points", {"code": "ARRAY", "array_element_type": {"code": "FLOAT64"}}, False, 13),
+    ColumnType("Deleted", {"code": "BOOL"}, False, 14),
+    ColumnType("Kind", {"code": "STRING"}, False, 15),
+]
+ALL_SELECT = [c.name for c in ALL_TYPES]
+STAMP = "2026-01-01T00:00:00.000001Z"
+# Values in Spanner's JSON encoding, NULLs and edge cases in every column.
+ALL_ROWS = [
+    [
+        "1",
+        "eu",
+        "Ann",
+        1.5,
+        0.25,
+        True,
+        "2020-01-02",
+        STAMP,
+        "0.01",
+        '{"a":1}',
+        "AAE=",
+        ["a", None],
+        [1.0, 2.5],
+        False,
+        "INSERT",
+    ],
+    ["2", "", None, None, None, None, None, STAMP, None, None, None, None, None, None, "u"],
+    [
+        "3",
+        "us",
+        "",
+        0.0,
+        -0.0,
+        False,
+        "1970-01-01",
+        "2026-01-01T00:00:00.5Z",
+        "-1e-9",
+        "null",
+        "",
+        [],
+        [],
+        True,
+        "UPDATE",
+    ],
+    [
+        "4",
+        'q"uote,\\',
+        "é ü 日本 \x00\x1f\u2028",
+        "NaN",
+        "Infinity",
+        True,
+        "9999-12-31",
+        STAMP,
+        "99999999999999999999999999999.999999999",
+        '"text"',
+        "//8=",
+        ["x,y", "", None, "\x00"],
+        ["NaN", "-Infinity", None],
+        None,
+        "delete",
+    ],
+    [
+        "5",
+        "a%sb",
+        "%d %%",
+        1e300,
+        3.4e38,
+        False,
+        "2000-02-29",
+        STAMP,
+        "0",
+        "[1,2]",
+        "AA==",
+        ["only"],
+        [0.1],
+        None,
+        "D",
+    ],
+]
+
+
+def _reference(encoder_args: dict, rows: list[list]) -> list[dict]:
+    """Staged rows built one row at a time with ``json.dumps`` (the contract, spelled out)."""
+    columns, config = encoder_args["columns"], encoder_args.get("config")
+    ordered = sorted(columns, key=lambda c: c.name)
+    at = {name: index for index, name in enumerate(encoder_args["select"])}
+    table = encoder_args["table"]
+    result = []
+    for row in rows:
+        keys = json.dumps(
+            {c.name: row[at[c.name]] for c in ordered if c.is_primary_key}, separators=(",", ":")
+        )
+        if config is None:
+            stamp, mod = encoder_args["commit_timestamp"], INSERT
+        else:
+            from airflow_provider_cdc.domain.timestamps import parse_timestamp
+
+            stamp = parse_timestamp(row[at[config.timestamp_column]])
+            names = [n for n in (config.soft_delete_column, config.change_type_column) if n is not None]
+            mod = config.mod_type({n: row[at[n]] for n in names})
+        image = json.dumps(
+            {c.name: row[at[c.name]] for c in ordered if not c.is_primary_key}, separators=(",", ":")
+        )
+        transaction = f"{table}/{to_micros(stamp)}/{keys}"
+        result.append(
+            {
+                "partition_token": "p",
+                "commit_timestamp": stamp,
+                "server_transaction_id": transaction,
+                "record_sequence": "00000000",
+                "mod_index": 0,
+                "table_name": table,
+                "mod_type": mod,
+                "keys_json": keys,
+                "new_values_json": "{}" if mod == DELETE else image,
+                "old_values_json": "{}",
+                "column_types_json": None,  # compared apart
+                "value_capture_type": "NEW_ROW",
+                "number_of_records_in_transaction": 1,
+                "number_of_partitions_in_transaction": 1,
+                "is_last_record_in_transaction_in_partition": True,
+                "change_sequence_number": spanner_change_sequence_number(
+                    to_micros(stamp), transaction, "00000000", 0
+                ),
+            }
+        )
+    return result
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        None,
+        CommitTimestampTable("All", "Ts"),
+        CommitTimestampTable("All", "Ts", soft_delete_column="Deleted"),
+        CommitTimestampTable("All", "Ts", change_type_column="Kind"),
+    ],
+    ids=["snapshot", "commit-timestamp", "soft-delete", "change-type"],
+)
+def test_column_wise_encoding_matches_the_row_by_row_reference(config: CommitTimestampTable | None) -> None:
+    columns = ALL_TYPES if config is None else config.change_columns(ALL_TYPES)
+    args: dict = {"table": "All", "columns": columns, "select": ALL_SELECT}
+    if config is None:
+        args["commit_timestamp"] = T - ONE_MICROSECOND
+    else:
+        args["config"] = config
+    encoder = ChangeRowEncoder(
+        args["table"],
+        columns,
+        ALL_SELECT,
+        partition_token="p",
+        commit_timestamp=args.get("commit_timestamp"),
+        config=config,
+    )
+    from_rows = _rows(encoder.columns(ALL_ROWS))
+    from_columns = _rows(encoder.columns(ColumnChunk(list(map(list, zip(*ALL_ROWS, strict=True))))))
+    assert from_rows == from_columns
+    expected = _reference(args, ALL_ROWS)
+    for row in from_rows:
+        assert json.loads(row.pop("column_types_json")) == [c.to_json_dict() for c in columns]
+    for row in expected:
+        row.pop("column_types_json")
+    assert from_rows == expected
+    if config is not None and config.soft_delete_column:
+        assert [r["mod_type"] for r in from_rows] == [INSERT, INSERT, DELETE, INSERT, INSERT]
+    if config is not None and config.change_type_column:
+        assert [r["mod_type"] for r in from_rows] == [INSERT, UPDATE, UPDATE, DELETE, DELETE]
+
+
+def test_an_empty_chunk_and_a_table_of_keys_only() -> None:
+    keys_only = [ColumnType("A", {"code": "STRING"}, True, 1), ColumnType("B", {"code": "INT64"}, True, 2)]
+    encoder = ChangeRowEncoder("K", keys_only, ["B", "A"], partition_token="p", commit_timestamp=T)
+    assert encoder.columns([]) == [[] for _ in STAGED_CHANGE_COLUMNS]
+    assert encoder.columns(ColumnChunk([[], []])) == [[] for _ in STAGED_CHANGE_COLUMNS]
+    rows = _rows(encoder.columns([["2", "x"], [None, None]]))
+    assert [r["keys_json"] for r in rows] == ['{"A":"x","B":"2"}', '{"A":null,"B":null}']
+    assert [r["new_values_json"] for r in rows] == ["{}", "{}"]
+    with pytest.raises(ValueError, match="expected 2 columns"):
+        encoder.columns(ColumnChunk([["x"]]))
+    with pytest.raises(ValueError, match="differ in length"):
+        encoder.columns(ColumnChunk([["2"], ["x", "y"]]))
+
+
+@pytest.mark.parametrize("strings", [False, True])
+def test_json_texts_are_what_json_dumps_writes(strings: bool) -> None:
+    values = [
+        None,
+        True,
+        False,
+        0,
+        -7,
+        2**70,
+        0.0,
+        -0.0,
+        1.5,
+        1e-300,
+        float("nan"),
+        float("inf"),
+        float("-inf"),
+        "",
+        "plain",
+        'é\u2028\x00,"\\',
+        "NaN",
+        [],
+        [None],
+        [1, 2],
+        ["a,b", ["c", None]],
+        {},
+        {"b": 1, "a": [2, 3]},
+    ]
+    expected = [json.dumps(v, separators=(",", ":")) for v in values]
+    assert json_texts(values, strings) == expected
+    assert json_texts(tuple(values), strings) == expected
+    for value, text in zip(values, expected, strict=True):
+        assert json_texts([value], strings) == [text]
+    assert json_texts(["a", "b\x00"], True) == ['"a"', '"b\\u0000"']
+    assert json_texts([], strings) == []
+    with pytest.raises(TypeError):
+        json_texts([b"bytes"], strings)
