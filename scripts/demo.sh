@@ -95,6 +95,6 @@ else
   log "starting the Spanner change-stream emulator and loading the demo database"
   start_emulator --demo-windows 6
   run_windows spanner_change_stream_to_lake \
-    "Window \[[^]]*\) of [A-Za-z0-9_]+: snapshot read at [^;]*|Window \[[^]]*\): read [0-9]+ change rows[^[]*|$applied"
+    "Window \[[^]]*\) of [A-Za-z0-9_]+: (snapshot read at [^;]*|read [0-9]+ rows from [0-9]+ batch[^[]*)|Window \[[^]]*\): read [0-9]+ change rows[^[]*|$applied"
   report spanner_change_stream_to_lake "$CDC_DEMO_HOME/lake" ""
 fi

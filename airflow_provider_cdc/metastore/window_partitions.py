@@ -240,6 +240,7 @@ class WindowPartitionAccess(MetastoreEngine):
         transactions: float,
         claim_id: str | None = None,
         output_files: int | None = None,
+        partition_rows: bool = False,
     ) -> bool:
         """Mark the window's partition ``done`` with its counts and output, and drop the lease.
 
@@ -247,6 +248,8 @@ class WindowPartitionAccess(MetastoreEngine):
         when it lost the partition (its lease expired and another reader took it, it claimed it
         again, or the window was reset) — its reading then does not count. The claim id and
         ``output_files`` recorded here name the partition's output: the staged files of that claim.
+        With ``partition_rows`` the same transaction records ``rows`` as the partition's record count
+        (a table batch, read whole for one window, has no watermark whose advance counts them).
         """
         stream, start_us, end_us = window_partition_key(stream, start, end)
         token, owner = validate_token(token, stream), validate_owner(owner)
@@ -259,7 +262,7 @@ class WindowPartitionAccess(MetastoreEngine):
             cond = cond & (WP.c.claim_id == validate_claim_id(claim_id))
         with self._tx(write=True) as conn:
             now = self._now(conn)
-            return self._update_one(
+            done = self._update_one(
                 conn,
                 WP,
                 cond,
@@ -272,6 +275,13 @@ class WindowPartitionAccess(MetastoreEngine):
                 done_us=now,
                 updated_us=now,
             )
+            if done and partition_rows:
+                conn.execute(
+                    sa.update(P)
+                    .where((P.c.stream == stream) & (P.c.token == token))
+                    .values(record_count=rows, updated_us=now)
+                )
+            return done
 
     def window_partitions(
         self, stream: str, start: datetime | str, end: datetime | str

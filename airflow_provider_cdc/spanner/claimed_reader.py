@@ -124,8 +124,10 @@ class ClaimedWindowReader:
         rows: int,
         transactions: float,
         output_files: int,
+        partition_rows: bool = False,
     ) -> None:
-        """Record the claim as the partition's output (compare-and-set on the claim id and the lease)."""
+        """Record the claim as the partition's output (compare-and-set on the claim id and the lease);
+        ``partition_rows``: ``rows`` is also the partition's record count (a table batch)."""
         done = self.metastore.complete_window_partition(
             self.key,
             window.start,
@@ -136,6 +138,7 @@ class ClaimedWindowReader:
             transactions=transactions,
             claim_id=claim_id,
             output_files=output_files,
+            partition_rows=partition_rows,
         )
         if not done:
             raise self.read_error(

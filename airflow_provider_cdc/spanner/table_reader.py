@@ -218,7 +218,7 @@ class TableWindowReader(ClaimedWindowReader):
         result.seconds = time.monotonic() - began
         self.complete(
             window, batch.token, claim_id, rows=result.rows, transactions=float(result.rows),
-            output_files=len(writer.files),
+            output_files=len(writer.files), partition_rows=True,
         )  # fmt: skip
         removed = discard_other_claims(writer)
         if removed:

@@ -137,13 +137,32 @@ def test_batches_registered_as_window_partitions_are_claimed_fenced_and_never_la
     assert store.claim_window_partition(source, WINDOW.start, WINDOW.end, "b", 30, claim_id="c2") != claimed
     # a retried reader takes its own batch back at once, under a new claim
     assert store.claim_window_partition(source, WINDOW.start, WINDOW.end, "a", 30, claim_id="c3") == claimed
-    # a stale claim cannot complete the batch
+    # a stale claim cannot complete the batch, nor count its rows
     assert not store.complete_window_partition(
-        source, WINDOW.start, WINDOW.end, claimed, "a", rows=1, transactions=1, claim_id="c1"
+        source,
+        WINDOW.start,
+        WINDOW.end,
+        claimed,
+        "a",
+        rows=9,
+        transactions=9,
+        claim_id="c1",
+        partition_rows=True,
     )
+    assert store.get_partition(source, claimed).record_count == 0
     assert store.complete_window_partition(
-        source, WINDOW.start, WINDOW.end, claimed, "a", rows=1, transactions=1, claim_id="c3"
+        source,
+        WINDOW.start,
+        WINDOW.end,
+        claimed,
+        "a",
+        rows=7,
+        transactions=7,
+        claim_id="c3",
+        partition_rows=True,
     )
+    # the batch's rows are its record count (what `status` lists per partition)
+    assert store.get_partition(source, claimed).record_count == 7
 
 
 def test_a_summary_counts_rows_per_target_table() -> None:
