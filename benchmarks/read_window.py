@@ -25,7 +25,6 @@ import argparse
 import json
 import multiprocessing
 import os
-import resource
 import statistics
 import sys
 import tempfile
@@ -33,6 +32,8 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
+
+from _harness import in_child, spread, usage
 
 STREAM = "WorkloadChanges"
 PROJECT, INSTANCE, DATABASE = "bench-project", "bench-instance", "bench"
@@ -113,12 +114,7 @@ def _raw(host: str, start: str, end: str, conn: Any) -> None:
                             seen.add(child[0])
                             queue.append((child[0], child_start))
     seconds = time.perf_counter() - started
-    conn.send({"rows": mods, "seconds": seconds, **_usage()})
-
-
-def _usage() -> dict[str, float]:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return {"max_rss_mb": usage.ru_maxrss / 1024, "cpu_seconds": usage.ru_utime + usage.ru_stime}
+    conn.send({"rows": mods, "seconds": seconds, **usage()})
 
 
 def _reader(host: str, start: str, end: str, workdir: str, conn: Any) -> None:
@@ -147,7 +143,7 @@ def _reader(host: str, start: str, end: str, workdir: str, conn: Any) -> None:
     reader.prepare(window)
     summary = reader.read(window)
     seconds = time.perf_counter() - started
-    conn.send({"rows": summary.rows, "records": summary.data_records, "seconds": seconds, **_usage()})
+    conn.send({"rows": summary.rows, "records": summary.data_records, "seconds": seconds, **usage()})
 
 
 def _hook(host: str, start: str, end: str, workdir: str, conn: Any) -> None:
@@ -173,25 +169,7 @@ def _hook(host: str, start: str, end: str, workdir: str, conn: Any) -> None:
     hook.open_window("bench", window, staging, "bench-reader")
     summary = hook.read_window(window, staging, "bench-reader")
     seconds = time.perf_counter() - started
-    conn.send({"rows": summary.rows, "records": summary.data_records, "seconds": seconds, **_usage()})
-
-
-def _in_child(target: Any, *args: Any) -> dict:
-    context = multiprocessing.get_context("spawn")
-    parent, child = context.Pipe()
-    process = context.Process(target=target, args=(*args, child))
-    process.start()
-    while not parent.poll(1.0):
-        if not process.is_alive():
-            raise RuntimeError(f"{target.__name__} exited with code {process.exitcode} and no result")
-    result = parent.recv()
-    process.join(60)
-    return result
-
-
-def _spread(values: list[float], digits: str = ",.0f") -> str:
-    """``median (min-max)`` of ``values``."""
-    return f"{statistics.median(values):{digits}} ({min(values):{digits}}-{max(values):{digits}})"
+    conn.send({"rows": summary.rows, "records": summary.data_records, "seconds": seconds, **usage()})
 
 
 def main() -> int:
@@ -222,12 +200,12 @@ def main() -> int:
             order = ("raw", "reader") if attempt % 2 == 0 else ("reader", "raw")
             for side in order:
                 if side == "raw":
-                    raw_runs.append(_in_child(_raw, info["host"], info["start"], info["end"]))
+                    raw_runs.append(in_child(_raw, info["host"], info["start"], info["end"]))
                     run = raw_runs[-1]
                 else:
                     with tempfile.TemporaryDirectory() as workdir:
                         our_runs.append(
-                            _in_child(reader_target, info["host"], info["start"], info["end"], workdir)
+                            in_child(reader_target, info["host"], info["start"], info["end"], workdir)
                         )
                     run = our_runs[-1]
                 print(
@@ -263,9 +241,9 @@ def main() -> int:
             f"{statistics.median(r['cpu_seconds'] for r in our_runs):.1f}"
         )
         print(
-            f"{size:>10,} {our_runs[0]['records']:>8,} {_spread(raw_rates):>24} {_spread(our_rates):>24} "
+            f"{size:>10,} {our_runs[0]['records']:>8,} {spread(raw_rates):>24} {spread(our_rates):>24} "
             f"{statistics.median(our_rates) / statistics.median(raw_rates):>6.2f} "
-            f"{_spread(raw_rss):>14} {_spread(our_rss):>14} "
+            f"{spread(raw_rss):>14} {spread(our_rss):>14} "
             f"{statistics.median(our_rss) / statistics.median(raw_rss):>9.2f} {cpu:>16}"
         )
     if len(results) > 1:

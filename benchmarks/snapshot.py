@@ -30,7 +30,6 @@ import contextlib
 import json
 import multiprocessing
 import os
-import resource
 import shutil
 import statistics
 import sys
@@ -40,6 +39,8 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+
+from _harness import in_child, spread, usage
 
 PROJECT, INSTANCE, DATABASE, TABLE, SOURCE = "bench-project", "bench-instance", "bench", "Bench", "Snapshot"
 DDL = (
@@ -114,11 +115,6 @@ def _database(host: str) -> Any:
     return Client(project=PROJECT, disable_builtin_metrics=True).instance(INSTANCE).database(DATABASE)
 
 
-def _usage() -> dict[str, float]:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return {"max_rss_mb": usage.ru_maxrss / 1024, "cpu_seconds": usage.ru_utime + usage.ru_stime}
-
-
 def _plan(host: str, first: str, workdir: str, max_partitions: int | None, conn: Any) -> None:
     """Child: plan the snapshot window once (plan file, batches recorded in the metastore)."""
     from airflow_provider_cdc.domain.timestamps import coerce_timestamp
@@ -162,7 +158,7 @@ def _raw(host: str, plan_path: str, conn: Any) -> None:
         ):
             rows += 1
     seconds = time.perf_counter() - started
-    conn.send({"rows": rows, "seconds": seconds, **_usage()})
+    conn.send({"rows": rows, "seconds": seconds, **usage()})
 
 
 def _prepare_run(host: str, info: dict, workdir: str, run_dir: str) -> tuple[Any, str]:
@@ -204,7 +200,7 @@ def _provider(host: str, info: dict, workdir: str, run_dir: str, process_gc: boo
     started = time.perf_counter()
     summary = reader.read(window)
     seconds = time.perf_counter() - started
-    conn.send({"rows": summary.rows, "seconds": seconds, **_usage()})
+    conn.send({"rows": summary.rows, "seconds": seconds, **usage()})
 
 
 def _hook(host: str, info: dict, workdir: str, run_dir: str, process_gc: bool, conn: Any) -> None:
@@ -229,25 +225,7 @@ def _hook(host: str, info: dict, workdir: str, run_dir: str, process_gc: bool, c
     started = time.perf_counter()
     summary = hook.read_window(Window.from_window_id(info["window_id"]), staging, "bench")
     seconds = time.perf_counter() - started
-    conn.send({"rows": summary.rows, "seconds": seconds, **_usage()})
-
-
-def _in_child(target: Any, *args: Any) -> dict:
-    context = multiprocessing.get_context("spawn")
-    parent, child = context.Pipe()
-    process = context.Process(target=target, args=(*args, child))
-    process.start()
-    while not parent.poll(1.0):
-        if not process.is_alive():
-            raise RuntimeError(f"{target.__name__} exited with code {process.exitcode} and no result")
-    result = parent.recv()
-    process.join(60)
-    return result
-
-
-def _spread(values: list[float], digits: str = ",.0f") -> str:
-    """``median (min-max)`` of ``values``."""
-    return f"{statistics.median(values):{digits}} ({min(values):{digits}}-{max(values):{digits}})"
+    conn.send({"rows": summary.rows, "seconds": seconds, **usage()})
 
 
 def main() -> int:
@@ -276,7 +254,7 @@ def main() -> int:
         print(f"[{size:,} rows] loading the {args.emulator} emulator ...", file=sys.stderr, flush=True)
         served = parent.recv()
         with tempfile.TemporaryDirectory() as workdir:
-            info = _in_child(_plan, served["host"], served["first"], workdir, args.max_partitions)
+            info = in_child(_plan, served["host"], served["first"], workdir, args.max_partitions)
             raw_runs: list[dict] = []
             our_runs: list[dict] = []
             for attempt in range(args.repeat):
@@ -284,11 +262,11 @@ def main() -> int:
                 order = ("raw", "provider") if attempt % 2 == 0 else ("provider", "raw")
                 for side in order:
                     if side == "raw":
-                        run = _in_child(_raw, served["host"], info["plan"])
+                        run = in_child(_raw, served["host"], info["plan"])
                         raw_runs.append(run)
                     else:
                         with tempfile.TemporaryDirectory(dir=workdir) as run_dir:
-                            run = _in_child(
+                            run = in_child(
                                 provider_target, served["host"], info, workdir, run_dir, args.process_gc
                             )
                         our_runs.append(run)
@@ -326,10 +304,10 @@ def main() -> int:
             f"{statistics.median(r['cpu_seconds'] for r in our_runs):.1f}"
         )
         print(
-            f"{size:>10,} {batches:>7} {_spread(raw_rates):>24} {_spread(our_rates):>24} "
+            f"{size:>10,} {batches:>7} {spread(raw_rates):>24} {spread(our_rates):>24} "
             f"{statistics.median(our_rates) / statistics.median(raw_rates):>6.2f} "
-            f"{_spread([r['max_rss_mb'] for r in raw_runs]):>14} "
-            f"{_spread([r['max_rss_mb'] for r in our_runs]):>14} "
+            f"{spread([r['max_rss_mb'] for r in raw_runs]):>14} "
+            f"{spread([r['max_rss_mb'] for r in our_runs]):>14} "
             f"{cpu:>18}"
         )
     if len(results) > 1:
