@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_cdc.domain.durations import spanner_duration
 from airflow_provider_cdc.hooks.connection_fields import (
     ConnectionFields,
     ConnectionFieldsMixin,
@@ -27,8 +28,6 @@ if TYPE_CHECKING:
 DEFAULT_GCP_CONN_ID = "google_cloud_default"
 DEFAULT_HEARTBEAT_MS = 10_000
 RetentionValue = timedelta | int | float | str
-_DURATION = re.compile(r"([0-9]+)\s*([smhd])")
-_UNITS = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
 
 
 def parse_retention(value: RetentionValue) -> timedelta:
@@ -43,10 +42,8 @@ def parse_retention(value: RetentionValue) -> timedelta:
             period = timedelta(seconds=value)
         elif isinstance(value, str):
             text = value.strip().lower()
-            match = _DURATION.fullmatch(text)
-            if match:
-                period = timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2)])
-            elif re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
+            period = spanner_duration(text)
+            if period is None and re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
                 period = timedelta(seconds=float(text))
     except (OverflowError, ValueError):  # NaN, infinities, more days than a timedelta holds
         period = None
@@ -58,15 +55,6 @@ def parse_retention(value: RetentionValue) -> timedelta:
     if period <= timedelta(0):
         raise ValueError(f"retention must be positive, got {value!r}")
     return period
-
-
-def format_duration(period: timedelta) -> str:
-    """``period`` in Spanner's duration notation, in the largest whole unit (``7d``, ``36h``, ``90s``)."""
-    seconds = period.total_seconds()
-    for unit, size in _UNITS.items():
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from airflow_provider_cdc._errors import (
     RetentionExpiredError,
     metastore_errors,
 )
+from airflow_provider_cdc.domain.durations import format_duration
 from airflow_provider_cdc.domain.identifiers import InvalidIdentifierError, validate_identifier
 from airflow_provider_cdc.domain.timestamps import coerce_timestamp, ensure_utc, format_timestamp
 from airflow_provider_cdc.domain.window import Window
@@ -28,7 +29,6 @@ from airflow_provider_cdc.hooks.change_stream_connection import (
     DEFAULT_GCP_CONN_ID,
     DEFAULT_HEARTBEAT_MS,
     RetentionValue,
-    format_duration,
     parse_retention,
 )
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook

@@ -9,11 +9,11 @@ nor repeat a commit. Spanner keeps old row versions for the database's ``version
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from airflow_provider_cdc.domain.durations import format_duration, parse_duration
 from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, ensure_utc, format_timestamp
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.spanner.table_batches import PlannedTable
@@ -25,27 +25,8 @@ VERSION_RETENTION_QUERY = (
     "SELECT OPTION_VALUE FROM INFORMATION_SCHEMA.DATABASE_OPTIONS "
     "WHERE OPTION_NAME = 'version_retention_period'"
 )
-_DURATION = re.compile(r"\s*([0-9]+)\s*([smhd])\s*", re.IGNORECASE)
-_UNITS = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
 #: Reads closer than this to the retention's edge count as outside it (the read takes time).
 RETENTION_MARGIN = timedelta(minutes=1)
-
-
-def parse_duration(text: str) -> timedelta:
-    """A Spanner duration (``'1h'``, ``'7d'``, ``'90m'``, ``'3600s'``); ``ValueError`` otherwise."""
-    match = _DURATION.fullmatch(text)
-    if not match or int(match.group(1)) <= 0:
-        raise ValueError(f"not a Spanner duration: {text!r}")
-    return timedelta(seconds=int(match.group(1)) * _UNITS[match.group(2).lower()])
-
-
-def format_duration(period: timedelta) -> str:
-    """``period`` in the largest whole unit (``7d``, ``36h``, ``90s``)."""
-    seconds = period.total_seconds()
-    for unit, size in _UNITS.items():
-        if seconds >= size and seconds % size == 0:
-            return f"{int(seconds // size)}{unit}"
-    return f"{seconds:g}s"
 
 
 def snapshot_window(first_window_start: datetime) -> Window:
