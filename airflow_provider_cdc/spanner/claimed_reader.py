@@ -12,7 +12,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from google.api_core import exceptions as gexc
 
@@ -32,6 +32,22 @@ RETRYABLE = (
 )
 
 
+class WindowReadError(RuntimeError):
+    """A window could not be read; the message names the window, the partition and the cause."""
+
+    #: What the window's partitions are called in messages.
+    partition_noun: ClassVar[str] = "partition"
+    #: Where a failure that concerns no partition happened ("": the message names no place).
+    without_partition: ClassVar[str] = ""
+
+    def __init__(self, window: Window, token: str | None, cause: BaseException | str) -> None:
+        where = self.without_partition if token is None else f"{self.partition_noun} {token}"
+        super().__init__(f"reading window {window} failed{f' at {where}' if where else ''}: {cause}")
+        self.window = window
+        self.token = token
+        self.cause = cause
+
+
 def describe_error(exc: gexc.GoogleAPICallError) -> str:
     """``CODE: message`` of a Spanner error."""
     code = getattr(exc, "grpc_status_code", None)
@@ -42,14 +58,13 @@ class ClaimedWindowReader:
     """Claims, stages and completes the partitions of windows of one metastore ``key`` (a change stream's
     or a table source's) under the staging folder ``folder``.
 
-    Subclasses set :attr:`read_error` (an exception taking ``(window, token, cause)``) and
-    :attr:`partition_noun` (``partition``, ``batch``) and read each claimed partition. The staging root is
+    Subclasses set :attr:`read_error` (the :class:`WindowReadError` they raise) and read each claimed
+    partition. The staging root is
     opened with ``storage_options`` (delta-rs object-store options, such as those of a Google
     connection) unless an explicit ``filesystem`` is given.
     """
 
-    read_error: ClassVar[Callable[[Window, str | None, Any], Exception]]
-    partition_noun: ClassVar[str] = "partition"
+    read_error: ClassVar[type[WindowReadError]] = WindowReadError
 
     def __init__(
         self,
@@ -144,7 +159,8 @@ class ClaimedWindowReader:
             raise self.read_error(
                 window,
                 token,
-                f"the lease of reader {self.owner} expired and another reader took the {self.partition_noun}",
+                f"the lease of reader {self.owner} expired and another reader took the "
+                f"{self.read_error.partition_noun}",
             )
 
     def renew(self, window: Window, token: str) -> None:
@@ -153,7 +169,7 @@ class ClaimedWindowReader:
             self.key, window.start, window.end, token, self.owner, self.lease_seconds
         ):
             raise self.read_error(
-                window, token, f"reader {self.owner} lost its lease on the {self.partition_noun}"
+                window, token, f"reader {self.owner} lost its lease on the {self.read_error.partition_noun}"
             )
 
     def back_off(self, window: Window, token: str, exc: gexc.GoogleAPICallError, retries: int) -> float:

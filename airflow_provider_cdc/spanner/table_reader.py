@@ -19,7 +19,7 @@ from google.api_core import exceptions as gexc
 from airflow_provider_cdc.domain.table_rows import ChangeRowEncoder, ColumnChunk
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.metastore import Metastore
-from airflow_provider_cdc.spanner.claimed_reader import ClaimedWindowReader, describe_error
+from airflow_provider_cdc.spanner.claimed_reader import ClaimedWindowReader, WindowReadError, describe_error
 from airflow_provider_cdc.spanner.garbage_collection import FULL_COLLECTION_FACTOR, fewer_full_collections
 from airflow_provider_cdc.spanner.table_batches import (
     SNAPSHOT,
@@ -39,14 +39,10 @@ from airflow_provider_cdc.staging.reading import discard_other_claims
 CHUNK_ROWS = 1024
 
 
-class TableReadError(RuntimeError):
+class TableReadError(WindowReadError):
     """A batch of a window could not be read; the message names the window, the batch and the cause."""
 
-    def __init__(self, window: Window, token: str | None, cause: BaseException | str) -> None:
-        where = "" if token is None else f" at batch {token}"
-        super().__init__(f"reading window {window} failed{where}: {cause}")
-        self.window = window
-        self.token = token
+    partition_noun = "batch"
 
 
 @dataclass
@@ -137,7 +133,6 @@ class TableWindowReader(ClaimedWindowReader):
     """
 
     read_error = TableReadError
-    partition_noun = "batch"
 
     def __init__(
         self,

@@ -25,7 +25,12 @@ from airflow_provider_cdc.domain.timestamps import format_timestamp
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.metastore import Metastore, PartitionSpec
 from airflow_provider_cdc.spanner.change_stream_query import ChangeStreamQuery
-from airflow_provider_cdc.spanner.claimed_reader import RETRYABLE, ClaimedWindowReader, describe_error
+from airflow_provider_cdc.spanner.claimed_reader import (
+    RETRYABLE,
+    ClaimedWindowReader,
+    WindowReadError,
+    describe_error,
+)
 from airflow_provider_cdc.spanner.record_decoder import ChangeRecordDecoder, DataRecordRows
 from airflow_provider_cdc.staging.parquet import StagingWriter, window_location
 
@@ -33,15 +38,10 @@ __all__ = ["RETRYABLE", "ChangeStreamReadError", "PartitionResult", "ReadSummary
 from airflow_provider_cdc.staging.reading import discard_other_claims
 
 
-class ChangeStreamReadError(RuntimeError):
+class ChangeStreamReadError(WindowReadError):
     """A window could not be read; the message names the window, the partition token and the cause."""
 
-    def __init__(self, window: Window, token: str | None, cause: BaseException | str) -> None:
-        where = "the initial query" if token is None else f"partition {token}"
-        super().__init__(f"reading window {window} failed at {where}: {cause}")
-        self.window = window
-        self.token = token
-        self.cause = cause
+    without_partition = "the initial query"
 
 
 @dataclass
