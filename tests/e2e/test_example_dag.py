@@ -49,6 +49,13 @@ ALL_TASKS = {"wait_parents", "open_window", "read[0]", "read[1]", "drained", "me
 SNAPSHOT = "initial_snapshot"
 SNAPSHOT_TASKS = {f"{SNAPSHOT}.{t}" for t in ("open", "read", "merge", "upsert", "commit")}
 SNAPSHOT_GATE = f"{SNAPSHOT}.is_first_window"
+
+
+def is_snapshot_task(name: str) -> bool:
+    """Whether ``name`` (``task_id`` or ``task_id[map_index]``) is one of the snapshot's skippable tasks."""
+    return name.split("[")[0] in SNAPSHOT_TASKS
+
+
 RUNNER_TIMEOUT = 1500.0
 
 pytestmark = [
@@ -175,9 +182,8 @@ def _execute_run(sdk_dag: Any, scheduler_dag: Any, run_id: str, stop_before: set
             tis = run.get_task_instances(session=session)
             scheduled = [ti for ti in tis if ti.state == TaskInstanceState.SCHEDULED]
             # Each pass settles one more level of skipped tasks (a skipped branch's descendants).
-            changed, states = states != {(ti.task_id, ti.map_index): ti.state for ti in tis}, {
-                (ti.task_id, ti.map_index): ti.state for ti in tis
-            }
+            current = {(ti.task_id, ti.map_index): ti.state for ti in tis}
+            changed, states = current != states, current
             if not scheduled:
                 if changed and run.state == DagRunState.RUNNING:
                     continue
@@ -251,7 +257,7 @@ class RunReport:
         """The run succeeded: every window task and the snapshot's gate succeeded; the snapshot's tasks
         succeeded in the first window's run and were skipped in every other."""
         first_run = self.data_interval[0] == FIRST_WINDOW_START
-        snapshot = {n: t["state"] for n, t in self.tasks.items() if n.split("[")[0] in SNAPSHOT_TASKS}
+        snapshot = {name: t["state"] for name, t in self.tasks.items() if is_snapshot_task(name)}
         window = {name: t["state"] for name, t in self.tasks.items() if name not in snapshot}
         failed = {name: state for name, state in window.items() if state != "success"}
         assert self.state == "success" and not failed, f"run {self.run_id} is {self.state}; tasks: {failed}"
@@ -709,7 +715,7 @@ def test_backfill_over_five_windows_run_by_the_scheduler_changes_nothing(pipelin
                 run_id,
             )
         )
-        window = {name: state for name, state in states.items() if name.split("[")[0] not in SNAPSHOT_TASKS}
+        window = {name: state for name, state in states.items() if not is_snapshot_task(name)}
         skipped = {name: state for name, state in states.items() if name not in window}
         # the window's tasks ran; a later window's run skips the initial snapshot
         assert set(window) == {*ALL_TASKS, SNAPSHOT_GATE}, (run_id, states)
@@ -870,7 +876,7 @@ def test_two_runs_of_one_window_at_once_apply_it_exactly_once(pipeline: Pipeline
         unrun = {
             name: t["state"]
             for name, t in run.tasks.items()
-            if t["state"] != "success" and name.split("[")[0] not in SNAPSHOT_TASKS  # skipped: a later window
+            if t["state"] != "success" and not is_snapshot_task(name)  # skipped: a later window
         }
         assert unrun == {"upsert": None, "commit": None}, (run.run_id, unrun)
     assert scheduled.run_id != manual.run_id
