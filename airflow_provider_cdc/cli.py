@@ -231,6 +231,11 @@ def timings(args: argparse.Namespace) -> int:
     return 0
 
 
+def _keys_of(rows: list[dict[str, Any]], columns: list[str]) -> set[str]:
+    """The keys of ``rows`` (values of ``columns``) as comparable text."""
+    return {json.dumps([row.get(c) for c in columns]) for row in rows}
+
+
 def compare(args: argparse.Namespace) -> int:
     """Do the Delta tables equal the ground truth written by the demo emulator?"""
     from airflow_provider_cdc.lake.compare import compare_lake_to_rows
@@ -247,10 +252,7 @@ def compare(args: argparse.Namespace) -> int:
         prior = ""
         if r.table in before and r.table in keys:
             # rows that existed before the first window (the initial snapshot's) and are still there
-            def key(row: dict[str, Any], table: str = r.table) -> str:
-                return json.dumps([row.get(k) for k in keys[table]])
-
-            kept = {key(row) for row in before[r.table]} & {key(row) for row in truth.get(r.table, [])}
+            kept = _keys_of(before[r.table], keys[r.table]) & _keys_of(truth.get(r.table, []), keys[r.table])
             prior = f" ({len(kept)} of them from the {len(before[r.table])} rows before the first window)"
         print(f"{r.table}: lake {r.lake_rows} rows, committed history {r.truth_rows} rows{prior}: {verdict}")
         for row in r.only_in_lake[:1]:
