@@ -258,6 +258,22 @@ class ExampleDagHome:
     def airflow_db(self) -> Path:
         return self.airflow_home / "airflow.db"
 
+    def dag_runs(self, dag_id: str) -> list[tuple[str, str, datetime, datetime]]:
+        """``(run_type, state, data_interval_start, data_interval_end)`` of the DAG's runs, oldest first."""
+        import sqlite3
+
+        with sqlite3.connect(f"file:{self.airflow_db}?mode=ro", uri=True, timeout=30) as db:
+            rows = db.execute(
+                "SELECT run_type, state, data_interval_start, data_interval_end FROM dag_run "
+                "WHERE dag_id = ? ORDER BY data_interval_start",
+                (dag_id,),
+            ).fetchall()
+
+        def utc(text: str) -> datetime:
+            return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
+
+        return [(run_type, state, utc(start), utc(end)) for run_type, state, start, end in rows]
+
     def airflow(self, *args: str, log: Path, timeout: float = 300.0) -> str:
         """Run an ``airflow`` command; its output goes to ``log`` and is returned; a failure fails."""
         command = [str(Path(sys.executable).parent / "airflow"), *args]

@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -136,19 +135,6 @@ def bigquery_dag(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BigQueryD
         yield BigQueryDag(home, fake)
 
 
-def _dag_runs(airflow_db: Path) -> list[tuple[str, datetime, datetime]]:
-    """``(state, data_interval_start, data_interval_end)`` of every run, oldest first."""
-    with sqlite3.connect(f"file:{airflow_db}?mode=ro", uri=True, timeout=30) as db:
-        rows = db.execute(
-            "SELECT state, data_interval_start, data_interval_end FROM dag_run WHERE dag_id = ? "
-            "ORDER BY data_interval_start",
-            (DAG_ID,),
-        ).fetchall()
-
-    def utc(text: str) -> datetime:
-        return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
-
-    return [(state, utc(start), utc(end)) for state, start, end in rows]
 
 
 def _assert_equal_to_history(dag: BigQueryDag, index: int, when: str) -> None:
@@ -204,7 +190,7 @@ def test_windows_reach_bigquery_equal_to_the_history_and_a_rerun_changes_nothing
     ledger = ledger_id(PIPELINE)
     for index in range(WINDOWS):
         output = dag.run(index, f"window-{index}")
-        assert _dag_runs(dag.home.airflow_db)[-1] == ("success", *dag.window(index))
+        assert dag.home.dag_runs(DAG_ID)[-1][1:] == ("success", *dag.window(index))
         _assert_equal_to_history(dag, index, f"after window {index}")
         store = dag.metastore()
         try:
@@ -233,7 +219,7 @@ def test_windows_reach_bigquery_equal_to_the_history_and_a_rerun_changes_nothing
     finally:
         store.dispose()
     dag.run(RERUN_WINDOW, f"window-{RERUN_WINDOW}-again")
-    runs = _dag_runs(dag.home.airflow_db)
+    runs = [run[1:] for run in dag.home.dag_runs(DAG_ID)]
     assert runs == [("success", *dag.window(i)) for i in range(WINDOWS)], runs
     assert any(dag.fake.table(PROJECT, DATASET, t).appended_rows > appended[t] for t in TABLES)
     assert dag.bigquery_rows() == rows_before

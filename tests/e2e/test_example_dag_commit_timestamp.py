@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -84,17 +83,7 @@ class LedgerDag:
 
     def dag_runs(self) -> list[tuple[str, datetime, datetime]]:
         """``(state, data_interval_start, data_interval_end)`` of every run, oldest first."""
-        with sqlite3.connect(f"file:{self.home.airflow_db}?mode=ro", uri=True, timeout=30) as db:
-            rows = db.execute(
-                "SELECT state, data_interval_start, data_interval_end FROM dag_run WHERE dag_id = ? "
-                "ORDER BY data_interval_start",
-                (DAG_ID,),
-            ).fetchall()
-
-        def utc(text: str) -> datetime:
-            return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
-
-        return [(state, utc(start), utc(end)) for state, start, end in rows]
+        return [run[1:] for run in self.home.dag_runs(DAG_ID)]
 
 
 @pytest.fixture(scope="module")

@@ -15,13 +15,11 @@ and writes some rows several times in one transaction (``max_writes_per_row``).
 from __future__ import annotations
 
 import os
-import sqlite3
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -175,19 +173,6 @@ def _truth_at(workload: Any, moment: datetime) -> dict[str, list[dict[str, Any]]
     }
 
 
-def _dag_runs(airflow_db: Path) -> list[tuple[str, str, datetime, datetime]]:
-    """``(run_type, state, data_interval_start, data_interval_end)`` of every run, oldest first."""
-    with sqlite3.connect(f"file:{airflow_db}?mode=ro", uri=True, timeout=30) as db:
-        rows = db.execute(
-            "SELECT run_type, state, data_interval_start, data_interval_end FROM dag_run "
-            "WHERE dag_id = ? ORDER BY data_interval_start",
-            (DAG_ID,),
-        ).fetchall()
-
-    def utc(text: str) -> datetime:
-        return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
-
-    return [(run_type, state, utc(start), utc(end)) for run_type, state, start, end in rows]
 
 
 @pytest.mark.timeout(900)
@@ -209,7 +194,7 @@ def test_consecutive_windows_against_google_emulator_equal_the_committed_history
         home.airflow(
             "dags", "test", DAG_ID, end.isoformat(), log=home.root / f"window-{index}.log", timeout=600
         )
-        runs = _dag_runs(home.airflow_db)
+        runs = home.dag_runs(DAG_ID)
         assert runs[-1][1:] == ("success", start, end), runs
         store = Metastore(home.metastore_url)
         try:
@@ -218,7 +203,7 @@ def test_consecutive_windows_against_google_emulator_equal_the_committed_history
         finally:
             store.dispose()
     workload = google_dag.live.finish()
-    assert [(start, end) for *_, start, end in _dag_runs(home.airflow_db)] == [
+    assert [(start, end) for *_, start, end in home.dag_runs(DAG_ID)] == [
         google_dag.window(i) for i in range(WINDOWS)
     ]
 
