@@ -12,7 +12,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -50,10 +50,18 @@ class MetastoreEngine:
 
     ``url`` is a SQLAlchemy URL of a PostgreSQL or SQLite database (``sqlite:////path/cdc.db``;
     SQLite must be a file for several processes to share it). ``engine_kwargs`` go to
-    ``sqlalchemy.create_engine``.
+    ``sqlalchemy.create_engine``. ``clock`` (microseconds since the epoch) replaces the database's
+    clock for leases and timings, so that a caller can move time instead of waiting for it; every
+    process sharing the database must then use the same clock.
     """
 
-    def __init__(self, url: str, *, engine_kwargs: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        engine_kwargs: Mapping[str, Any] | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
         if not isinstance(url, str) or not url.strip():
             raise ValueError("metastore URL must be a non-empty SQLAlchemy URL string")
         try:
@@ -73,6 +81,7 @@ class MetastoreEngine:
             kwargs.setdefault("pool_pre_ping", True)
         self._url = parsed
         self._backend = backend
+        self._clock = clock
         self._engine: Engine = sa.create_engine(parsed, **kwargs)
         database = parsed.database or ""
         self._in_memory = backend == "sqlite" and (
@@ -128,10 +137,15 @@ class MetastoreEngine:
         """Compare-and-set: write ``values`` to the row matching ``cond``; True if one row changed."""
         return conn.execute(sa.update(table).where(cond).values(**values)).rowcount == 1
 
-    @staticmethod
-    def _now(conn: Connection) -> int:
-        """The database clock, read once so that every timing one call writes is the same instant."""
-        return int(conn.execute(sa.select(utc_now_micros())).scalar_one())
+    def _clock_now(self) -> ColumnElement:
+        """The current time as a SQL expression: the database's clock, or the injected ``clock``."""
+        if self._clock is None:
+            return utc_now_micros()
+        return sa.literal(int(self._clock()), sa.BigInteger())
+
+    def _now(self, conn: Connection) -> int:
+        """The clock, read once so that every timing one call writes is the same instant."""
+        return int(conn.execute(sa.select(self._clock_now())).scalar_one())
 
     # ------------------------------------------------------------------------------------------
     # Schema.

@@ -37,7 +37,6 @@ from airflow_provider_cdc.metastore.model import (
     validate_token,
 )
 from airflow_provider_cdc.metastore.schema import partitions as P
-from airflow_provider_cdc.metastore.schema import utc_now_micros
 
 
 def partition_cond(
@@ -138,12 +137,12 @@ class PartitionAccess(MetastoreEngine):
             parent_tokens=encode_tokens(spec.parent_tokens),
             start_us=start_us,
             watermark_us=sa.case((P.c.watermark_us == P.c.start_us, start_us), else_=P.c.watermark_us),
-            updated_us=utc_now_micros(),
+            updated_us=self._clock_now(),
         )
 
     def _insert_partition(self, conn: Connection, stream: str, spec: PartitionSpec) -> bool:
         start_us = timestamp_micros(spec.start_timestamp, "start_timestamp")
-        now = utc_now_micros()
+        now = self._clock_now()
         values = {
             "stream": stream,
             "token": spec.token,
@@ -211,7 +210,7 @@ class PartitionAccess(MetastoreEngine):
                     token,
                     f"end_timestamp {from_micros(end_us)} is before its start {from_micros(row['start_us'])}",
                 )
-            now = utc_now_micros()
+            now = self._clock_now()
             finished = self._update_one(
                 conn,
                 P,
@@ -280,7 +279,7 @@ class PartitionAccess(MetastoreEngine):
         end_us = timestamp_micros(end, "end")
         changed = 0
         with self._tx(write=True) as conn:
-            now = utc_now_micros()
+            now = self._clock_now()
             for chunk in chunks(wanted):
                 changed += conn.execute(
                     sa.update(P)
@@ -315,7 +314,7 @@ class PartitionAccess(MetastoreEngine):
                 record, recorded_parents(conn, stream, [record]).values()
             ):
                 return None
-            now = utc_now_micros()
+            now = self._clock_now()
             free = P.c.lease_owner.is_(None) | (P.c.lease_expires_us < now) | (P.c.lease_owner == owner)
             claimed = self._update_one(
                 conn,
@@ -343,7 +342,7 @@ class PartitionAccess(MetastoreEngine):
                 partition_cond(stream, token, holder=owner),
                 lease_owner=None,
                 lease_expires_us=None,
-                updated_us=utc_now_micros(),
+                updated_us=self._clock_now(),
             )
             if not released:
                 partition_row(conn, stream, token)
@@ -446,5 +445,5 @@ class PartitionAccess(MetastoreEngine):
                 (P.c.state == PartitionState.RUNNING.value)
                 & P.c.lease_owner.is_not(None)
                 & P.c.heartbeat_ms.is_not(None)
-                & (since + P.c.heartbeat_ms * (1000 * missed_heartbeats) < utc_now_micros()),
+                & (since + P.c.heartbeat_ms * (1000 * missed_heartbeats) < self._clock_now()),
             )

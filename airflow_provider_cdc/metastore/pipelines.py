@@ -27,7 +27,6 @@ from airflow_provider_cdc.metastore.model import (
     validate_pipeline,
 )
 from airflow_provider_cdc.metastore.schema import pipelines as PL
-from airflow_provider_cdc.metastore.schema import utc_now_micros
 from airflow_provider_cdc.metastore.schema import window_tables as WT
 from airflow_provider_cdc.metastore.schema import windows as W
 from airflow_provider_cdc.metastore.windows import window_key
@@ -72,7 +71,7 @@ class PipelineLedger(MetastoreEngine):
                 conn,
                 PL,
                 {"pipeline": pipeline, "first_window_start_us": first_us, "tables_recorded_from_us": None,
-                 "created_us": utc_now_micros()},
+                 "created_us": self._clock_now()},
             )
             return self._pipeline_row(conn, pipeline)  # type: ignore[return-value]
 
@@ -135,7 +134,7 @@ class PipelineLedger(MetastoreEngine):
         record unless ``replace`` (a repair that applied the window again)."""
         pipeline, start_us, end_us = window_key(pipeline, start, end)
         with self._tx(write=True) as conn:
-            now = utc_now_micros()
+            now = self._clock_now()
             for table, (version, rows) in sorted(tables.items()):
                 key = {"pipeline": pipeline, "window_start_us": start_us, "window_end_us": end_us,
                        "table_name": validate_identifier(table, "table")}

@@ -24,7 +24,6 @@ from airflow_provider_cdc.metastore.model import (
 from airflow_provider_cdc.metastore.partitions import partition_cond, partition_row
 from airflow_provider_cdc.metastore.schema import partitions as P
 from airflow_provider_cdc.metastore.schema import table_watermarks as TW
-from airflow_provider_cdc.metastore.schema import utc_now_micros
 
 
 class WatermarkAccess(MetastoreEngine):
@@ -54,7 +53,7 @@ class WatermarkAccess(MetastoreEngine):
         records = validate_count("records", records) or 0
         cond = partition_cond(stream, token, unfinished=True, holder=owner) & (P.c.watermark_us < ts_us)
         with self._tx(write=True) as conn:
-            now = utc_now_micros()
+            now = self._clock_now()
             moved = self._update_one(
                 conn,
                 P,
@@ -77,7 +76,7 @@ class WatermarkAccess(MetastoreEngine):
         pipeline, table = validate_pipeline(pipeline), validate_identifier(table, "table")
         ts_us = timestamp_micros(timestamp, f"apply watermark of table {table!r}")
         with self._tx(write=True) as conn:
-            now = utc_now_micros()
+            now = self._clock_now()
             key = {"pipeline": pipeline, "table_name": table}
             if self._insert_if_absent(conn, TW, {**key, "watermark_us": ts_us, "updated_us": now}):
                 return True

@@ -26,7 +26,6 @@ from airflow_provider_cdc.metastore.model import (
     validate_stream,
     window_state,
 )
-from airflow_provider_cdc.metastore.schema import utc_now_micros
 from airflow_provider_cdc.metastore.schema import windows as W
 
 
@@ -69,7 +68,7 @@ class WindowAccess(MetastoreEngine):
         pipeline, start_us, end_us = window_key(pipeline, start, end)
         stream = validate_stream(stream)
         with self._tx(write=True) as conn:
-            now = utc_now_micros()
+            now = self._clock_now()
             self._insert_if_absent(
                 conn,
                 W,
@@ -122,7 +121,7 @@ class WindowAccess(MetastoreEngine):
                 f"{start_us}-{end_us}",
                 f"a window only moves forward (reading → applied), not {expected.value} → {new.value}",
             )
-        now = utc_now_micros()
+        now = self._clock_now()
         values: dict[str, Any] = {"state": new.value, "updated_us": now}
         if new is WindowState.APPLIED:
             values["applied_us"] = now
@@ -164,7 +163,7 @@ class WindowAccess(MetastoreEngine):
         if expected is not None:
             expected = window_state(expected, "expected window state")
             cond = cond & (W.c.state == expected.value)
-        now = utc_now_micros()
+        now = self._clock_now()
         with self._tx(write=True) as conn:
             reopened = self._update_one(
                 conn,

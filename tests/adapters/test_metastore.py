@@ -44,6 +44,7 @@ from airflow_provider_cdc.metastore import (
 )
 from airflow_provider_cdc.metastore import schema as schema_module
 from airflow_provider_cdc.metastore.model import window_parents_to_wait_for
+from tests.support.clock import ManualClock
 
 ROOT = Path(__file__).resolve().parents[2]
 STREAM = "projects/test-project/instances/test-instance/databases/shop/OrdersStream"
@@ -56,8 +57,14 @@ def at(seconds: float) -> datetime:
 
 
 @pytest.fixture
-def store(metastore_url: str) -> Iterator[Metastore]:
-    metastore = Metastore(metastore_url)
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def store(metastore_url: str, clock: ManualClock) -> Iterator[Metastore]:
+    """A metastore whose leases and timings follow ``clock``, which only the test moves."""
+    metastore = Metastore(metastore_url, clock=clock)
     metastore.create_schema()
     yield metastore
     metastore.dispose()
@@ -469,7 +476,7 @@ def test_child_waits_for_all_parents(store: Metastore) -> None:
 # Leases.
 
 
-def test_lease_is_exclusive_and_expires(store: Metastore) -> None:
+def test_lease_is_exclusive_and_expires(store: Metastore, clock: ManualClock) -> None:
     store.add_partitions(STREAM, [PartitionSpec("p", T0)])
     first = store.claim_partition(STREAM, "p", "reader-a", 30)
     assert first is not None
@@ -481,7 +488,9 @@ def test_lease_is_exclusive_and_expires(store: Metastore) -> None:
     assert renewed.lease_expires_at < first.lease_expires_at
     assert store.claim_partition(STREAM, "p", "reader-b", 30) is None
 
-    time.sleep(0.5)  # reader-a dies: its lease runs out
+    clock.advance(0.299)
+    assert store.claim_partition(STREAM, "p", "reader-b", 30) is None  # held to the last microsecond
+    clock.advance(0.002)  # reader-a dies: its lease runs out
     taken = store.claim_partition(STREAM, "p", "reader-b", 30)
     assert taken is not None and (taken.token, taken.lease_owner, taken.attempts) == ("p", "reader-b", 3)
     assert store.claim_partition(STREAM, "p", "reader-a", 30) is None
@@ -964,7 +973,7 @@ def test_window_parents_to_wait_for_rule() -> None:
     assert window_parents_to_wait_for([], ends, 0) == []
 
 
-def test_own_reclaim_expired_takeover_and_stale_completion(store: Metastore) -> None:
+def test_own_reclaim_expired_takeover_and_stale_completion(store: Metastore, clock: ManualClock) -> None:
     store.add_partitions(STREAM, [PartitionSpec("p", T0)])
     store.add_window_partitions(STREAM, W_START, W_END, ["p"])
     assert store.claim_window_partition(STREAM, W_START, W_END, "reader-a", 30) == "p"
@@ -976,7 +985,9 @@ def test_own_reclaim_expired_takeover_and_stale_completion(store: Metastore) -> 
     assert not store.renew_window_partition_lease(STREAM, W_START, W_END, "p", "reader-b", 30)
     assert store.renew_window_partition_lease(STREAM, W_START, W_END, "p", "reader-a", 0.3)
     assert store.claim_window_partition(STREAM, W_START, W_END, "reader-b", 30) is None
-    time.sleep(0.5)  # reader-a dies: its lease runs out
+    clock.advance(0.299)
+    assert store.claim_window_partition(STREAM, W_START, W_END, "reader-b", 30) is None
+    clock.advance(0.002)  # reader-a dies: its lease runs out
     assert store.claim_window_partition(STREAM, W_START, W_END, "reader-b", 30) == "p"
     item = store.window_partitions(STREAM, W_START, W_END)[0]
     assert (item.state, item.lease_owner, item.attempts) == ("running", "reader-b", 3)
@@ -1028,11 +1039,13 @@ def test_reset_window_partitions_for_a_rerun(store: Metastore) -> None:
     assert store.reset_window_partitions(STREAM + "Other", W_START, W_END) == 0
 
 
-def test_only_the_latest_claim_completes_a_partition_and_names_its_output(store: Metastore) -> None:
+def test_only_the_latest_claim_completes_a_partition_and_names_its_output(
+    store: Metastore, clock: ManualClock
+) -> None:
     store.add_partitions(STREAM, [PartitionSpec("a", T0)])
     store.add_window_partitions(STREAM, W_START, W_END, ["a"])
     assert store.claim_window_partition(STREAM, W_START, W_END, "r1", 0.05, claim_id="c1") == "a"
-    time.sleep(0.1)  # r1 stalls past its lease; r2 takes the partition over
+    clock.advance(0.1)  # r1 stalls past its lease; r2 takes the partition over
     assert store.claim_window_partition(STREAM, W_START, W_END, "r2", 30, claim_id="c2") == "a"
     # The same reader claiming again (a retried task) fences its own earlier claim out too.
     assert store.claim_window_partition(STREAM, W_START, W_END, "r2", 30, claim_id="c3") == "a"
