@@ -1,7 +1,8 @@
 """The BigQuery REST endpoints ``google.cloud.bigquery.Client`` calls for CDC tables, over loopback HTTP.
 
 ``datasets.insert``/``get``, ``tables.insert``/``get``/``patch``/``delete`` (schema, primary key,
-clustering, ``maxStaleness``; a patch may only add columns) and ``jobs.query`` for exactly one
+clustering, ``maxStaleness``; checked as :mod:`.state` describes; a patch may only add columns and
+fails with 412 ``conditionNotMet`` when its ``If-Match`` etag is stale) and ``jobs.query`` for exactly one
 statement: ``SELECT upsert_stream_apply_watermark FROM `p.d.INFORMATION_SCHEMA.TABLES` WHERE
 table_name = @table_name``. Anything else answers 400/404 as BigQuery would for a bad request.
 """
@@ -61,9 +62,12 @@ class _Handler(BaseHTTPRequestHandler):
             parts = [unquote(p) for p in path[len(_BASE) :].split("/")]
             self._send(200, self._dispatch(method, parts))
         except FakeError as exc:
-            status = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 409: "ALREADY_EXISTS"}.get(
-                exc.status, "UNKNOWN"
-            )
+            status = {
+                400: "INVALID_ARGUMENT",
+                404: "NOT_FOUND",
+                409: "ALREADY_EXISTS",
+                412: "FAILED_PRECONDITION",
+            }.get(exc.status, "UNKNOWN")
             self._send(
                 exc.status,
                 {
@@ -101,7 +105,8 @@ class _Handler(BaseHTTPRequestHandler):
             case ("GET", [project, "datasets", dataset, "tables", table]):
                 return state.table(project, dataset, table).resource()
             case ("PATCH" | "PUT", [project, "datasets", dataset, "tables", table]):
-                return state.patch_table(project, dataset, table, self._body()).resource()
+                if_match = self.headers.get("If-Match")
+                return state.patch_table(project, dataset, table, self._body(), if_match).resource()
             case ("DELETE", [project, "datasets", dataset, "tables", table]):
                 with state.lock:
                     state.table(project, dataset, table)

@@ -1,11 +1,19 @@
 """``google.cloud.bigquery.storage.v1.BigQueryWrite`` over loopback gRPC, enforcing BigQuery CDC's rules.
 
-What it enforces (and how a real BigQuery answers): the default stream only
-(``projects/*/datasets/*/tables/*/streams/_default``); an existing table; a writer schema whose
-fields are all table columns (or the pseudo columns) with matching proto types; for CDC writes a
-declared primary key of at most 16 columns, ``_CHANGE_TYPE`` in {UPSERT, DELETE} on every row (a
-connection does not mix CDC and plain rows), ``_CHANGE_SEQUENCE_NUMBER`` in BigQuery's format;
-requests of at most 10 MB. A request with a bad row fails whole, with ``row_errors``.
+What it enforces, answered as BigQuery answers it:
+
+- the connection (gRPC ``INVALID_ARGUMENT`` unless said otherwise): the default stream only
+  (``projects/*/datasets/*/tables/*/streams/_default``; the table must exist, else
+  ``NOT_FOUND``); ``write_stream`` on the first request; no ``offset`` (the default stream takes
+  none); the writer schema on the first request for a stream, and ``write_stream`` on every
+  request that changes the writer schema; requests of at most 10 MB; a writer schema that
+  :class:`~.rows.RowDecoder` accepts; no mixing of CDC and plain rows on one connection;
+- each row (:mod:`.rows`): a bad value, key, ``_CHANGE_TYPE`` or ``_CHANGE_SEQUENCE_NUMBER`` is a
+  row error. A request with any row error applies none of its rows and is answered with
+  ``error`` (``INVALID_ARGUMENT``) and ``row_errors`` (index, ``FIELDS_ERROR``, the message naming
+  the field); the connection stays open.
+
+Rows are applied at once under BigQuery CDC's rules (:mod:`.state`), on the fake's clock.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import grpc
@@ -21,32 +30,12 @@ from google.cloud.bigquery_storage_v1 import types
 from google.protobuf import descriptor_pb2
 from google.rpc import code_pb2, status_pb2
 
-from airflow_provider_cdc.bigquery.schema import (
-    CHANGE_TYPE_FIELD,
-    MAX_PRIMARY_KEY_COLUMNS,
-    SEQUENCE_FIELD,
-    message_class,
-)
-from airflow_provider_cdc.domain.sequence_number import ChangeSequenceNumber, InvalidSequenceNumberError
-
-from .state import FakeError, FakeState, FakeTable, python_value
+from .rows import DecodedRow, RowDecoder, RowError, WriterSchemaError
+from .state import EPOCH, FakeError, FakeState, FakeTable, Modification
 
 SERVICE = "google.cloud.bigquery.storage.v1.BigQueryWrite"
 MAX_REQUEST_BYTES = 10 * 1024 * 1024
 _STREAM = re.compile(r"^projects/([^/]+)/datasets/([^/]+)/tables/([^/]+)/streams/([^/]+)$")
-_F = descriptor_pb2.FieldDescriptorProto
-_COMPATIBLE = {
-    "BOOL": {_F.TYPE_BOOL},
-    "INT64": {_F.TYPE_INT64, _F.TYPE_INT32, _F.TYPE_SINT64, _F.TYPE_UINT32},
-    "FLOAT64": {_F.TYPE_DOUBLE, _F.TYPE_FLOAT},
-    "NUMERIC": {_F.TYPE_STRING, _F.TYPE_BYTES},
-    "BIGNUMERIC": {_F.TYPE_STRING, _F.TYPE_BYTES},
-    "STRING": {_F.TYPE_STRING},
-    "JSON": {_F.TYPE_STRING},
-    "BYTES": {_F.TYPE_BYTES},
-    "DATE": {_F.TYPE_INT32},
-    "TIMESTAMP": {_F.TYPE_INT64},
-}
 _REQUEST = types.AppendRowsRequest.pb()
 _RESPONSE = types.AppendRowsResponse.pb()
 _ROW_ERROR = types.RowError.pb()
@@ -58,65 +47,6 @@ class _Abort(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
-
-
-class _Writer:
-    """A connection's current destination: table, decoder and field mapping."""
-
-    def __init__(
-        self, table: FakeTable, descriptor: descriptor_pb2.DescriptorProto, fields: list[dict[str, Any]]
-    ) -> None:
-        self.table = table
-        visible = {f["name"].lower(): f for f in fields}
-        self.message = message_class(descriptor)
-        self.columns: list[tuple[str, str, str, bool]] = []  # field, column, type, repeated
-        self.cdc = False
-        where = f"{table.project}:{table.dataset}.{table.table}"
-        for proto_field in descriptor.field:
-            name = proto_field.name
-            if name.upper() in (CHANGE_TYPE_FIELD, SEQUENCE_FIELD):
-                if proto_field.type != _F.TYPE_STRING:
-                    raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"{name} must be a string field")
-                self.cdc = self.cdc or name.upper() == CHANGE_TYPE_FIELD
-                continue
-            column = visible.get(name.lower())
-            if column is None:
-                raise _Abort(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"Input schema has more fields than BigQuery schema, extra fields: '{name}' "
-                    f"(table {where})",
-                )
-            repeated = proto_field.label == _F.LABEL_REPEATED
-            if proto_field.type not in _COMPATIBLE[column["type"]] or repeated != (
-                column["mode"] == "REPEATED"
-            ):
-                raise _Abort(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"Invalid proto schema: field {name} cannot be written to column {column['name']} "
-                    f"of type {column['type']} {column['mode']} (table {where})",
-                )
-            self.columns.append((name, column["name"], column["type"], repeated))
-        self.fields = {name for name, *_ in self.columns}
-        if self.cdc:
-            key = table.primary_key
-            if not key:
-                raise _Abort(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"Table {where} has no primary key; _CHANGE_TYPE writes need a table with a primary key",
-                )
-            if len(key) > MAX_PRIMARY_KEY_COLUMNS:
-                raise _Abort(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"Table {where} has a primary key of {len(key)} columns; CDC supports at most "
-                    f"{MAX_PRIMARY_KEY_COLUMNS}",
-                )
-            written = {column.lower() for _f, column, *_ in self.columns}
-            missing = [c for c in key if c.lower() not in written]
-            if missing:
-                raise _Abort(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"Input schema lacks primary key column(s) {missing} of table {where}",
-                )
 
 
 class BigQueryWriteServicer:
@@ -171,14 +101,17 @@ class BigQueryWriteServicer:
         }
         return grpc.method_handlers_generic_handler(SERVICE, methods)
 
-    def _writer(self, name: str, descriptor: descriptor_pb2.DescriptorProto) -> _Writer:
+    def _writer(self, name: str, descriptor: descriptor_pb2.DescriptorProto) -> RowDecoder:
         table = self._stream_table(name)
         fields = table.fields
         if time.monotonic() - table.schema_changed_s < self.schema_delay_seconds:
             if table.previous_fields is None:
                 raise _Abort(grpc.StatusCode.NOT_FOUND, f"Not found: Table {name} (created moments ago)")
             fields = table.previous_fields
-        return _Writer(table, descriptor, fields)
+        try:
+            return RowDecoder(table, descriptor, fields)
+        except WriterSchemaError as exc:
+            raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
 
     def _stream_table(self, name: str) -> FakeTable:
         match = _STREAM.match(name or "")
@@ -224,7 +157,8 @@ class BigQueryWriteServicer:
     ) -> Iterator[Any]:
         self.connections += 1
         fault = self._take_fault()
-        writer: _Writer | None = None
+        writer: RowDecoder | None = None
+        schema: bytes | None = None  # the connection's current writer schema, serialized
         stream_name = ""
         mode: bool | None = None  # whether the connection writes CDC rows
         try:
@@ -236,13 +170,30 @@ class BigQueryWriteServicer:
                         grpc.StatusCode.INVALID_ARGUMENT,
                         f"AppendRows request too large: {size} bytes, limit {self.max_request_bytes}",
                     )
-                if request.write_stream and request.write_stream != stream_name:
+                named = bool(request.write_stream)
+                if named and request.write_stream != stream_name:
                     stream_name = request.write_stream
-                    writer = None
+                    writer = schema = None
                 if not stream_name:
                     raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "the first request must set write_stream")
+                if request.HasField("offset"):
+                    raise _Abort(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"offset {request.offset.value} is not allowed on the _default stream "
+                        f"({stream_name}); the default stream appends at its end and takes no offset",
+                    )
                 if request.proto_rows.HasField("writer_schema"):
-                    writer = self._writer(stream_name, request.proto_rows.writer_schema.proto_descriptor)
+                    descriptor = request.proto_rows.writer_schema.proto_descriptor
+                    serialized = descriptor.SerializeToString(deterministic=True)
+                    if serialized != schema:
+                        if schema is not None and not named:
+                            raise _Abort(
+                                grpc.StatusCode.INVALID_ARGUMENT,
+                                "the writer schema changed on a request without write_stream: a request "
+                                "that changes the input schema of a default stream must name the stream "
+                                f"({stream_name})",
+                            )
+                        writer, schema = self._writer(stream_name, descriptor), serialized
                 if writer is None:
                     raise _Abort(
                         grpc.StatusCode.INVALID_ARGUMENT,
@@ -257,13 +208,13 @@ class BigQueryWriteServicer:
         except _Abort as exc:
             context.abort(exc.code, exc.message)
 
-    def _append(self, writer: _Writer, request: Any, stream_name: str) -> Any:
-        decoded: list[tuple[dict[str, Any], str | None, tuple[int, ...] | None]] = []
+    def _append(self, writer: RowDecoder, request: Any, stream_name: str) -> Any:
+        decoded: list[DecodedRow] = []
         errors = []
         for index, data in enumerate(request.proto_rows.rows.serialized_rows):
             try:
-                decoded.append(self._decode(writer, data))
-            except ValueError as exc:
+                decoded.append(writer.decode(data))
+            except RowError as exc:
                 errors.append(
                     _ROW_ERROR(
                         index=index, code=types.RowError.RowErrorCode.FIELDS_ERROR.value, message=str(exc)
@@ -283,54 +234,31 @@ class BigQueryWriteServicer:
             return response
         table = writer.table
         with self.state.lock:
-            for row, change_type, sequence in decoded:
+            now = self.state.now()
+            for decoded_row in decoded:
+                row, change_type, sequence = decoded_row.row, decoded_row.change_type, decoded_row.sequence
                 if change_type is None:
                     table.plain_rows.append(row)
                     continue
-                key = tuple(_key_value(row.get(c)) for c in _key_columns(table))
-                current = table.state.get(key)
+                key = tuple(_key_value(row.get(c)) for c in writer.key)
+                current = table.current(key, now)
                 if (
                     current is not None
                     and sequence is not None
-                    and current[0] is not None
-                    and (sequence < current[0])
+                    and current.sequence is not None
+                    and sequence < current.sequence
                 ):
                     continue  # an older modification: the newer one stays
-                table.state[key] = (sequence, row if change_type == "UPSERT" else None)
+                table.state[key] = Modification(sequence, row if change_type == "UPSERT" else None, now)
             table.appended_rows += len(decoded)
             table.append_requests += 1
-            table.apply_watermark_us = int(time.time() * 1_000_000)
+            table.apply_watermark_us = (now - EPOCH) // _MICROSECOND
         response = _RESPONSE(write_stream=stream_name)
         response.append_result.SetInParent()
         return response
 
-    @staticmethod
-    def _decode(writer: _Writer, data: bytes) -> tuple[dict[str, Any], str | None, tuple[int, ...] | None]:
-        message = writer.message.FromString(data)
-        row: dict[str, Any] = {
-            c["name"]: ([] if c["mode"] == "REPEATED" else None) for c in writer.table.fields
-        }
-        for field_name, column, kind, repeated in writer.columns:
-            if repeated:
-                row[column] = [python_value(kind, v) for v in getattr(message, field_name)]
-            elif message.HasField(field_name):
-                row[column] = python_value(kind, getattr(message, field_name))
-        if not writer.cdc:
-            return row, None, None
-        change_type = getattr(message, CHANGE_TYPE_FIELD) if message.HasField(CHANGE_TYPE_FIELD) else ""
-        if change_type not in ("UPSERT", "DELETE"):
-            raise ValueError(f"The given value is not a valid CHANGE_TYPE: {change_type!r}")
-        sequence = None
-        if SEQUENCE_FIELD in message.DESCRIPTOR.fields_by_name and message.HasField(SEQUENCE_FIELD):
-            try:
-                sequence = ChangeSequenceNumber.parse(getattr(message, SEQUENCE_FIELD)).sections
-            except InvalidSequenceNumberError as exc:
-                raise ValueError(f"Invalid _CHANGE_SEQUENCE_NUMBER: {exc}") from None
-        return row, change_type, sequence
 
-
-def _key_columns(table: FakeTable) -> list[str]:
-    return [table.column(c)["name"] for c in table.primary_key]  # type: ignore[index]
+_MICROSECOND = timedelta(microseconds=1)
 
 
 def _key_value(value: Any) -> Any:
