@@ -1,9 +1,10 @@
 """Binding and running a parsed query over one table or ``INFORMATION_SCHEMA`` view.
 
-Names resolve case-insensitively; comparisons follow GoogleSQL's signatures and coercions (numbers with
-numbers, string literals and parameters to DATE and TIMESTAMP, untyped parameters to the other side's
-type) with Spanner's error messages; conditions compile to functions of a row with SQL's three-valued
-logic; ``ORDER BY`` puts NULLs first (last when ``DESC``) and NaN before other numbers.
+Names resolve case-insensitively; comparisons and function calls follow GoogleSQL's signatures and
+coercions (numbers with numbers, string literals and parameters to DATE and TIMESTAMP, untyped parameters
+to the other side's type) with Spanner's error messages; conditions compile to functions of a row with
+SQL's three-valued logic; ``ORDER BY`` puts NULLs first (last when ``DESC``) and NaN before other numbers.
+An aggregate query (``COUNT``, ``BIT_XOR``) answers one row.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from typing import Any
 
 import grpc
 
-from . import catalog
+from . import catalog, sql_functions
 from .model import EmulatorError, Table, find_table
 from .sql_parser import (
+    AGGREGATE_FUNCTIONS,
+    Call,
     Column,
     Compare,
     Count,
@@ -32,7 +35,7 @@ from .sql_parser import (
     sql_error,
     unsupported,
 )
-from .sql_query import Query
+from .sql_query import Aggregate, Query
 from .sql_values import (
     NUMBERS,
     TYPE_NAMES,
@@ -78,6 +81,7 @@ class _Binder:
         self.types = {name: type_pb.code for name, type_pb in types.items()}
         self.columns: dict[str, SpannerType] = {}
         self.range_name: str | None = None
+        self.clause = "SELECT"  # where expressions being bound stand: SELECT, WHERE, ORDER BY
 
     def error(self, pos: int, message: str) -> EmulatorError:
         return sql_error(self.sql, pos, message)
@@ -90,13 +94,16 @@ class _Binder:
             table, view = self.source(select.table)
         fields, cells, outputs = self.select_list()
         query = Query(fields, table, view, cells, hints=select.hints)
-        if any(isinstance(item.expr, Count) for item in select.items):
-            query.counts = self.counts(query)
+        aggregate = next((name for name in map(_aggregate_name, select.items) if name), None)
+        if aggregate is not None:
+            query.aggregates = self.aggregates(query)
         if select.where is not None:
+            self.clause = "WHERE"
             query.where = self.where(select.where)
-        if select.order and query.counts is not None:
-            raise unsupported(self.sql, select.clause_pos["ORDER"], "ORDER BY in a query with COUNT")
+        if select.order and aggregate is not None:
+            raise unsupported(self.sql, select.clause_pos["ORDER"], f"ORDER BY in a query with {aggregate}")
         if select.order:
+            self.clause = "ORDER BY"
             query.order = self.order_by(outputs)
         if select.limit is not None:
             query.limit = self.count(select.limit)
@@ -104,8 +111,8 @@ class _Binder:
         partition_checked = select.hints.get(PARTITION_CHECK_HINT) != "true"
         if select.limit is not None:
             query.not_partitionable = "LIMIT"
-        elif query.counts is not None:
-            query.not_partitionable = "COUNT"
+        elif aggregate is not None:
+            query.not_partitionable = aggregate
         elif select.order and partition_checked:
             query.not_partitionable = "ORDER BY"
         return query
@@ -218,7 +225,103 @@ class _Binder:
             return self.column(node)
         if isinstance(node, Literal | Param):
             return self.constant(node)
+        if isinstance(node, Call):
+            if node.name in AGGREGATE_FUNCTIONS:
+                if self.clause == "SELECT":
+                    raise unsupported(self.sql, node.pos, f"{node.name} inside another expression")
+                raise self.error(
+                    node.pos, f"Aggregate function {node.name} not allowed in {self.clause} clause"
+                )
+            return self.call(node)
         raise unsupported(self.sql, node.pos, "conditions as values")
+
+    # ----- function calls -------------------------------------------------------------------------
+    def argument(self, node: Any) -> Operand:
+        """A function's argument (an untyped parameter takes its default type; NULL stays untyped)."""
+        return self.settle(self.operand(node))
+
+    @staticmethod
+    def type_name(operand: Operand) -> str:
+        return "INT64" if operand.type is None else str(operand.type)
+
+    def signature_error(
+        self, node: Call, args: list[Operand], supported: str, aggregate: bool = False
+    ) -> EmulatorError:
+        kind = "aggregate function" if aggregate else "function"
+        if not args:
+            what = f"No matching signature for {kind} {node.name} with no arguments"
+        else:
+            types = ", ".join(self.type_name(a) for a in args)
+            what = f"No matching signature for {kind} {node.name} for argument types: {types}"
+        plural = "signatures" if ";" in supported else "signature"
+        return self.error(node.pos, f"{what}. Supported {plural}: {supported}")
+
+    def call(self, node: Call) -> Operand:
+        """A scalar function's value as a function of a row (its comparable value and its cell)."""
+        args = [self.argument(a) for a in node.args]
+        cells = [a.cell_of or (lambda row, c=a.cell: c) for a in args]
+        if node.name == "FARM_FINGERPRINT":
+            supported = "FARM_FINGERPRINT(BYTES); FARM_FINGERPRINT(STRING)"
+            if len(args) != 1 or (args[0].type is not None and args[0].type.code not in ("STRING", "BYTES")):
+                raise self.signature_error(node, args, supported)
+            code, value = args[0].type.code if args[0].type else "STRING", cells[0]
+            return self.result(node, "INT64", lambda row: sql_functions.fingerprint_cell(value(row), code))
+        if node.name == "UNIX_MICROS":
+            supported = "UNIX_MICROS(TIMESTAMP)"
+            if len(args) != 1:
+                raise self.signature_error(node, args, supported)
+            arg = args[0]
+            if arg.type is not None and arg.type.code == "STRING" and arg.get is None:
+                try:
+                    arg = arg.typed(SpannerType("TIMESTAMP"))
+                except EmulatorError as exc:
+                    raise self.error(arg.pos, exc.message) from None
+                cells[0] = lambda row, c=arg.cell: c
+            elif arg.type is not None and arg.type.code != "TIMESTAMP":
+                raise self.signature_error(node, args, supported)
+            value = cells[0]
+            return self.result(node, "INT64", lambda row: sql_functions.unix_micros_cell(value(row)))
+        return self.format_call(node, args, cells)
+
+    def format_call(self, node: Call, args: list[Operand], cells: list[Callable[[Row], Any]]) -> Operand:
+        supported = "FORMAT(STRING, [ANY, ...])"
+        if not args:
+            raise self.error(
+                node.pos,
+                f"Number of arguments does not match for function FORMAT. Supported signature: {supported}",
+            )
+        if args[0].type is not None and args[0].type.code != "STRING":
+            raise self.signature_error(node, args, supported)
+        pattern_node = node.args[0]
+        if not isinstance(pattern_node, Literal):
+            raise unsupported(self.sql, pattern_node.pos, "FORMAT with a pattern that is not a literal")
+        if pattern_node.kind == "NULL":
+            return self.result(node, "STRING", lambda row: None)
+        codes = [self.type_name(a) for a in args[1:]]
+        try:
+            pattern = sql_functions.parse_pattern(pattern_node.value)
+            sql_functions.check_arguments(pattern, codes)
+        except sql_functions.FunctionError as exc:
+            raise self.error(node.pos, str(exc)) from None
+        except sql_functions.NotEmulated as exc:
+            raise unsupported(self.sql, node.pos, str(exc)) from None
+        values = cells[1:]
+        return self.result(
+            node,
+            "STRING",
+            lambda row: sql_functions.format_cells(pattern, [v(row) for v in values], codes),
+        )
+
+    @staticmethod
+    def result(node: Call, code: str, cell_of: Callable[[Row], Any]) -> Operand:
+        convert = getter("value", code)
+        return Operand(
+            SpannerType(code),
+            node.pos,
+            get=lambda row: convert({"value": cell_of(row)}),
+            cell_of=cell_of,
+            node=node,
+        )
 
     def settle(self, operand: Operand) -> Operand:
         """An untyped parameter on its own takes its default type."""
@@ -243,7 +346,7 @@ class _Binder:
                     cells.append(lambda row, n=name: row.get(n))
                     outputs.append((name, self.column(Column((name,), item.expr.pos, item.expr.pos))))
                 continue
-            if isinstance(item.expr, Count):
+            if isinstance(item.expr, Count) or _aggregate_name(item) == "BIT_XOR":
                 fields.append((item.alias or "", SpannerType("INT64")))
                 cells.append(lambda row: None)
                 outputs.append((item.alias or "", None))
@@ -259,22 +362,43 @@ class _Binder:
             outputs.append((name, operand))
         return fields, cells, outputs
 
-    def counts(self, query: Query) -> list[Callable[[Row], bool] | None]:
-        """What each item of an aggregate query counts; its cells then read the counts' row."""
-        counts: list[Callable[[Row], bool] | None] = []
+    def aggregates(self, query: Query) -> list[Aggregate | None]:
+        """What each item of an aggregate query aggregates; its cells then read the aggregates' row."""
+        if self.range_name is None:
+            name = next(n for n in map(_aggregate_name, self.select.items) if n)
+            pos = next(item.expr.pos for item in self.select.items if _aggregate_name(item))
+            where = "SELECT without FROM clause"
+            raise self.error(pos, f"Aggregate function {name} not allowed in {where}")
+        aggregates: list[Aggregate | None] = []
         for index, item in enumerate(self.select.items):
             expr = item.expr
             if isinstance(expr, Count):
                 get = None if expr.column is None else self.column(expr.column).cell_of
-                counts.append((lambda row: True) if get is None else (lambda row, g=get: g(row) is not None))
+                aggregates.append(Aggregate.count(get))
+                query.cells[index] = lambda row, key=f"#{index}": row[key]
+            elif _aggregate_name(item) == "BIT_XOR":
+                aggregates.append(self.bit_xor(expr))
                 query.cells[index] = lambda row, key=f"#{index}": row[key]
             elif isinstance(expr, Column | Star):
                 name = expr.parts[-1] if isinstance(expr, Column) else "*"
                 what = f"SELECT list expression references column {name}"
                 raise self.error(expr.pos, f"{what} which is neither grouped nor aggregated")
             else:
-                counts.append(None)
-        return counts
+                column = _first_column(expr)
+                if column is not None:
+                    what = f"SELECT list expression references column {column.parts[-1]}"
+                    raise self.error(column.pos, f"{what} which is neither grouped nor aggregated")
+                aggregates.append(None)
+        return aggregates
+
+    def bit_xor(self, node: Call) -> Aggregate:
+        if any(isinstance(a, Call) and a.name in AGGREGATE_FUNCTIONS for a in node.args):
+            raise self.error(node.pos, "Aggregations of aggregations are not allowed")
+        args = [self.argument(a) for a in node.args]
+        if len(args) != 1 or (args[0].type is not None and args[0].type.code != "INT64"):
+            raise self.signature_error(node, args, "BIT_XOR(INT64)", aggregate=True)
+        value = args[0].get or (lambda row, v=args[0].value: v)
+        return Aggregate.bit_xor(value)
 
     # ----- WHERE ----------------------------------------------------------------------------------
     def where(self, node: Any) -> Callable[[Row], bool | None]:
@@ -429,3 +553,22 @@ class _Binder:
         if int(cell) < 0:
             raise EmulatorError(out_of_range, "Limit requires non-negative count and offset")
         return int(cell)
+
+
+def _aggregate_name(item: Any) -> str | None:
+    """``COUNT`` or the aggregate function a SELECT item calls at its top, else ``None``."""
+    expr = item.expr
+    if isinstance(expr, Count):
+        return "COUNT"
+    if isinstance(expr, Call) and expr.name in AGGREGATE_FUNCTIONS:
+        return expr.name
+    return None
+
+
+def _first_column(node: Any) -> Column | None:
+    """The first column an expression reads, if any."""
+    if isinstance(node, Column):
+        return node
+    if isinstance(node, Call):
+        return next((c for c in map(_first_column, node.args) if c is not None), None)
+    return None

@@ -1,11 +1,13 @@
 """A parser for the GoogleSQL subset the emulator answers over one table.
 
-``[@{hints}] SELECT <* | [alias.]* | column | literal | @param | COUNT(* | column) [[AS] name], ...>
+``[@{hints}] SELECT <* | [alias.]* | expression | COUNT(* | column) | BIT_XOR(expression) [[AS] name], ...>
 [FROM <table> [[AS] alias]]
-[WHERE <condition>] [ORDER BY <column | name | ordinal> [ASC|DESC], ...] [LIMIT <n> [OFFSET <m>]]``, where a
-condition combines comparisons (``= != <> < <= > >=``), ``IS [NOT] NULL`` and ``[NOT] IN (...)`` of columns,
-literals and parameters with ``AND``, ``OR``, ``NOT`` and parentheses. Errors carry Spanner's position
-suffix (``[at line:column]``, the line and a caret); constructs outside the subset are refused by name.
+[WHERE <condition>] [ORDER BY <column | name | ordinal> [ASC|DESC], ...] [LIMIT <n> [OFFSET <m>]]``, where
+an expression is a column, a literal, a parameter or a call of a scalar function the emulator knows
+(:data:`SCALAR_FUNCTIONS`), and a condition combines comparisons (``= != <> < <= > >=``), ``IS [NOT] NULL``
+and ``[NOT] IN (...)`` of expressions with ``AND``, ``OR``, ``NOT`` and parentheses. Errors carry Spanner's
+position suffix (``[at line:column]``, the line and a caret); constructs outside the subset are refused by
+name.
 """
 
 from __future__ import annotations
@@ -82,6 +84,20 @@ class Count:
 
 
 @dataclass(frozen=True)
+class Call:
+    """A call of a known function (upper-case ``name``); ``BIT_XOR`` is an aggregate."""
+
+    name: str
+    args: tuple[Any, ...]
+    pos: int
+
+
+#: Scalar functions the emulator evaluates, and the aggregates besides COUNT.
+SCALAR_FUNCTIONS = frozenset({"FARM_FINGERPRINT", "FORMAT", "UNIX_MICROS"})
+AGGREGATE_FUNCTIONS = frozenset({"BIT_XOR"})
+
+
+@dataclass(frozen=True)
 class Star:
     qualifier: str | None
     pos: int
@@ -89,7 +105,7 @@ class Star:
 
 @dataclass(frozen=True)
 class SelectItem:
-    expr: Any  # Column, Literal, Param, Count or Star
+    expr: Any  # Column, Literal, Param, Call, Count or Star
     alias: str | None
 
 
@@ -258,9 +274,9 @@ class _Parser:
         if token.kind in ("word", "quoted") and self.is_op(".", ahead=1) and self.is_op("*", ahead=2):
             self.i += 3
             return SelectItem(Star(token.value, token.pos), None)
-        what = "expressions in the SELECT list (select columns, literals, parameters or COUNT)"
+        what = "expressions in the SELECT list (select columns, literals, parameters, functions or COUNT)"
         expr = self.count_call() if self.is_count() else self.operand()
-        if not isinstance(expr, Column | Literal | Param | Count):
+        if not isinstance(expr, Column | Literal | Param | Call | Count):
             raise self.refuse(what, token)
         if self.is_op(*COMPARISONS) or self.is_keyword("IS", "IN", "AND", "OR", "NOT", "LIKE", "BETWEEN"):
             raise self.refuse(what, token)
@@ -420,7 +436,7 @@ class _Parser:
             raise self.refuse(f"{token.value} expressions")
         if token.kind in ("word", "quoted"):
             if self.is_op("(", ahead=1):
-                raise self.refuse(f"function calls ({token.text.upper()})")
+                return self.call()
             self.take()
             parts, name_pos = [token.value], token.pos
             while self.is_op(".") and self.peek(1).kind in ("word", "quoted"):
@@ -434,6 +450,26 @@ class _Parser:
         if token.kind == "param" or self.is_op("@"):
             raise self.refuse("system variables")
         raise self.unexpected()
+
+    def call(self) -> Call:
+        """``NAME(argument, ...)`` of a known function; any other function is refused by name."""
+        token = self.peek()
+        name = token.text.upper()
+        if token.kind != "word" or name not in SCALAR_FUNCTIONS | AGGREGATE_FUNCTIONS:
+            raise self.refuse(f"function calls ({name})")
+        self.i += 2
+        if self.is_keyword("DISTINCT"):
+            raise self.refuse(f"{name}(DISTINCT ...)")
+        args: list[Any] = []
+        if not self.is_op(")"):
+            args.append(self.operand())
+            while self.is_op(","):
+                self.take()
+                args.append(self.operand())
+        self.expect_op(")")
+        if self.is_keyword("OVER"):
+            raise self.refuse("window functions")
+        return Call(name, tuple(args), token.pos)
 
 
 def _pos(node: Any) -> int:

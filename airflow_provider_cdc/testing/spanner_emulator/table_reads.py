@@ -155,7 +155,10 @@ class TableReads:
     def partition_query(self, database: Database, request: Any) -> spanner.PartitionResponse:
         at = self.partition_transaction(request.session, database, request.transaction)
         query = prepare(request.sql, database.tables, request.params, request.param_types)
-        if query.not_partitionable in ("LIMIT", "COUNT") and query.hints.get(PARTITION_CHECK_HINT) == "true":
+        if (
+            query.not_partitionable in ("LIMIT", "COUNT", "BIT_XOR")
+            and query.hints.get(PARTITION_CHECK_HINT) == "true"
+        ):
             raise EmulatorError(
                 INVALID, f"Unsupported by the emulator: {query.not_partitionable} in a partitioned query"
             )
