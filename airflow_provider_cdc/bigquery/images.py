@@ -12,6 +12,14 @@ upsert has already brought to (at least) this window, reading only the touched k
 * Delta's row is older, or the Delta table is missing: the Delta upsert has not applied this window
   yet, which is an error naming the table.
 
+When the Delta table has applied windows after this one (a re-send of a table after a partial
+failure, a backfill), every UPSERT row is checked against Delta this way, full images too: a row a
+later window changed or deleted is superseded and not sent, so that an old image never comes back
+once BigQuery has forgotten the later DELETE (it keeps DELETEs for two days).
+
+Keys match NULL-safely: a NULL key value finds the Delta row whose key column is NULL (the Delta
+upsert matches keys with ``IS NOT DISTINCT FROM``).
+
 Without a lake the rows cannot be completed and the apply fails naming table and keys.
 """
 
@@ -36,6 +44,7 @@ from airflow_provider_cdc.lake.delta import DeltaLakeTarget
 _ROW = "__row"
 _DELTA_SEQUENCE = "__delta_sequence"
 _LOOKUP_ROW = "__lookup_row"
+_NULL_FLAG = "__null_"
 _SHOWN_KEYS = 5
 
 
@@ -63,20 +72,26 @@ def complete_images(
     lake: DeltaLakeTarget | None,
     *,
     lake_table: str | None = None,
+    later_windows: bool = False,
 ) -> tuple[pa.Table, int]:
     """``source`` (a decoded change set) with every written column filled, and the count of
-    superseded rows left out (see the module docstring)."""
+    superseded rows left out (see the module docstring). ``later_windows``: the Delta table has
+    applied windows after this one, so every UPSERT row is checked against it."""
     keys = [c.name for c in table.keys]
     values = [name for name in written if name not in keys]
     known = {c.name for c in table.values}
-    if all(name in known for name in values) and pc.all(source.column(SOURCE_FULL_IMAGE)).as_py():
+    if (
+        not later_windows
+        and all(name in known for name in values)
+        and pc.all(source.column(SOURCE_FULL_IMAGE)).as_py()
+    ):
         return _with_columns(source, values, None), 0  # full images carry every written column
     upsert = pc.equal(source.column(SOURCE_CHANGE_TYPE), "UPSERT")
     carried = {name: _carried(source, table, name) for name in values}
     complete = pa.array([True] * source.num_rows, pa.bool_())
     for mask in carried.values():
         complete = pc.and_(complete, mask)
-    needs = pc.and_(upsert, pc.invert(complete))
+    needs = upsert if later_windows else pc.and_(upsert, pc.invert(complete))
     if isinstance(needs, pa.ChunkedArray):
         needs = needs.combine_chunks()
     if not pc.any(needs).as_py():
@@ -101,20 +116,22 @@ def complete_images(
     delta_columns = [c for c in (*keys, *values, SOURCE_SEQUENCE) if c in dataset.schema.names]
     unknown = [c for c in values if c not in dataset.schema.names]
     first = keys[0]
-    lookup = dataset.to_table(
-        columns=delta_columns,
-        filter=_key_field(dataset, first).isin(pc.unique(partial.column(first)).drop_null()),
-    ).rename_columns(
+    wanted = pc.unique(partial.column(first))
+    scan = _key_field(dataset, first).isin(wanted.drop_null())
+    if wanted.null_count:
+        scan = scan | pc.field(first).is_null()
+    lookup = dataset.to_table(columns=delta_columns, filter=scan).rename_columns(
         [
             _DELTA_SEQUENCE if c == SOURCE_SEQUENCE else f"__delta_{c}" if c not in keys else c
             for c in delta_columns
         ]
     )
-    # Join on the keys and a row number only (Arrow joins carry no list columns), then take.
+    # Join on the keys (NULL-safe) and a row number only (Arrow joins carry no list columns), then take.
     lookup = lookup.append_column(_LOOKUP_ROW, pa.array(range(lookup.num_rows), pa.int64()))
+    join_keys = [*keys, *(_NULL_FLAG + k for k in keys)]
     matched = (
-        partial.select([*keys, _ROW])
-        .join(lookup.select([*keys, _LOOKUP_ROW]), keys=keys, join_type="left outer")
+        _null_safe(partial.select([*keys, _ROW]), keys)
+        .join(_null_safe(lookup.select([*keys, _LOOKUP_ROW]), keys), keys=join_keys, join_type="left outer")
         .sort_by(_ROW)
     )
     joined = lookup.drop_columns(keys).take(matched.column(_LOOKUP_ROW))
@@ -177,6 +194,32 @@ def _with_columns(
     if like is not None:
         source = source.select(like.column_names)
     return source
+
+
+def _null_safe(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """``rows`` with each key column's NULLs replaced by a placeholder and a flag column telling
+    them apart, so that an equi-join on both matches NULL with NULL (Arrow joins never match NULLs)."""
+    for key in keys:
+        column = rows.column(key)
+        flag = pc.is_null(column)
+        if column.null_count:
+            column = pc.fill_null(column, _placeholder(column.type))
+        rows = rows.set_column(rows.column_names.index(key), key, column)
+        rows = rows.append_column(_NULL_FLAG + key, flag)
+    return rows
+
+
+def _placeholder(kind: pa.DataType) -> pa.Scalar:
+    """Some non-NULL value of ``kind``."""
+    if pa.types.is_boolean(kind):
+        return pa.scalar(False, kind)
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
+        return pa.scalar("", kind)
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_binary_view(kind):
+        return pa.scalar(b"", kind)
+    if pa.types.is_date32(kind):
+        return pa.scalar(0, pa.int32()).cast(kind)
+    return pa.scalar(0, pa.int64()).cast(kind)
 
 
 def _key_field(dataset: pa_ds.Dataset, column: str) -> pc.Expression:

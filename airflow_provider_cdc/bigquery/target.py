@@ -1,18 +1,23 @@
 """BigQuery CDC target: applies a window's change set to ``{project}.{dataset}.{table}`` tables.
 
 Per source table: create the table when missing (columns mapped by ``bigquery.schema``, primary key
-``NOT ENFORCED`` from the Spanner key, clustered on the key, ``max_staleness``), add new columns,
-then stream every change as an ``UPSERT`` (full row image, see ``bigquery.images``) or ``DELETE``
-row carrying the change's ``_CHANGE_SEQUENCE_NUMBER`` through the table's default stream. BigQuery
-keeps, per key, the row modification with the greatest sequence number, so sending a window again
-(a retry, a cleared run, a backfill) leaves the table as it was.
+``NOT ENFORCED`` on the Spanner key or on the derived key ``_cdc_key`` (``bigquery.keys``),
+clustered on the key, ``max_staleness``), add new columns, then stream every change as an ``UPSERT``
+(full row image, see ``bigquery.images``) or ``DELETE`` row carrying the change's
+``_CHANGE_SEQUENCE_NUMBER`` through the table's default stream. BigQuery keeps, per key, the row
+modification with the greatest sequence number.
+
+:meth:`BigQueryCdcTarget.plan_tables` checks every table of a window (key types, the key an existing
+table declares, NULL key values) before :meth:`BigQueryCdcTarget.apply_table` sends the first row.
+Which windows were sent is the caller's ledger (``hooks.bigquery_cdc``); a table re-sent while its
+Delta table holds later windows sends only the rows those windows did not supersede.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,6 +26,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from airflow_provider_cdc.bigquery.images import complete_images
+from airflow_provider_cdc.bigquery.keys import (
+    DERIVED_KEY,
+    DERIVED_KEY_COLUMN,
+    DerivedKeyOption,
+    derived_keys,
+    null_key_problem,
+    uses_derived_key,
+)
 from airflow_provider_cdc.bigquery.schema import (
     BigQueryColumn,
     BigQuerySchemaError,
@@ -38,6 +51,8 @@ from airflow_provider_cdc.bigquery.schema import (
 from airflow_provider_cdc.bigquery.writer import MAX_REQUEST_BYTES, DefaultStreamWriter, default_stream
 from airflow_provider_cdc.domain.contract.change_set import CHANGE_SET_COLUMNS, COLUMN_TYPES_JSON
 from airflow_provider_cdc.domain.identifiers import validate_identifier
+from airflow_provider_cdc.domain.spanner_types import SpannerValueError
+from airflow_provider_cdc.lake.arrow_values import decode_json_objects
 from airflow_provider_cdc.lake.change_set import (
     SOURCE_CHANGE_TYPE,
     SOURCE_KEYS_JSON,
@@ -75,9 +90,28 @@ class TableResult:
     seconds: float = 0.0
     created: bool = False
     added_columns: list[str] = field(default_factory=list)
+    #: The table is keyed on the derived key column ``_cdc_key``.
+    derived_key: bool = False
+    #: The ledger records the table as sent for this window: nothing was sent again.
+    already_sent: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """One table of a window, checked before anything is sent: its change set, BigQuery table name,
+    columns (``None`` when it has no changes) and whether it is keyed on ``_cdc_key``."""
+
+    change_set: ChangeSetTable
+    table: str
+    columns: TableColumns | None
+    derived_key: bool = False
+
+    @property
+    def source(self) -> str:
+        return self.change_set.name
 
 
 class BigQueryCdcTarget:
@@ -101,6 +135,7 @@ class BigQueryCdcTarget:
         max_attempts: int = 5,
         backoff_seconds: float = 0.5,
         schema_wait_seconds: float = 300.0,
+        derived_key: str | Mapping[str, str] | None = "auto",
     ) -> None:
         self.bigquery = bigquery_client
         self.write_client = write_client
@@ -112,6 +147,7 @@ class BigQueryCdcTarget:
             validate_identifier(k, "table"): validate_identifier(v, "table")
             for k, v in (table_names or {}).items()
         }
+        self.derived_key = DerivedKeyOption(derived_key)
         self.batch_rows = batch_rows
         self.schema_wait_seconds = schema_wait_seconds
         self.writer_options = {
@@ -128,16 +164,32 @@ class BigQueryCdcTarget:
         return f"{self.project}.{self.dataset}.{validate_identifier(table, 'table')}"
 
     # ------------------------------------------------------------------ DDL
-    def ensure_table(self, table: str, columns: TableColumns) -> tuple[list[BigQueryColumn], bool, list[str]]:
-        """Create or evolve the table; returns its columns (in table order), whether it was created
-        and the names of added columns."""
+    def declared_key(self, table: str) -> list[str] | None:
+        """The primary key the BigQuery table declares (``None`` when the table does not exist)."""
+        from google.api_core.exceptions import NotFound
+
+        try:
+            found = self.bigquery.get_table(self.table_id(table))
+        except NotFound:
+            return None
+        constraints = found.table_constraints
+        return list(constraints.primary_key.columns) if constraints and constraints.primary_key else []
+
+    def ensure_table(
+        self, table: str, columns: TableColumns, derived_key: bool = False
+    ) -> tuple[list[BigQueryColumn], bool, list[str]]:
+        """Create or evolve the table (keyed on ``_cdc_key`` when ``derived_key``); returns its
+        columns (in table order), whether it was created and the names of added columns."""
         from google.api_core.exceptions import Conflict, NotFound
         from google.cloud import bigquery
         from google.cloud.bigquery.table import PrimaryKey, TableConstraints
 
         wanted = bigquery_columns(columns.columns, table)
-        key = [c.name for c in columns.keys]
-        check_primary_key(table, key)
+        natural = [c.name for c in columns.keys]
+        check_primary_key(table, natural)
+        key = [DERIVED_KEY_COLUMN] if derived_key else natural
+        if derived_key:
+            wanted = [DERIVED_KEY, *wanted]
         table_id = self.table_id(table)
         created = False
         try:
@@ -171,9 +223,10 @@ class BigQueryCdcTarget:
                 "NOT ENFORCED"
             )
         if [c.lower() for c in declared] != [k.lower() for k in key]:
+            derived = f", which is the BigQuery key ({', '.join(key)})" if derived_key else ""
             raise BigQuerySchemaError(
                 f"table {table_id!r} declares primary key ({', '.join(declared)}) but the Spanner table "
-                f"{columns.table!r} has key ({', '.join(key)})"
+                f"{columns.table!r} has key ({', '.join(natural)}){derived}"
             )
         existing = [BigQueryColumn.from_api(f.to_api_repr()) for f in found.schema]
         added = evolve_schema(table_id, existing, wanted)
@@ -192,21 +245,50 @@ class BigQueryCdcTarget:
 
     # ------------------------------------------------------------------ rows
     def apply_change_set(self, reader: ChangeSetReader) -> list[TableResult]:
-        """Apply every table of a change set (its manifest is checked by the reader)."""
-        return [self.apply_table(table) for table in reader.tables()]
+        """Apply every table of a change set (its manifest is checked by the reader; every table is
+        checked before the first is sent)."""
+        return [self.apply_table(plan) for plan in self.plan_tables(reader.tables())]
 
-    def apply_table(self, change_set: ChangeSetTable) -> TableResult:
+    def plan_tables(self, change_sets: Sequence[ChangeSetTable]) -> list[TablePlan]:
+        """Check every table before anything is sent (see :meth:`plan_table`)."""
+        return [self.plan_table(change_set) for change_set in change_sets]
+
+    def plan_table(self, change_set: ChangeSetTable) -> TablePlan:
+        """Decide the table's BigQuery key and check that its changes can be sent: key columns of
+        types BigQuery refuses with ``derived_key='never'``, an existing table declaring another key,
+        and NULL key values in a table keyed on its Spanner key fail naming table and column."""
         source = change_set.name
         table = self.table_name(source)
         if change_set.count_rows() == 0:
+            return TablePlan(change_set, table, None)
+        columns = TableColumns.from_column_types(source, change_set.column_types())
+        bigquery_columns(columns.columns, table)  # every column has a BigQuery type
+        check_primary_key(table, [c.name for c in columns.keys])
+        mode = self.derived_key.mode(source)
+        derived = uses_derived_key(source, self.table_id(table), columns.keys, mode, self.declared_key(table))
+        if not derived:
+            problem = _null_keys(change_set, columns)
+            if problem is not None:
+                raise BigQuerySchemaError(problem)
+        return TablePlan(change_set, table, columns, derived)
+
+    def apply_table(
+        self, table_or_plan: ChangeSetTable | TablePlan, *, later_windows: bool = False
+    ) -> TableResult:
+        """Send one table's changes. ``later_windows``: its Delta table has applied windows after
+        this one, so UPSERT rows those windows superseded are not sent (``bigquery.images``)."""
+        plan = table_or_plan if isinstance(table_or_plan, TablePlan) else self.plan_table(table_or_plan)
+        change_set, source, table, columns = plan.change_set, plan.source, plan.table, plan.columns
+        if columns is None:
             log.info("%s: no changes in this window; nothing to send to %s", source, self.table_id(table))
             return TableResult(source, table)
-        columns = TableColumns.from_column_types(source, change_set.column_types())
-        bq_columns, created, added = self.ensure_table(table, columns)
-        result = TableResult(source, table, created=created, added_columns=added)
+        bq_columns, created, added = self.ensure_table(table, columns, plan.derived_key)
+        result = TableResult(
+            source, table, created=created, added_columns=added, derived_key=plan.derived_key
+        )
         descriptor = proto_descriptor(bq_columns)
         message = message_class(descriptor)
-        key_names = [c.name for c in columns.keys]
+        key_names = [DERIVED_KEY_COLUMN] if plan.derived_key else [c.name for c in columns.keys]
 
         def describe(data: bytes) -> str:
             row = message.FromString(data)
@@ -223,7 +305,10 @@ class BigQueryCdcTarget:
             **options,
         )
         total = change_set.count_rows()
-        stats = writer.append(self._rows(change_set, columns, bq_columns, result, writer.row_budget), total)
+        rows = self._rows(
+            change_set, columns, bq_columns, result, writer.row_budget, plan.derived_key, later_windows
+        )
+        stats = writer.append(rows, total)
         result.rows, result.requests, result.retries = stats.rows, stats.requests, stats.retries
         result.seconds = stats.seconds
         log.info(
@@ -247,17 +332,31 @@ class BigQueryCdcTarget:
         bq_columns: list[BigQueryColumn],
         result: TableResult,
         row_budget: int,
+        derived_key: bool = False,
+        later_windows: bool = False,
     ) -> Iterator[bytes]:
         names = [c.name for c in bq_columns]
         by_lower = {c.name.lower(): c.name for c in columns.columns}
+        by_lower[DERIVED_KEY_COLUMN] = DERIVED_KEY_COLUMN
         # Written names as the change set spells them (BigQuery names are case-insensitive).
         written = [by_lower.get(n.lower(), n) for n in names]
         renamed = [BigQueryColumn(w, c.type, c.mode) for w, c in zip(written, bq_columns, strict=True)]
+        imaged = [w for w in written if w != DERIVED_KEY_COLUMN]
+        key_names = [c.name for c in columns.keys]
         for batch in _read_batches(change_set, self.batch_rows):
             decoded = pa.Table.from_batches([to_merge_source(batch, columns)])
             decoded, superseded = complete_images(
-                decoded, columns, written, self.lake, lake_table=change_set.name
+                decoded, columns, imaged, self.lake, lake_table=change_set.name, later_windows=later_windows
             )
+            if derived_key:
+                decoded = decoded.append_column(DERIVED_KEY_COLUMN, derived_keys(decoded, columns.keys))
+            else:
+                nulls = [k for k in key_names if decoded.column(k).null_count]
+                if nulls:  # checked before the first send; a change set rewritten since is refused here
+                    raise BigQueryCdcError(
+                        f"table {columns.table!r}: key column {nulls[0]!r} is NULL and BigQuery primary-key "
+                        "values must not be NULL"
+                    )
             result.superseded += superseded
             deletes = pc.sum(pc.equal(decoded.column(SOURCE_CHANGE_TYPE), "DELETE")).as_py() or 0
             result.deletes += deletes
@@ -295,6 +394,24 @@ class BigQueryCdcTarget:
         )
         rows = list(self.bigquery.query_and_wait(sql, job_config=config, project=self.project))
         return rows[0][0] if rows else None
+
+
+def _null_keys(change_set: ChangeSetTable, columns: TableColumns) -> str | None:
+    """The refusal of the change set's NULL key values (see :func:`bigquery.keys.null_key_problem`);
+    only ``_keys_json`` texts that mention ``null`` are decoded."""
+    dataset = change_set.dataset
+    texts = dataset.to_table(columns=[SOURCE_KEYS_JSON]).column(SOURCE_KEYS_JSON).combine_chunks()
+    if not len(texts):
+        return None
+    texts = texts.cast(pa.string())
+    candidates = texts.filter(pc.fill_null(pc.match_substring(texts, "null"), False))
+    if not len(candidates):
+        return None
+    try:
+        decoded = decode_json_objects(candidates, columns.keys, what=SOURCE_KEYS_JSON)
+    except SpannerValueError as exc:
+        raise BigQueryCdcError(f"table {columns.table!r}: {exc}") from None
+    return null_key_problem(columns.table, columns.keys, decoded, candidates.to_pylist())
 
 
 def _read_batches(change_set: ChangeSetTable, batch_rows: int) -> Iterator[pa.RecordBatch]:

@@ -122,6 +122,7 @@ class BigQueryCdcHook(GoogleBaseHook):
         *,
         max_staleness: timedelta | str | None = None,
         lake: Any | None = None,
+        derived_key: str | Mapping[str, str] | None = "auto",
         **options: Any,
     ) -> Any:
         """A ``BigQueryCdcTarget`` for ``{project_id}.{dataset}`` (the connection's project by default)."""
@@ -135,6 +136,7 @@ class BigQueryCdcHook(GoogleBaseHook):
             validate_dataset(dataset),
             max_staleness=max_staleness,
             lake=lake,
+            derived_key=derived_key,
             **options,
         )
 
@@ -151,11 +153,23 @@ class BigQueryCdcHook(GoogleBaseHook):
         metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
         report_watermarks: bool = True,
         writer_options: Mapping[str, Any] | None = None,
+        derived_key: str | Mapping[str, str] | None = "auto",
+        epoch: int | None = None,
     ) -> dict[str, Any]:
-        """Send the window's change set to ``{project}.{dataset}`` and record the sends per table
-        under the ledger id ``{pipeline}.bigquery``; return a summary per table (with each table's
-        ``upsert_stream_apply_watermark`` when ``report_watermarks``)."""
-        from airflow_provider_cdc.bigquery.target import staleness_seconds
+        """Send the window's change set to ``{project}.{dataset}``; return a summary per table (with
+        each table's ``upsert_stream_apply_watermark`` when ``report_watermarks``).
+
+        The ledger ``{pipeline}.bigquery`` records each table as soon as its send completed; a table
+        it records for this window is not sent again (reported ``already_sent``), whatever the run
+        (retry, clear, backfill) and however long after. Every table still to send is checked before
+        the first is sent (``BigQueryCdcTarget.plan_tables``). A table whose Delta table has applied
+        later windows sends only the rows those windows did not supersede.
+
+        ``epoch`` (the opening of the window this run belongs to, the open task's ``epoch`` XCom)
+        fences a stale run: when the window was opened again since, nothing is sent
+        (``StaleEpochError``); it is checked before the first table and again before each next one.
+        """
+        from airflow_provider_cdc.bigquery.target import TableResult, staleness_seconds
         from airflow_provider_cdc.hooks.storage import storage_options
         from airflow_provider_cdc.lake.change_set import ChangeSetReader
         from airflow_provider_cdc.lake.delta import DeltaLakeTarget
@@ -164,12 +178,13 @@ class BigQueryCdcHook(GoogleBaseHook):
         reader = ChangeSetReader(locations.change_set(window), options)
         tables = reader.tables()  # checks the manifest before anything is sent
         lake = DeltaLakeTarget(str(locations.lake_root), options) if locations.lake_root else None
+        versions: dict[str, int | None] = {}
         if lake is not None:
+            versions = {t.name: lake.applied_window_version(t.name, pipeline) for t in tables}
             behind = [
                 t.name
                 for t in tables
-                if t.expected_rows != 0
-                and (lake.applied_window_version(t.name, pipeline) or -1) < window.end_micros
+                if t.expected_rows != 0 and (versions[t.name] or -1) < window.end_micros
             ]
             if behind:
                 raise LakeBehindError(
@@ -184,15 +199,51 @@ class BigQueryCdcHook(GoogleBaseHook):
             max_staleness=max_staleness,
             lake=lake,
             table_names=dict(table_names or {}),
+            derived_key=derived_key,
             **dict(writer_options or {}),
         )
-        self.log.info("applying change set %s to BigQuery dataset %s.%s", reader.uri, target.project, dataset)
-        results = [target.apply_table(table) for table in tables]
+        ledger = ledger_id(pipeline)
+        results: list[TableResult] = []
         with CdcMetastoreHook(metastore_conn_id) as metastore:
-            metastore.metastore.record_window_tables(
-                ledger_id(pipeline), window.start, window.end, {r.table: (None, r.rows) for r in results},
-                replace=True,
+            store = metastore.metastore
+            check_epoch(store, pipeline, window, epoch)
+            sent = {r.table for r in store.window_tables(ledger, window=(window.start, window.end))}
+            pending = []
+            for table in tables:
+                name = target.table_name(table.name)
+                if name in sent:
+                    self.log.info(
+                        "%s: already sent for window %s (ledger %s); not sent again",
+                        target.table_id(name),
+                        window.window_id,
+                        ledger,
+                    )
+                    results.append(TableResult(table.name, name, already_sent=True))
+                else:
+                    pending.append(table)
+            plans = target.plan_tables(pending)  # every table checked before the first send
+            if lake is None:
+                for plan in plans:
+                    if plan.columns is not None:
+                        _refuse_resend_without_lake(store, ledger, plan.table, window)
+            self.log.info(
+                "applying change set %s to BigQuery dataset %s.%s (%d table(s), %d already sent)",
+                reader.uri,
+                target.project,
+                dataset,
+                len(plans),
+                len(results),
             )
+            for plan in plans:
+                check_epoch(store, pipeline, window, epoch)
+                later = plan.columns is not None and (versions.get(plan.source) or -1) > window.end_micros
+                result = target.apply_table(plan, later_windows=later)
+                store.record_window_tables(
+                    ledger, window.start, window.end, {result.table: (None, result.rows)}
+                )
+                results.append(result)
+        order = {t.name: i for i, t in enumerate(tables)}
+        results.sort(key=lambda r: order[r.source_table])
         summary: dict[str, Any] = {"window_id": window.window_id, "tables": {}}
         for result in results:
             entry = result.to_dict()
@@ -211,12 +262,41 @@ class BigQueryCdcHook(GoogleBaseHook):
         return summary
 
 
+def check_epoch(store: Any, pipeline: str, window: Window, epoch: int | None) -> None:
+    """``StaleEpochError`` when ``epoch`` is given and is no longer the window's (it was opened again)."""
+    if epoch is None:
+        return
+    from airflow_provider_cdc.hooks.pipeline import StaleEpochError, epoch_problem
+
+    problem = epoch_problem(
+        window, pipeline, epoch, store.get_window(pipeline, window.start, window.end), "send"
+    )
+    if problem is not None:
+        raise StaleEpochError(problem)
+
+
+def _refuse_resend_without_lake(store: Any, ledger: str, table: str, window: Window) -> None:
+    """Without a lake, rows superseded by later windows cannot be told apart: a table the ledger
+    records for a later window is not sent again (its old images could bring deleted rows back)."""
+    later = [r.window_end for r in store.window_tables(ledger, table=table, starting_from=window.end)]
+    if later:
+        raise ResendError(
+            f"table {table!r}: window {window.window_id} is not recorded as sent but later windows (up to "
+            f"{format_timestamp(max(later))}) are; without lake_root the rows they superseded cannot be "
+            "left out, so nothing is sent (pass lake_root)"
+        )
+
+
 #: Suffix of the metastore ledger id under which BigQuery sends are recorded per window and table.
 LEDGER_SUFFIX = ".bigquery"
 
 
 class LakeBehindError(RuntimeError):
     """The Delta tables that complete partial row images have not applied the window yet."""
+
+
+class ResendError(RuntimeError):
+    """A table cannot be sent again safely (names the table and the window)."""
 
 
 def ledger_id(pipeline_id: str) -> str:

@@ -6,21 +6,24 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow_provider_cdc._compat import BaseOperator
+from airflow_provider_cdc._compat import AirflowFailException, BaseOperator
 from airflow_provider_cdc.domain.identifiers import validate_pipeline_id
 from airflow_provider_cdc.hooks.bigquery_cdc import BigQueryCdcHook
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-from airflow_provider_cdc.operators._window import WINDOW_END, WINDOW_START, locations_of, window_of
+from airflow_provider_cdc.hooks.pipeline import StaleEpochError
+from airflow_provider_cdc.operators._window import WINDOW_END, WINDOW_START, epoch_of, locations_of, window_of
 
 
 class BigQueryCdcUpsertOperator(BaseOperator):
     """Apply a window's change set ``{changeset_root}/{window_id}`` to ``{project_id}.{dataset}.{table}``.
 
     Run it after the Delta upsert of the same window (and before the commit): partial row images are
-    completed from the Delta tables under ``lake_root``. Re-running a window sends the same rows with
-    the same sequence numbers, which leaves the tables unchanged. The return value (per table: rows
-    sent, ``upsert_stream_apply_watermark`` and staleness) is what the commit's
-    ``bigquery_watermarks`` takes.
+    completed from the Delta tables under ``lake_root``. Each table is recorded in the ledger
+    ``{pipeline_id}.bigquery`` as soon as its rows are sent, and a table recorded for the window is
+    never sent again (retry, clear, backfill; reported ``already_sent``); a table sent again after a
+    partial failure while its Delta table holds later windows sends only the rows those windows did
+    not supersede. The return value (per table: rows sent, ``upsert_stream_apply_watermark`` and
+    staleness) is what the commit's ``bigquery_watermarks`` takes.
 
     :param locations: the pipeline's roots (templated), as for the merge, upsert and commit:
         ``changeset_root`` (required) and ``lake_root`` (the Delta tables the pipeline applied, needed
@@ -40,6 +43,13 @@ class BigQueryCdcUpsertOperator(BaseOperator):
     :param report_watermarks: read each table's ``upsert_stream_apply_watermark`` after the apply
         (one INFORMATION_SCHEMA query per table) and return it with the staleness.
     :param metastore_conn_id: the metastore that records the sends.
+    :param derived_key: ``"auto"`` (default), ``"always"`` or ``"never"``, or a mapping of source table
+        to one of them (tables not named: ``"auto"``): whether a table's BigQuery primary key is the
+        derived STRING column ``_cdc_key`` (the Spanner key's canonical JSON, the key columns kept as
+        ordinary columns). ``"auto"`` uses it for keys of types BigQuery refuses as primary keys
+        (BYTES, FLOAT64, FLOAT32) and for tables already keyed on it; use ``"always"`` for tables with
+        nullable key columns; ``"never"`` refuses a table BigQuery cannot key, before anything of the
+        window is sent.
     :param writer_options: ``BigQueryCdcTarget`` options (``max_request_bytes``, ``max_in_flight``,
         ``max_attempts``, ``backoff_seconds``, ``schema_wait_seconds``, ``batch_rows``).
     """
@@ -55,6 +65,7 @@ class BigQueryCdcUpsertOperator(BaseOperator):
         "impersonation_chain",
         "api_endpoint",
         "write_endpoint",
+        "epoch",
     )
     template_fields_renderers = {"locations": "json"}
     ui_color = "#e8f0fe"
@@ -78,6 +89,8 @@ class BigQueryCdcUpsertOperator(BaseOperator):
         metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
         report_watermarks: bool = True,
         writer_options: Mapping[str, Any] | None = None,
+        derived_key: str | Mapping[str, str] = "auto",
+        epoch: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -97,6 +110,8 @@ class BigQueryCdcUpsertOperator(BaseOperator):
         self.metastore_conn_id = metastore_conn_id
         self.report_watermarks = report_watermarks
         self.writer_options = dict(writer_options or {})
+        self.derived_key = derived_key if isinstance(derived_key, str) else dict(derived_key)
+        self.epoch = epoch
 
     def execute(self, context: Any) -> dict[str, Any]:
         hook = BigQueryCdcHook(
@@ -106,6 +121,12 @@ class BigQueryCdcUpsertOperator(BaseOperator):
             write_endpoint=_unless_blank(self.write_endpoint),
             location=self.location,
         )
+        try:
+            return self._apply(hook)
+        except StaleEpochError as exc:  # the window was opened again: a retry cannot change that
+            raise AirflowFailException(str(exc)) from exc
+
+    def _apply(self, hook: BigQueryCdcHook) -> dict[str, Any]:
         return hook.apply_window(
             validate_pipeline_id(str(self.pipeline_id)),
             window_of(self.window_start, self.window_end),
@@ -117,6 +138,8 @@ class BigQueryCdcUpsertOperator(BaseOperator):
             metastore_conn_id=self.metastore_conn_id,
             report_watermarks=self.report_watermarks,
             writer_options=self.writer_options,
+            derived_key=self.derived_key,
+            epoch=epoch_of(self.epoch),
         )
 
 
