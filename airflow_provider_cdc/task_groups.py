@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, coerce_timestamp, format_timestamp
+from airflow_provider_cdc.operators._window import epoch_template
 from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
 from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
 from airflow_provider_cdc.operators.spanner_table import (
@@ -35,7 +36,7 @@ except ImportError:  # Airflow 2.11
 
 log = logging.getLogger(__name__)
 
-__all__ = ["initial_snapshot", "is_first_window", "snapshot_start"]
+__all__ = ["epoch_template", "initial_snapshot", "is_first_window", "snapshot_start"]
 
 _TRUE = {"true", "1", "yes", "on"}
 
@@ -88,6 +89,10 @@ def initial_snapshot(
 
         is_first_window ─► open ─► read (mapped) ─► merge ─► upsert [─► to_bigquery] ─► commit
 
+    The merge, the upsert and the commit carry the epoch ``open`` pushed (this opening of the window):
+    a run whose snapshot window was opened again since (a second run of the first window) changes
+    nothing.
+
     :param first_window_start: ``T``, the first stream window's start (the DAG's start date).
     :param source: the snapshot's name (a plain identifier): its staging folder and metastore key; one per
         pipeline.
@@ -130,14 +135,18 @@ def initial_snapshot(
         read = SpannerTableReadWindowOperator.partial(task_id="read", **table_source).expand(
             reader_index=list(range(readers))
         )
+        # The steps after the read belong to this opening of the snapshot window (its epoch).
+        epoch = epoch_template(open_snapshot.task_id)
         merge = SparkMergeWindowOperator(
             task_id="merge",
             locations=locations,
             stream_key=f"projects/{project_id}/instances/{instance_id}/databases/{database_id}/{source}",
+            pipeline_id=pipeline_id,
+            epoch=epoch,
             **bounds,
         )
         upsert = SparkUpsertWindowOperator(
-            task_id="upsert", locations=locations, pipeline_id=pipeline_id, **bounds
+            task_id="upsert", locations=locations, pipeline_id=pipeline_id, epoch=epoch, **bounds
         )
         last: Any = upsert
         watermarks = None
@@ -145,7 +154,12 @@ def initial_snapshot(
             from airflow_provider_cdc.operators.bigquery_upsert import BigQueryCdcUpsertOperator
 
             to_bigquery = BigQueryCdcUpsertOperator(
-                task_id="to_bigquery", locations=locations, pipeline_id=pipeline_id, **bounds, **bigquery
+                task_id="to_bigquery",
+                locations=locations,
+                pipeline_id=pipeline_id,
+                epoch=epoch,
+                **bounds,
+                **bigquery,
             )
             upsert >> to_bigquery
             last, watermarks = to_bigquery, to_bigquery.output
@@ -155,6 +169,7 @@ def initial_snapshot(
             read_summaries=read.output,
             bigquery_watermarks=watermarks,
             locations=locations,
+            epoch=epoch,
             **bounds,
         )
         first >> open_snapshot >> read >> merge >> upsert

@@ -50,7 +50,7 @@ from airflow_provider_cdc.operators.spanner_change_stream import (
 )
 from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
 from airflow_provider_cdc.sensors.partitions_drained import SpannerChangeStreamPartitionsDrainedSensor
-from airflow_provider_cdc.task_groups import initial_snapshot, snapshot_start
+from airflow_provider_cdc.task_groups import epoch_template, initial_snapshot, snapshot_start
 
 DAG_ID = "spanner_change_stream_to_bigquery"
 
@@ -177,18 +177,29 @@ with DAG(
         locations=locations,
         stream_key="projects/{{ params.project_id }}/instances/{{ params.instance_id }}"
         "/databases/{{ params.database_id }}/{{ params.stream }}",
+        pipeline_id="{{ params.pipeline_id }}",
+        # This run's opening of the window: a run whose window was opened again since changes nothing.
+        epoch=epoch_template(open_window.task_id),
     )
     upsert = SparkUpsertWindowOperator(
-        task_id="upsert", locations=locations, pipeline_id="{{ params.pipeline_id }}"
+        task_id="upsert",
+        locations=locations,
+        pipeline_id="{{ params.pipeline_id }}",
+        epoch=epoch_template(open_window.task_id),
     )
     # The same change set to BigQuery; partial row images are completed from the Delta tables.
     to_bigquery = BigQueryCdcUpsertOperator(
-        task_id="to_bigquery", locations=locations, pipeline_id="{{ params.pipeline_id }}", **bigquery
+        task_id="to_bigquery",
+        locations=locations,
+        pipeline_id="{{ params.pipeline_id }}",
+        epoch=epoch_template(open_window.task_id),
+        **bigquery,
     )
     commit = CdcCommitWindowOperator(
         task_id="commit",
         pipeline_id="{{ params.pipeline_id }}",
         read_summaries=read.output,
+        epoch=epoch_template(open_window.task_id),
         # Each BigQuery table's upsert_stream_apply_watermark, as to_bigquery read it after the apply.
         bigquery_watermarks=to_bigquery.output,
         locations=locations,

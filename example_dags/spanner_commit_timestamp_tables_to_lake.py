@@ -56,6 +56,7 @@ from airflow_provider_cdc.operators.spanner_table import (
     SpannerTableReadWindowOperator,
 )
 from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
+from airflow_provider_cdc.task_groups import epoch_template
 
 DAG_ID = "spanner_commit_timestamp_tables_to_lake"
 
@@ -151,14 +152,21 @@ with DAG(
         # Read only each batch's recorded output (the claim that completed it).
         stream_key="projects/{{ params.project_id }}/instances/{{ params.instance_id }}"
         "/databases/{{ params.database_id }}/{{ params.source }}",
+        pipeline_id="{{ params.pipeline_id }}",
+        # This run's opening of the window: a run whose window was opened again since changes nothing.
+        epoch=epoch_template(open_window.task_id),
     )
     upsert = SparkUpsertWindowOperator(
-        task_id="upsert", locations=locations, pipeline_id="{{ params.pipeline_id }}"
+        task_id="upsert",
+        locations=locations,
+        pipeline_id="{{ params.pipeline_id }}",
+        epoch=epoch_template(open_window.task_id),
     )
     commit = CdcCommitWindowOperator(
         task_id="commit",
         pipeline_id="{{ params.pipeline_id }}",
         read_summaries=read.output,
+        epoch=epoch_template(open_window.task_id),
         locations=locations,
     )
 

@@ -118,3 +118,37 @@ def version_problem(
         f"table {table!r} holds window version {found} of pipeline {pipeline!r}, which the metastore never "
         "recorded for it: the table was written by another pipeline with the same id or another metastore"
     )
+
+
+def previous_window_problem(
+    pipeline: str,
+    table: str,
+    found: int | None,
+    window_version: int,
+    previous: int | None,
+    recorded_from_us: int | None = None,
+) -> str | None:
+    """Why ``table`` may not receive window ``window_version`` when ``previous`` is the end of the last
+    earlier window that changed it (``None``: none did), or None.
+
+    A window that does not change a table leaves the table at an older window, so the table must
+    hold exactly ``previous``: less means a window before this one was not applied to it. A table
+    holding this window or a later one has it already (the apply skips it). ``recorded_from_us``:
+    windows ending at or before it may have changed tables without being recorded.
+    """
+    if found is not None and found >= window_version:
+        return None
+    if found == previous:
+        return None
+    if previous is None and found is not None and recorded_from_us is not None and found <= recorded_from_us:
+        return None
+    held = "no window of the pipeline" if found is None else f"window version {found}"
+    needs = (
+        "no earlier window of the pipeline (none changed it)"
+        if previous is None
+        else f"window version {previous}, the last earlier window that changed it"
+    )
+    return (
+        f"table {table!r} holds {held} of pipeline {pipeline!r} but window version {window_version} needs it "
+        f"to hold {needs}: the windows before this one are not all applied to it"
+    )

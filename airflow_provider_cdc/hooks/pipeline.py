@@ -4,11 +4,16 @@ Operators stay thin: the metastore reads and compare-and-sets of a window step, 
 the change set and the lake around them, happen here. The commit also records the BigQuery
 tables' ``upsert_stream_apply_watermark`` the BigQuery upsert read, under the ledger id
 ``{pipeline}.bigquery``.
+
+Every opening of a window is an **epoch** (the window's ``attempt`` in the metastore, counted up by
+each opening). The open operator hands it to the window's merge, upsert and commit; a step whose
+epoch is no longer the window's changes nothing (:class:`StaleEpochError`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -24,6 +29,41 @@ from airflow_provider_cdc.hooks.storage import storage_options
 
 class WindowStepError(RuntimeError):
     """A window step cannot run: the message names the window and what is missing."""
+
+
+class StaleEpochError(WindowStepError):
+    """The window was opened again since this run opened it: this run's step changes nothing."""
+
+
+class StagedInputMissingError(WindowStepError):
+    """The staging lacks files or rows a reader recorded for a unit of the window."""
+
+
+@dataclass(frozen=True)
+class MergeInput:
+    """What the merge of a window reads and records: every unit as its reader recorded it, the
+    epoch, and per table the end of the last earlier window that changed it (``None``: no pipeline
+    given, nothing known)."""
+
+    units: list[Any]
+    epoch: int | None
+    previous_windows: dict[str, Any] | None = None
+
+
+def pending_manifest_name(epoch: int) -> str:
+    """The name an epoch's merge writes its manifest under until the merge publishes it."""
+    return f"_manifest.pending-{int(epoch)}.json"
+
+
+def epoch_problem(window: Window, pipeline: str, epoch: int, record: Any, step: str) -> str | None:
+    """Why a run of epoch ``epoch`` may not take ``step`` on the recorded window, or ``None``."""
+    if record.attempt == epoch:
+        return None
+    return (
+        f"window {window} of pipeline {pipeline!r} was opened again (it is in epoch {record.attempt}, "
+        f"{record.state.value}) since this run opened it in epoch {epoch}: the {step} of epoch {epoch} "
+        "changes nothing; the run of the newer opening carries the window on"
+    )
 
 
 class LakeNotAppliedError(WindowStepError):
@@ -122,6 +162,12 @@ class CdcPipelineHook(BaseHook):
         with metastore_errors(f"window {window} of {stream_key}: reading its partitions' claims"):
             with CdcMetastoreHook(self.metastore_conn_id) as metastore:
                 items = metastore.metastore.window_partitions(stream_key, window.start, window.end)
+        items = self._read_items(stream_key, window, items)
+        return {partition_key(item.token): item.claim_id for item in items if item.claim_id}
+
+    @staticmethod
+    def _read_items(stream_key: str, window: Window, items: Sequence[Any]) -> Sequence[Any]:
+        """``items``, once every one is read to the window end (else a :class:`WindowStepError`)."""
         if not items:
             raise WindowStepError(f"window {window} of {stream_key}: no partitions recorded; read it first")
         unread = [item.token for item in items if not item.is_done]
@@ -130,14 +176,96 @@ class CdcPipelineHook(BaseHook):
                 f"window {window}: {len(unread)} partition(s) not read to the window end yet: "
                 + ", ".join(unread[:5])
             )
-        return {partition_key(item.token): item.claim_id for item in items if item.claim_id}
+        return items
 
-    def expected_versions(self, pipeline: str, window: Window) -> str:
+    def merge_input(
+        self, stream_key: str, window: Window, pipeline: str | None = None, epoch: int | None = None
+    ) -> MergeInput:
+        """Every unit of the window as its reader recorded it (claim, files, rows), after checking
+        that each is read; with ``pipeline``, that ``epoch`` (default: the window's current one) is
+        the window's, and per table the end of the last earlier applied window that changed it
+        (which needs the window before this one applied, or this one the pipeline's first)."""
+        from airflow_provider_cdc.jobs.merge_input import StagedUnit
+
+        what = f"window {window} of {stream_key}: reading its units"
+        with metastore_errors(what), CdcMetastoreHook(self.metastore_conn_id) as metastore:
+            store = metastore.metastore
+            previous = None
+            if pipeline is not None:
+                record = store.get_window(pipeline, window.start, window.end)
+                epoch = record.attempt if epoch is None else epoch
+                problem = epoch_problem(window, pipeline, epoch, record, "merge")
+                if problem is not None:
+                    raise StaleEpochError(problem)
+                store.require_predecessor_applied(pipeline, window.start, window.end)
+                versions = store.table_versions(pipeline, before=window.start)
+                previous = {"tables": dict(sorted(versions.tables.items())),
+                            "recorded_from_us": versions.recorded_from_us}
+            items = self._read_items(
+                stream_key, window, store.window_partitions(stream_key, window.start, window.end)
+            )
+        units = [
+            StagedUnit(partition_key(item.token), item.claim_id, item.output_files, item.rows, item.token)
+            for item in items
+            if item.claim_id
+        ]
+        return MergeInput(units, epoch if pipeline is not None else None, previous)
+
+    def check_staging(self, staging: str, window: Window, units: Sequence[Any]) -> int:
+        """Check that the staging holds every unit's recorded files and rows (Parquet footers);
+        returns the rows. Fails naming the window, the units and what is missing."""
+        from airflow_provider_cdc.jobs.merge_input import StagedInputError, check_staged_units
+
+        try:
+            checked = check_staged_units(staging, window, units, self.storage_options())
+        except StagedInputError as exc:
+            raise StagedInputMissingError(str(exc)) from None
+        return sum(unit.rows for unit in checked)
+
+    def check_epoch(self, pipeline: str, window: Window, epoch: int, step: str) -> None:
+        """Fail with :class:`StaleEpochError` unless ``epoch`` is the window's current one."""
+        with metastore_errors(f"window {window} of pipeline {pipeline!r}: checking its epoch"):
+            with CdcMetastoreHook(self.metastore_conn_id) as metastore:
+                record = metastore.metastore.get_window(pipeline, window.start, window.end)
+        problem = epoch_problem(window, pipeline, epoch, record, step)
+        if problem is not None:
+            raise StaleEpochError(problem)
+
+    def publish_manifest(self, pipeline: str, window: Window, epoch: int, change_set: str) -> None:
+        """Publish the manifest the merge of ``epoch`` wrote under its pending name, after checking
+        that ``epoch`` is still the window's (a merge of an older opening publishes nothing)."""
+        from airflow_provider_cdc.domain.contract.locations import MANIFEST_NAME
+        from airflow_provider_cdc.filesystems import join, resolve
+
+        filesystem, root = resolve(change_set, self.storage_options())
+        pending = join(root, pending_manifest_name(epoch))
+        try:
+            self.check_epoch(pipeline, window, epoch, "merge")
+        except StaleEpochError:
+            filesystem.delete_file(pending)
+            raise
+        target = join(root, MANIFEST_NAME)
+        with filesystem.open_input_stream(pending) as stream:
+            data = stream.read()
+        if filesystem.type_name == "local":
+            filesystem.move(pending, target)
+        else:
+            with filesystem.open_output_stream(target) as out:  # one object write
+                out.write(data)
+            filesystem.delete_file(pending)
+
+    def expected_versions(self, pipeline: str, window: Window, epoch: int | None = None) -> str:
         """What the metastore says each table holds (JSON for the upsert job), after checking the
-        window may apply: the pipeline's previous window is applied, or this is its first."""
+        window may apply: ``epoch`` (when given) is the window's, and the pipeline's previous window
+        is applied, or this is its first."""
         with metastore_errors(f"window {window} of pipeline {pipeline!r}: checking it can apply"):
             with CdcMetastoreHook(self.metastore_conn_id) as metastore:
                 store = metastore.metastore
+                if epoch is not None:
+                    record = store.get_window(pipeline, window.start, window.end)
+                    problem = epoch_problem(window, pipeline, epoch, record, "upsert")
+                    if problem is not None:
+                        raise StaleEpochError(problem)
                 store.require_predecessor_applied(pipeline, window.start, window.end)
                 return store.table_versions(pipeline).to_json()
 
@@ -152,8 +280,13 @@ class CdcPipelineHook(BaseHook):
         now: datetime | None = None,
         log: Any = None,
         bigquery_watermarks: Any = None,
+        epoch: int | None = None,
     ) -> dict[str, Any]:
         """Mark the window applied and advance its tables' apply watermarks to the window end.
+
+        ``epoch`` (the opening of the window this run belongs to; default the epoch the change
+        set's manifest records) fences the commit: a window opened again since changes nothing and
+        the commit fails with :class:`StaleEpochError`, as does a change set of another epoch.
 
         The change set's manifest (with ``locations.changeset_root``) names the window's tables;
         with ``locations.lake_root`` each must hold the window, and the Delta version that applied
@@ -171,7 +304,7 @@ class CdcPipelineHook(BaseHook):
             with CdcMetastoreHook(self.metastore_conn_id) as metastore:
                 return self._commit(
                     metastore.metastore, pipeline, window, locations, read_summaries(summaries),
-                    max_staleness, now, log, marks,
+                    max_staleness, now, log, marks, epoch,
                 )
 
     def _commit(
@@ -185,11 +318,34 @@ class CdcPipelineHook(BaseHook):
         now: datetime | None,
         log: Any,
         bigquery: Mapping[str, datetime | None] | None = None,
+        epoch: int | None = None,
     ) -> dict[str, Any]:
         from airflow_provider_cdc.metastore import WindowState
 
+        if epoch is not None:  # a stale run is refused before it reads anything
+            current = store.get_window(pipeline, window.start, window.end)
+            problem = epoch_problem(window, pipeline, epoch, current, "commit")
+            if problem is not None:
+                raise StaleEpochError(problem)
         changed = self._changed_tables(locations, window)  # before the window is marked applied
+        merged = self._change_set_epoch(locations, window)
+        if epoch is not None and merged is not None and merged != epoch:
+            raise StaleEpochError(
+                f"window {window} of pipeline {pipeline!r}: the change set at {locations.change_set(window)} "
+                f"was merged in epoch {merged}, not in this run's epoch {epoch}: the commit changes nothing"
+            )
+        epoch = merged if epoch is None else epoch
         record = store.get_window(pipeline, window.start, window.end)
+        if epoch is not None:
+            problem = epoch_problem(window, pipeline, epoch, record, "commit")
+            if problem is not None:
+                raise StaleEpochError(problem)
+        else:
+            log.info(
+                "Window %s of %s: the commit carries no epoch (neither given nor in the change set's "
+                "manifest): a re-opening of the window meanwhile is only caught by its state",
+                window, pipeline,
+            )
         if record.state is not WindowState.APPLIED:
             store.require_predecessor_applied(pipeline, window.start, window.end)
             versions = self._table_versions(locations, pipeline, window, changed)
@@ -204,7 +360,7 @@ class CdcPipelineHook(BaseHook):
             window.end,
             record.state,
             WindowState.APPLIED,
-            attempt=record.attempt,
+            attempt=record.attempt if epoch is None else epoch,
             record_count=rows if summaries else None,
             transaction_count=transactions if summaries else None,
         ):
@@ -289,6 +445,15 @@ class CdcPipelineHook(BaseHook):
 
         reader = ChangeSetReader(locations.change_set(window), self.storage_options())
         return {table.name: table.expected_rows for table in reader.tables()}
+
+    def _change_set_epoch(self, locations: WindowLocations, window: Window) -> int | None:
+        """The epoch the change set's manifest records (``None``: no change set, or merged without)."""
+        if not locations.changeset_root:
+            return None
+        from airflow_provider_cdc.lake.change_set import ChangeSetReader
+
+        value = ChangeSetReader(locations.change_set(window), self.storage_options()).manifest().get("epoch")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def _table_versions(
         self, locations: WindowLocations, pipeline: str, window: Window, changed: Mapping[str, int | None]

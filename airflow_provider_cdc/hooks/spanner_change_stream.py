@@ -370,15 +370,28 @@ class SpannerChangeStreamHook(GoogleBaseHook):
 
         Returns the tokens the window must read (more may appear as partitions split or merge).
         """
+        return self.open_window_epoch(pipeline, window, staging_root, owner)[1]
+
+    def open_window_epoch(
+        self, pipeline: str, window: Window, staging_root: str, owner: str
+    ) -> tuple[int, list[str]]:
+        """:meth:`open_window`, also returning the opening's epoch.
+
+        Every opening is an epoch of the window (its ``attempt``): a window recorded before, in any
+        state, is re-opened with the next one, which fences every step of the runs of earlier
+        openings out. Staged files are never deleted here: each claim writes a folder of its own,
+        a run of an earlier opening may still be merging its claims, and the merge reads recorded
+        claims only.
+        """
         self.check_retention(window)
         with _window_errors(window, f"window {window} of pipeline {pipeline!r}: opening the window"):
-            record = self.metastore.open_window(
-                pipeline, self.stream_key, window.start, window.end, staging_uri=staging_root
+            store = self.metastore
+            # A window recorded before (a retry, clear, backfill, or a second run) opens again.
+            record = store.open_window(
+                pipeline, self.stream_key, window.start, window.end, staging_uri=staging_root, reopen=True
             )
-            if record.state.value != "reading":  # a re-run (retry, clear, backfill) of a later stage
-                self.metastore.reopen_window(pipeline, window.start, window.end)
-            self.metastore.reset_window_partitions(self.stream_key, window.start, window.end)
-            return self.window_reader(staging_root, owner).prepare(window)
+            store.reset_window_partitions(self.stream_key, window.start, window.end)
+            return record.attempt, self.window_reader(staging_root, owner).prepare(window)
 
     def read_window(self, window: Window, staging_root: str, owner: str, **kwargs: Any) -> ReadSummary:
         """Read partitions of the window (sharing the work with other readers) into staging."""

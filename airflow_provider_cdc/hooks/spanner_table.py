@@ -25,7 +25,7 @@ from airflow_provider_cdc.filesystems import is_local
 from airflow_provider_cdc.hooks.change_stream_connection import DEFAULT_GCP_CONN_ID
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
-from airflow_provider_cdc.metastore import MetastoreError, PartitionSpec
+from airflow_provider_cdc.metastore import MetastoreError, PartitionSpec, WindowNotFoundError
 
 if TYPE_CHECKING:
     from airflow_provider_cdc.spanner.snapshot import VersionRetention
@@ -215,6 +215,7 @@ class SpannerTableHook(SpannerChangeStreamHook):
                 if read_at is None:
                     return {
                         "window_id": window.window_id,
+                        "epoch": self.metastore.get_window(pipeline, window.start, window.end).attempt,
                         "mode": mode,
                         "already_applied": True,
                         "batches": 0,
@@ -363,13 +364,14 @@ class SpannerTableHook(SpannerChangeStreamHook):
             check = check_late_rows(self.database, table, first, window, read_at)
             if check.deleted:
                 self.log.warning(
-                    "Table %s: %d row(s) with commit timestamps before window %s were deleted; deletes are "
-                    "invisible to a commit-timestamp source (mark them with a soft-delete column)",
+                    "Table %s: %d row(s) with commit timestamps before window %s were deleted (%s); deletes "
+                    "are invisible to a commit-timestamp source (mark them with a soft-delete column)",
                     table.table,
                     check.deleted,
                     window,
+                    check.describe_deleted(),
                 )
-            if check.late:
+            if check.late or check.unexplained:
                 problems.append(check.describe())
         if not problems:
             return
@@ -399,16 +401,31 @@ class SpannerTableHook(SpannerChangeStreamHook):
         from airflow_provider_cdc.spanner.table_batches import clear_batches, plan_batches, write_plan
 
         store = self.metastore
+        try:
+            applied_before = store.get_window(pipeline, window.start, window.end).state.value == "applied"
+        except WindowNotFoundError:
+            applied_before = False
+        # Every opening is an epoch: a window recorded before (a retry, clear, backfill, or a second
+        # run while the first is still at it) opens again, fencing the earlier opening's steps out.
         record = store.open_window(
-            pipeline, self.source_key, window.start, window.end, staging_uri=staging_root
+            pipeline, self.source_key, window.start, window.end, staging_uri=staging_root, reopen=True
         )
-        if record.state.value != "reading":  # a re-run (retry, clear, backfill) of a later stage
-            store.reopen_window(pipeline, window.start, window.end)
         store.reset_window_partitions(self.source_key, window.start, window.end)
         options_of_root = self._storage_options(staging_root)
-        removed = clear_batches(staging_root, self.source, window, storage_options=options_of_root)
-        if removed:
-            self.log.info("Window %s: removed %d file(s) an earlier opening staged", window, removed)
+        if applied_before:
+            # The window was applied: no run of an earlier opening can still commit it.
+            removed = clear_batches(staging_root, self.source, window, storage_options=options_of_root)
+            if removed:
+                self.log.info("Window %s: removed %d file(s) earlier openings staged", window, removed)
+        elif record.attempt > 1:
+            # A run of an earlier opening may be merging its batches (each plan stages under batch
+            # tokens of its own): they stay; it is refused when it publishes or commits.
+            self.log.info(
+                "Window %s opened again (epoch %d) before it was applied: the batches earlier openings "
+                "staged are kept until it is",
+                window,
+                record.attempt,
+            )
         plan = plan_batches(self.database, self.source, mode, window, read_at, planned, **options)
         path = write_plan(plan, staging_root, storage_options=options_of_root)
         tokens = plan.tokens
@@ -431,6 +448,7 @@ class SpannerTableHook(SpannerChangeStreamHook):
         )
         return {
             "window_id": window.window_id,
+            "epoch": record.attempt,
             "plan_id": plan.plan_id,
             "mode": mode,
             "read_timestamp": format_timestamp(read_at),

@@ -107,9 +107,11 @@ def download_tree(location: str, local_dir: str, storage_options: Mapping[str, s
 
 
 def upload_change_set(
-    local_dir: str, location: str, manifest: bytes, storage_options: Mapping[str, str] | None = None
+    local_dir: str, location: str, manifest: bytes, storage_options: Mapping[str, str] | None = None,
+    *, manifest_name: str = MANIFEST_NAME,
 ) -> None:
-    """Replace the change set at ``location`` with the files in ``local_dir``; the manifest goes last."""
+    """Replace the change set at ``location`` with the files in ``local_dir``; the manifest goes last
+    (under ``manifest_name``)."""
     filesystem, root = resolve(location, storage_options)
     if root:
         filesystem.create_dir(root, recursive=True)
@@ -130,5 +132,5 @@ def upload_change_set(
                         source_filesystem=local, destination_filesystem=filesystem)
 
     _each(copy, relatives)
-    with filesystem.open_output_stream(join(root, MANIFEST_NAME)) as stream:
+    with filesystem.open_output_stream(join(root, manifest_name)) as stream:
         stream.write(manifest)

@@ -47,6 +47,12 @@ from airflow_provider_cdc.domain.timestamps import format_timestamp, parse_times
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.filesystems import StorageOptionsError, storage_options_from_env
 from airflow_provider_cdc.jobs.merge_files import HadoopFiles, download_tree, upload_change_set
+from airflow_provider_cdc.jobs.merge_input import (
+    StagedInputError,
+    StagedUnit,
+    check_staged_units,
+    parse_units,
+)
 from airflow_provider_cdc.jobs.merge_plan import MergeJobError, log, merge_staging
 
 #: Change-set tables written at once by a task (one open Parquet writer each).
@@ -66,6 +72,14 @@ class MergeArguments:
     transfer_through_driver: bool = False
     #: partition key → the claim whose output the metastore recorded (None: read every staged file)
     partition_claims: dict[str, str] | None = None
+    #: every unit of the window as its reader recorded it (checked before anything is written)
+    staged_units: list[StagedUnit] | None = None
+    #: the opening of the window this merge belongs to (recorded in the manifest)
+    epoch: int | None = None
+    #: per table, the end (µs) of the last earlier window that changed it, from the pipeline's ledger
+    previous_windows: dict[str, Any] | None = None
+    #: the name the manifest is written under (another than ``_manifest.json``: published later)
+    manifest_name: str = MANIFEST_NAME
 
 
 def _timestamp_argument(text: str) -> datetime:
@@ -95,6 +109,42 @@ def _claims_argument(text: str) -> dict[str, str]:
     return value
 
 
+def _units_argument(text: str) -> list[StagedUnit]:
+    try:
+        return parse_units(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _epoch_argument(text: str) -> int:
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"an epoch is a positive integer, got {text!r}")
+    return int(text)
+
+
+def _previous_windows_argument(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+        tables = value["tables"]
+        recorded_from = value.get("recorded_from_us")
+        if not isinstance(tables, dict) or not all(
+            isinstance(name, str) and name.isidentifier() and isinstance(end, int)
+            for name, end in tables.items()
+        ) or not (recorded_from is None or isinstance(recorded_from, int)):
+            raise ValueError("tables must map table names to window ends in µs")
+    except (ValueError, TypeError, KeyError) as error:
+        raise argparse.ArgumentTypeError(
+            f'expected {{"tables": {{table: window end µs}}, "recorded_from_us": µs or null}}: {error}'
+        ) from None
+    return {"tables": dict(sorted(tables.items())), "recorded_from_us": recorded_from}
+
+
+def _manifest_name_argument(text: str) -> str:
+    if not (text.startswith("_") and text.endswith(".json") and "/" not in text):
+        raise argparse.ArgumentTypeError(f"a manifest name is _<name>.json, got {text!r}")
+    return text
+
+
 def parse_arguments(argv: Sequence[str] | None = None) -> MergeArguments:
     """Parse and check the command line; exits with a usage message naming the bad argument."""
     parser = argparse.ArgumentParser(
@@ -116,6 +166,19 @@ def parse_arguments(argv: Sequence[str] | None = None) -> MergeArguments:
     parser.add_argument("--partition-claims", type=_claims_argument, default=None,
                         help="JSON object {partition_key: claim_id}: read only the output of each "
                         "partition's recorded claim (partition=<key>/claim=<id>/); other files are ignored")
+    parser.add_argument("--staged-units", type=_units_argument, default=None,
+                        help="JSON object {partition_key: [claim_id, files, rows]}: every unit of the window "
+                        "as its reader recorded it; each claim folder is checked to hold exactly that before "
+                        "anything is written, and only those files are read (overrides --partition-claims)")
+    parser.add_argument("--epoch", type=_epoch_argument, default=None,
+                        help="the opening of the window this merge belongs to; recorded in the manifest")
+    parser.add_argument("--previous-windows", type=_previous_windows_argument, default=None,
+                        help='JSON {"tables": {table: end_us}, "recorded_from_us": us|null}: per table the '
+                        "end of the last earlier window that changed it; the manifest carries it for the "
+                        "upsert's check that each table holds it")
+    parser.add_argument("--manifest-name", type=_manifest_name_argument, default=MANIFEST_NAME,
+                        help=f"write the manifest under this name (default {MANIFEST_NAME}; another name "
+                        "leaves the publishing to the caller)")
     namespace = parser.parse_args(argv)
     if namespace.window_start >= namespace.window_end:
         parser.error(
@@ -131,6 +194,10 @@ def parse_arguments(argv: Sequence[str] | None = None) -> MergeArguments:
         master=namespace.master,
         transfer_through_driver=namespace.transfer_through_driver,
         partition_claims=namespace.partition_claims,
+        staged_units=namespace.staged_units,
+        epoch=namespace.epoch,
+        previous_windows=namespace.previous_windows,
+        manifest_name=namespace.manifest_name,
     )
 
 
@@ -150,10 +217,20 @@ def merge_window(spark: Any, args: MergeArguments) -> dict[str, Any]:
     through_driver = args.transfer_through_driver or not (
         files.supports(args.staging) and files.supports(args.changeset)
     )
+    details = {"epoch": args.epoch, "previous_windows": args.previous_windows}
+    inputs = None
+    if args.staged_units is not None:
+        try:
+            checked = check_staged_units(args.staging, args.window, args.staged_units, _storage_options())
+        except StagedInputError as error:
+            raise MergeJobError(str(error)) from None
+        inputs = [path for unit in checked for path in unit.files]
+        log(f"window {window_id}: {len(checked)} unit(s) hold the {len(inputs)} file(s) and "
+            f"{sum(unit.rows for unit in checked)} row(s) their readers recorded")
     if not through_driver:
         manifest = merge_staging(spark, args.window, args.staging, args.changeset, files,
-                                 claims=args.partition_claims)
-        files.write_bytes(f"{args.changeset}/{MANIFEST_NAME}", manifest_bytes(manifest))
+                                 claims=args.partition_claims, inputs=inputs, details=details)
+        files.write_bytes(f"{args.changeset}/{args.manifest_name}", manifest_bytes(manifest))
     else:
         master = spark.sparkContext.master
         if not master.startswith("local"):
@@ -169,15 +246,19 @@ def merge_window(spark: Any, args: MergeArguments) -> dict[str, Any]:
             log(f"copying {args.staging} to {local_staging} through the driver")
             if not download_tree(args.staging, local_staging, storage_options):
                 local_staging = os.path.join(workdir, "missing")
+            local = None if inputs is None else [
+                "file://" + local_staging + path[len(args.staging):] for path in inputs
+            ]
             manifest = merge_staging(
                 spark, args.window, "file://" + local_staging, "file://" + local_changeset, files,
-                claims=args.partition_claims, source=args.staging,
+                claims=args.partition_claims, source=args.staging, inputs=local, details=details,
             )
             log(f"copying the change set to {args.changeset} through the driver")
-            upload_change_set(local_changeset, args.changeset, manifest_bytes(manifest), storage_options)
+            upload_change_set(local_changeset, args.changeset, manifest_bytes(manifest), storage_options,
+                              manifest_name=args.manifest_name)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-    log(f"wrote {args.changeset}/{MANIFEST_NAME}: {manifest['rows']} row(s) in "
+    log(f"wrote {args.changeset}/{args.manifest_name}: {manifest['rows']} row(s) in "
         f"{len(manifest['tables'])} table(s)")
     return manifest
 

@@ -77,12 +77,19 @@ def log(message: str) -> None:
     print(f"[merge_job {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def _read_staging(spark: Any, uri: str, files: HadoopFiles, claims: Mapping[str, str] | None) -> Any:
-    """The staged rows: every Parquet file under ``uri``, or with ``claims`` only the output of
-    each partition's recorded claim (a reader that lost its lease wrote elsewhere, unrecorded)."""
+def _read_staging(
+    spark: Any, uri: str, files: HadoopFiles, claims: Mapping[str, str] | None,
+    inputs: Sequence[str] | None = None,
+) -> Any:
+    """The staged rows: every Parquet file under ``uri``; with ``claims`` only the output of each
+    partition's recorded claim (a reader that lost its lease wrote elsewhere, unrecorded); with
+    ``inputs`` exactly those files (the recorded files of every unit, checked before)."""
     reader = spark.read.schema(STAGED_SCHEMA_DDL).option("recursiveFileLookup", "true").option(
         "pathGlobFilter", "*.parquet"
     )
+    if inputs is not None:
+        log(f"reading the {len(inputs)} recorded file(s) of the window's units")
+        return reader.parquet(*inputs) if inputs else spark.createDataFrame([], STAGED_SCHEMA_DDL)
     if claims is None:
         return reader.parquet(uri)
     paths = [
@@ -344,10 +351,11 @@ def _written_rows(observation: Any, tables: Sequence[str]) -> dict[str, int]:
 
 def change_set_manifest(
     window: Window, staging: str, tables: Mapping[str, Mapping[str, int]], transactions: int,
-    records: int, dropped: int,
+    records: int, dropped: int, **details: Any,
 ) -> dict[str, Any]:
     """The manifest of a window's change set: each table's ``rows`` and ``source_changes``, the
-    totals, and what the staging held (records, complete transactions, rows outside the window)."""
+    totals, and what the staging held (records, complete transactions, rows outside the window);
+    ``details`` (the epoch, the previous windows of the tables) are recorded as given."""
     rows = sum(int(table["rows"]) for table in tables.values())
     return manifest(
         window.window_id,
@@ -360,28 +368,35 @@ def change_set_manifest(
         source_changes=sum(int(table["source_changes"]) for table in tables.values()),
         transactions=transactions,
         dropped_out_of_window=dropped,
+        **{name: value for name, value in details.items() if value is not None},
     )
 
 
 def merge_staging(
     spark: Any, window: Window, staging: str, changeset: str, files: HadoopFiles, *,
     claims: Mapping[str, str] | None = None, source: str | None = None,
+    inputs: Sequence[str] | None = None, details: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Merge ``staging`` into ``changeset`` (both reachable by Spark); return the manifest, unwritten.
 
     :param claims: partition key → the claim whose output to read (None: every staged file).
     :param source: the staging location the manifest names (default ``staging``; another when
         ``staging`` is a local copy).
+    :param inputs: the exact files to read (the recorded files of every unit, checked against the
+        readers' records); overrides ``claims``.
+    :param details: further manifest entries (the epoch, the previous windows of the tables).
     """
     began = time.monotonic()
     source = staging if source is None else source
-    if not files.exists(staging):
-        log(f"window {window}: no staging folder at {staging}; writing an empty change set")
+    details = dict(details or {})
+    empty = not inputs if inputs is not None else not files.exists(staging)
+    if empty:
+        log(f"window {window}: nothing staged at {staging}; writing an empty change set")
         files.delete(changeset)
         files.make_dirs(changeset)
-        return change_set_manifest(window, source, {}, 0, 0, 0)
+        return change_set_manifest(window, source, {}, 0, 0, 0, **details)
 
-    staged = _read_staging(spark, staging, files, claims)
+    staged = _read_staging(spark, staging, files, claims, inputs)
     stats = _table_stats(staged, window)
     read_rows = sum(table.staged_rows for table in stats)
     dropped = sum(table.staged_rows - table.window_rows for table in stats)
@@ -417,4 +432,4 @@ def merge_staging(
     for name, table in tables.items():
         log(f"table {name}: {table['source_changes']} staged change(s) -> {table['rows']} change-set row(s)")
     log(f"window {window}: merged {merged} staged change(s) in {elapsed:.1f}s ({merged / elapsed:,.0f}/s)")
-    return change_set_manifest(window, source, tables, transactions, records, dropped)
+    return change_set_manifest(window, source, tables, transactions, records, dropped, **details)

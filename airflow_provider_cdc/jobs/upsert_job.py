@@ -12,6 +12,14 @@ table restored, rolled back or written by someone else stops the job, naming tab
 found versions and the ``repair`` command. The work happens in the driver with delta-rs; no
 SparkSession is started. The last line on stdout is a JSON summary.
 
+Without the metastore the job still refuses a window whose predecessor a table has not applied: the
+merge records in the manifest, per table, the end of the last earlier window that changed it
+(``previous_windows``, from the pipeline's ledger), and each table of the change set must hold
+exactly that window (its Delta app-transaction version) or this one already. With ``--epoch`` (the
+opening of the window the run belongs to) a change set merged in another epoch is refused. A lake
+that cannot be reached (a bad path, credentials or host) fails with :class:`ApplyError` naming the
+window and the table.
+
 This module imports no Airflow.
 """
 
@@ -27,7 +35,7 @@ from typing import Any
 
 from deltalake.exceptions import DeltaError
 
-from airflow_provider_cdc.domain.apply_order import TableVersions, version_problem
+from airflow_provider_cdc.domain.apply_order import TableVersions, previous_window_problem, version_problem
 from airflow_provider_cdc.filesystems import (
     storage_options_from_env,
 )
@@ -47,8 +55,16 @@ class UpsertJobError(RuntimeError):
     """Bad arguments or environment for the upsert job."""
 
 
+class EpochMismatchError(UpsertJobError):
+    """The change set was merged in another opening of the window than the run's; nothing was applied."""
+
+
 class LakeAgreementError(LakeError):
     """Target tables do not hold what the metastore says they hold; nothing was applied."""
+
+
+class PredecessorNotAppliedError(LakeAgreementError):
+    """A table of the change set lacks a window before this one; nothing was applied."""
 
 
 class ApplyError(LakeError):
@@ -88,16 +104,64 @@ def repair_command(pipeline_id: str, lake_root: str, changeset: str) -> str:
     )
 
 
+def held_windows(
+    target: DeltaLakeTarget, reader: ChangeSetReader, tables: Sequence[str], pipeline_id: str, version: int
+) -> dict[str, int | None]:
+    """Each table's last applied window version (its Delta app transaction); a lake that cannot be
+    read (a bad path, credentials or host) is an :class:`ApplyError` naming the window and table."""
+    held: dict[str, int | None] = {}
+    for table in tables:
+        try:
+            held[table] = target.applied_window_version(table, pipeline_id)
+        except (*READ_ERRORS, DeltaError, ValueError) as exc:
+            raise ApplyError(
+                f"window {reader.window_id} (version {version}) of pipeline {pipeline_id!r}: "
+                f"table {table!r}: reading Delta table {target.table_uri(table)!r} failed "
+                f"({describe_read_error(exc)}); no table was applied in this run"
+            ) from exc
+    return held
+
+
+def check_previous_windows(
+    held: Mapping[str, int | None], pipeline_id: str, version: int, previous: Any, repair: str
+) -> None:
+    """Refuse (before any apply) when a table of the change set does not hold the last earlier window
+    that changed it, as the manifest's ``previous_windows`` records it (absent: nothing to check)."""
+    if not isinstance(previous, Mapping) or not isinstance(previous.get("tables"), Mapping):
+        if previous is not None:
+            raise UpsertJobError(f"window version {version}: the manifest's previous_windows is not valid")
+        log.info("The change set records no previous windows: only the metastore checks the tables' order")
+        return
+    recorded_from = previous.get("recorded_from_us")
+    problems = [
+        problem
+        for table, found in held.items()
+        if (problem := previous_window_problem(
+            pipeline_id, table, found, version, previous["tables"].get(table),
+            recorded_from if isinstance(recorded_from, int) else None,
+        )) is not None
+    ]
+    if problems:
+        raise PredecessorNotAppliedError(
+            f"window version {version}: " + "; ".join(problems)
+            + ". Nothing was applied. Apply the windows before it first (or re-apply what the tables lack "
+            + "with: " + repair + ")"
+        )
+
+
 def check_agreement(
     target: DeltaLakeTarget, tables: Sequence[str], pipeline_id: str, version: int, expected: TableVersions,
-    repair: str,
+    repair: str, held: Mapping[str, int | None] | None = None,
 ) -> None:
     """Refuse (before any apply) when a table's last applied window is not the one the metastore recorded."""
     problems = [
         problem
         for table in tables
         if (problem := version_problem(
-            pipeline_id, table, target.applied_window_version(table, pipeline_id), version, expected
+            pipeline_id, table,
+            held[table] if held is not None and table in held else target.applied_window_version(
+                table, pipeline_id),
+            version, expected,
         )) is not None
     ]
     if problems:
@@ -135,16 +199,30 @@ def run(
     window_version: str | int | None,
     storage_options: Mapping[str, str] | None = None,
     expected: TableVersions | None = None,
+    epoch: int | None = None,
 ) -> dict[str, Any]:
-    """Apply every table of the change set; return the summary."""
+    """Apply every table of the change set; return the summary.
+
+    ``epoch``: the opening of the window the run belongs to; a change set whose manifest records
+    another is refused.
+    """
     app_id_for(pipeline_id)  # validates the pipeline id before any I/O
     reader = ChangeSetReader(changeset, storage_options)
     version = _window_version(None if window_version is None else str(window_version), reader)
     target = DeltaLakeTarget(lake_root, storage_options)
     tables = reader.tables()  # refuses a change set without manifest, or one that disagrees with it
+    manifest = reader.manifest()
+    merged = manifest.get("epoch")
+    if epoch is not None and isinstance(merged, int) and merged != epoch:
+        raise EpochMismatchError(
+            f"window version {version}: change set {reader.uri!r} was merged in epoch {merged} of the "
+            f"window, not in this run's epoch {epoch}; nothing was applied"
+        )
+    repair = repair_command(pipeline_id, lake_root, reader.uri)
+    held = held_windows(target, reader, [t.name for t in tables], pipeline_id, version)
+    check_previous_windows(held, pipeline_id, version, manifest.get("previous_windows"), repair)
     if expected is not None:
-        check_agreement(target, [t.name for t in tables], pipeline_id, version, expected,
-                        repair_command(pipeline_id, lake_root, reader.uri))
+        check_agreement(target, [t.name for t in tables], pipeline_id, version, expected, repair, held)
     results: list[dict[str, Any]] = []
     for table in tables:
         try:
@@ -166,6 +244,7 @@ def run(
         "tables_applied": [r["table"] for r in applied],
         "skipped_as_applied": [r["table"] for r in results if r["status"] == "already_applied"],
         "storage_option_names": sorted(storage_options or {}),
+        "epoch": merged if isinstance(merged, int) else None,
     }
 
 
@@ -187,6 +266,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="JSON: the window version each table last received, as the metastore recorded it "
         '({"tables": {"Orders": 1700000000000000}, "recorded_from_us": null}); checked before applying',
     )
+    parser.add_argument(
+        "--epoch",
+        type=int,
+        default=None,
+        help="the opening of the window this run belongs to; a change set merged in another is refused",
+    )
     return parser
 
 
@@ -197,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         expected = None if args.expected_versions is None else TableVersions.from_json(args.expected_versions)
         summary = run(
             args.changeset, args.lake_root, args.pipeline_id, args.window_version, storage_options_from_env(),
-            expected,
+            expected, args.epoch,
         )
     except (UpsertJobError, ChangeSetError, LakeError, ValueError) as exc:
         print(json.dumps({"error": type(exc).__name__, "message": str(exc)}), file=sys.stderr, flush=True)

@@ -146,12 +146,25 @@ class PipelineLedger(MetastoreEngine):
                         .values(**values)
                     )
 
-    def window_tables(self, pipeline: str, *, table: str | None = None) -> list[WindowTableRecord]:
-        """The recorded window tables of the pipeline (of one table), in window order."""
+    def window_tables(
+        self,
+        pipeline: str,
+        *,
+        table: str | None = None,
+        window: tuple[datetime | str, datetime | str] | None = None,
+        starting_from: datetime | str | None = None,
+    ) -> list[WindowTableRecord]:
+        """The recorded window tables of the pipeline (of one table; of one window ``(start, end)``;
+        of the windows starting at or after ``starting_from``), in window order."""
         pipeline = validate_pipeline(pipeline)
         query = sa.select(WT).where(WT.c.pipeline == pipeline)
         if table is not None:
             query = query.where(WT.c.table_name == validate_identifier(table, "table"))
+        if window is not None:
+            _pipeline, start_us, end_us = window_key(pipeline, *window)
+            query = query.where((WT.c.window_start_us == start_us) & (WT.c.window_end_us == end_us))
+        if starting_from is not None:
+            query = query.where(WT.c.window_start_us >= timestamp_micros(starting_from, "starting_from"))
         with self._tx() as conn:
             rows = conn.execute(query.order_by(WT.c.window_end_us, WT.c.table_name))
             return [
@@ -160,16 +173,21 @@ class PipelineLedger(MetastoreEngine):
                 for r in rows
             ]
 
-    def table_versions(self, pipeline: str) -> TableVersions:
-        """Per table, the version (window end in µs) of the last applied window recorded for it."""
+    def table_versions(self, pipeline: str, *, before: datetime | str | None = None) -> TableVersions:
+        """Per table, the version (window end in µs) of the last applied window recorded for it;
+        with ``before``, of the last one ending at or before that time (what a window starting
+        there finds in the tables once every window before it is applied)."""
         pipeline = validate_pipeline(pipeline)
         applied = (W.c.pipeline == WT.c.pipeline) & (W.c.start_us == WT.c.window_start_us) & (
             W.c.end_us == WT.c.window_end_us
         ) & (W.c.state == WindowState.APPLIED.value)
+        cond = (WT.c.pipeline == pipeline) & sa.exists().where(applied)
+        if before is not None:
+            cond = cond & (WT.c.window_end_us <= timestamp_micros(before, f"pipeline {pipeline!r}: before"))
         with self._tx() as conn:
             rows = conn.execute(
                 sa.select(WT.c.table_name, sa.func.max(WT.c.window_end_us))
-                .where((WT.c.pipeline == pipeline) & sa.exists().where(applied))
+                .where(cond)
                 .group_by(WT.c.table_name)
             )
             tables = {name: int(version) for name, version in rows}

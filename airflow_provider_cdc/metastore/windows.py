@@ -59,17 +59,20 @@ class WindowAccess(MetastoreEngine):
         end: datetime | str,
         *,
         staging_uri: str | None = None,
+        reopen: bool = False,
     ) -> WindowRecord:
         """Record the window in state ``reading`` unless it exists; return the recorded window.
 
-        An existing window is returned as it is (its state tells a retry what is left to do);
-        one recorded for another stream raises ``WindowConflictError``.
+        An existing window is returned as it is (its state tells a retry what is left to do), or
+        with ``reopen`` re-opened in the same transaction (as :meth:`reopen_window`: every opening
+        of a window is an epoch of its own); one recorded for another stream raises
+        ``WindowConflictError``.
         """
         pipeline, start_us, end_us = window_key(pipeline, start, end)
         stream = validate_stream(stream)
         with self._tx(write=True) as conn:
             now = self._clock_now()
-            self._insert_if_absent(
+            inserted = self._insert_if_absent(
                 conn,
                 W,
                 {
@@ -91,6 +94,22 @@ class WindowAccess(MetastoreEngine):
                     record.window_id,
                     f"recorded for change stream {record.stream!r}, not {stream!r}",
                 )
+            if reopen and not inserted:
+                self._update_one(
+                    conn,
+                    W,
+                    window_cond(pipeline, start_us, end_us),
+                    state=WindowState.READING.value,
+                    attempt=W.c.attempt + 1,
+                    opened_us=now,
+                    updated_us=now,
+                    applied_us=None,
+                    change_set_uri=None,
+                    record_count=None,
+                    transaction_count=None,
+                    key_count=None,
+                )
+                record = to_window(window_row(conn, pipeline, start_us, end_us))
             return record
 
     def transition_window(

@@ -63,3 +63,31 @@ def locations_of(value: Mapping[str, Any] | WindowLocations | None, *required: s
     if missing:
         raise ValueError(f"locations lacks {missing}: this step needs {list(required)}")
     return WindowLocations(**cleaned)
+
+
+#: The XCom key under which a window's open operator pushes the epoch it opened.
+EPOCH_XCOM_KEY = "epoch"
+
+
+def epoch_template(open_task_id: str) -> str:
+    """The template of the epoch the open task ``open_task_id`` pushed (give it as ``epoch``)."""
+    if not open_task_id or not all(
+        part.replace("_", "").replace("-", "").isalnum() for part in open_task_id.split(".")
+    ):
+        raise ValueError(f"not a task id: {open_task_id!r}")
+    return f"{{{{ ti.xcom_pull(task_ids='{open_task_id}', key='{EPOCH_XCOM_KEY}') }}}}"
+
+
+def epoch_of(value: Any) -> int | None:
+    """The epoch of a rendered ``epoch`` argument (an integer or its text); ``None`` or blank text
+    (an open task that pushed none) is no epoch."""
+    if value is None or isinstance(value, bool):
+        return None
+    text = str(value).strip()
+    if text in ("", "None"):
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(
+            f"epoch must be a positive integer (the open task's '{EPOCH_XCOM_KEY}' XCom), got {value!r}"
+        )
+    return int(text)

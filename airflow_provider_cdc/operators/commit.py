@@ -7,12 +7,12 @@ from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow_provider_cdc._compat import BaseOperator
+from airflow_provider_cdc._compat import AirflowFailException, BaseOperator
 from airflow_provider_cdc.domain.identifiers import validate_pipeline_id
 from airflow_provider_cdc.domain.timestamps import coerce_timestamp
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-from airflow_provider_cdc.hooks.pipeline import CdcPipelineHook
-from airflow_provider_cdc.operators._window import WINDOW_END, WINDOW_START, locations_of, window_of
+from airflow_provider_cdc.hooks.pipeline import CdcPipelineHook, StaleEpochError
+from airflow_provider_cdc.operators._window import WINDOW_END, WINDOW_START, epoch_of, locations_of, window_of
 
 
 class CdcCommitWindowOperator(BaseOperator):
@@ -42,6 +42,10 @@ class CdcCommitWindowOperator(BaseOperator):
         "upsert_stream_apply_watermark": ...}}}``) or a mapping of BigQuery table to its
         ``upsert_stream_apply_watermark`` (RFC 3339 text, datetime or ``None``). Templated.
     :param gcp_conn_id: Google Cloud connection for ``gs://`` locations.
+    :param epoch: the opening of the window this run commits (templated: the open task's ``epoch``
+        XCom, see ``epoch_template``; default the epoch the change set's manifest records). The
+        compare-and-set that marks the window applied is on it: a window opened again since, or a
+        change set of another epoch, fails the commit and changes nothing.
     """
 
     template_fields: Sequence[str] = (
@@ -53,6 +57,7 @@ class CdcCommitWindowOperator(BaseOperator):
         "locations",
         "staleness_reference",
         "gcp_conn_id",
+        "epoch",
     )
     template_fields_renderers = {"locations": "json", "bigquery_watermarks": "json"}
 
@@ -69,6 +74,7 @@ class CdcCommitWindowOperator(BaseOperator):
         metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
         max_staleness: timedelta | None = None,
         staleness_reference: Any = None,
+        epoch: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -82,6 +88,7 @@ class CdcCommitWindowOperator(BaseOperator):
         self.metastore_conn_id = metastore_conn_id
         self.max_staleness = max_staleness
         self.staleness_reference = staleness_reference
+        self.epoch = epoch
 
     def execute(self, context: Any) -> dict[str, Any]:
         pipeline = validate_pipeline_id(str(self.pipeline_id or context["ti"].dag_id))
@@ -89,13 +96,17 @@ class CdcCommitWindowOperator(BaseOperator):
         locations = locations_of(self.locations)
         now = coerce_timestamp(self.staleness_reference) if self.staleness_reference else None
         hook = CdcPipelineHook(self.metastore_conn_id, self.gcp_conn_id)
-        return hook.commit_window(
-            pipeline,
-            window,
-            locations,
-            self.read_summaries,
-            max_staleness=self.max_staleness,
-            now=now,
-            log=self.log,
-            bigquery_watermarks=self.bigquery_watermarks,
-        )
+        try:
+            return hook.commit_window(
+                pipeline,
+                window,
+                locations,
+                self.read_summaries,
+                max_staleness=self.max_staleness,
+                now=now,
+                log=self.log,
+                bigquery_watermarks=self.bigquery_watermarks,
+                epoch=epoch_of(self.epoch),
+            )
+        except StaleEpochError as exc:  # the window was opened again: a retry cannot change that
+            raise AirflowFailException(str(exc)) from exc

@@ -12,13 +12,21 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from airflow_provider_cdc._compat import AirflowFailException
+from airflow_provider_cdc.domain.identifiers import validate_pipeline_id
 from airflow_provider_cdc.domain.timestamps import format_timestamp
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-from airflow_provider_cdc.hooks.pipeline import CdcPipelineHook
+from airflow_provider_cdc.hooks.pipeline import (
+    CdcPipelineHook,
+    MergeInput,
+    StaleEpochError,
+    pending_manifest_name,
+)
 from airflow_provider_cdc.hooks.storage import storage_environment
+from airflow_provider_cdc.jobs.merge_input import units_json
 from airflow_provider_cdc.operators._spark import connection_master, refuse_remote_credentials, spark_defaults
-from airflow_provider_cdc.operators._window import WINDOW_END, WINDOW_START, locations_of, window_of
+from airflow_provider_cdc.operators._window import WINDOW_END, WINDOW_START, epoch_of, locations_of, window_of
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 #: The ``spark-submit`` application this operator runs.
@@ -62,7 +70,17 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
     of the window's change set (``{changeset_root}/{window_id}/table={table}/``), with
     ``_manifest.json`` written last. Only each partition's recorded output is read (the staged
     files of the claim that completed it, from the metastore), and every partition of the window
-    must have been read to its end.
+    must have been read to its end. Before anything is written every unit (partition or table batch)
+    is checked to hold the files and rows its reader recorded when it completed it (Parquet
+    footers): a missing folder or file, or another row count, fails naming the window, the unit and
+    the claim.
+
+    With ``pipeline_id`` (or ``epoch``) the merge belongs to one opening of the pipeline's window:
+    it refuses to start when the window was opened again since (``epoch``, the open task's XCom,
+    default the window's current epoch), writes its manifest under a pending name and publishes it
+    only after checking the epoch again; the manifest records the epoch and, per table, the end of
+    the last earlier window that changed it (the upsert job checks the tables hold it). That needs
+    the window before this one applied.
 
     The domain package is shipped with ``--py-files`` (a zip built on the fly), so the job also
     runs on clusters without this provider installed (they need ``pyspark`` and ``pyarrow``).
@@ -82,6 +100,10 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
         (never its arguments) for ``gs://`` locations.
     :param metastore_conn_id: the metastore holding the window's partitions (``None``: read every
         claim's files in the staging folder, for staging written without a metastore).
+    :param pipeline_id: the pipeline whose window this is (templated; default none: no epoch check,
+        unless ``epoch`` is given, then the DAG id).
+    :param epoch: the opening of the window this run merges (templated, e.g.
+        ``epoch_template(open_task.task_id)``); default the window's current epoch.
     :param conn_id: Spark connection (default ``spark_default``; missing means ``local[*]``).
     :param kwargs: passed to ``SparkSubmitOperator`` (``conf``, ``driver_memory``, ``py_files``, ...).
     """
@@ -93,6 +115,8 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
         "window_start",
         "window_end",
         "gcp_conn_id",
+        "pipeline_id",
+        "epoch",
     )
     template_fields_renderers = {"locations": "json"}
     ui_color = "#f4a460"
@@ -108,6 +132,8 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
         name: str = "cdc-merge-window",
         gcp_conn_id: str | None = None,
         metastore_conn_id: str | None = CdcMetastoreHook.default_conn_name,
+        pipeline_id: str | None = None,
+        epoch: Any = None,
         **kwargs: Any,
     ) -> None:
         if "application" in kwargs:
@@ -120,6 +146,8 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
         self.spark_conn_id = conn_id
         self.gcp_conn_id = gcp_conn_id
         self.metastore_conn_id = metastore_conn_id
+        self.pipeline_id = pipeline_id
+        self.epoch = epoch
 
     def _window_and_folders(self) -> tuple[Window, str, str]:
         window = window_of(self.window_start, self.window_end)
@@ -130,9 +158,12 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
         stream = stream_key.rsplit("/", 1)[-1]
         return window, locations.staging(stream, window), locations.change_set(window)
 
-    def merge_arguments(self, claims: Mapping[str, str] | None = None) -> list[str]:
+    def merge_arguments(
+        self, claims: Mapping[str, str] | None = None, *, merge_input: MergeInput | None = None
+    ) -> list[str]:
         """Command-line arguments of the merge job from the rendered fields (checked here first);
-        ``claims``: partition key → claim id of each partition's recorded output."""
+        ``claims``: partition key → claim id of each partition's recorded output; ``merge_input``:
+        every unit as recorded, the epoch and the tables' previous windows."""
         window, staging, changeset = self._window_and_folders()
         args = [
             "--staging",
@@ -146,15 +177,48 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
         ]
         if claims is not None:
             args += ["--partition-claims", json.dumps(dict(claims), sort_keys=True)]
+        if merge_input is not None:
+            args += ["--staged-units", units_json(merge_input.units)]
+            if merge_input.epoch is not None:
+                args += ["--epoch", str(merge_input.epoch),
+                         "--manifest-name", pending_manifest_name(merge_input.epoch)]
+            if merge_input.previous_windows is not None:
+                args += ["--previous-windows", json.dumps(merge_input.previous_windows, sort_keys=True,
+                                                          separators=(",", ":"))]
         return args
 
+    def _pipeline(self, context: Any) -> str | None:
+        if self.pipeline_id:
+            return validate_pipeline_id(str(self.pipeline_id))
+        ti = context.get("ti") if isinstance(context, Mapping) else None
+        if epoch_of(self.epoch) is None or ti is None:
+            return None
+        return validate_pipeline_id(ti.dag_id)
+
     def execute(self, context: Any) -> None:
+        try:
+            self._merge(context)
+        except StaleEpochError as exc:  # the window was opened again: a retry cannot change that
+            raise AirflowFailException(str(exc)) from exc
+
+    def _merge(self, context: Any) -> None:
         window, staging, changeset = self._window_and_folders()
-        claims = None
+        merge_input = None
+        pipeline = self._pipeline(context)
         if self.metastore_conn_id:
             hook = CdcPipelineHook(self.metastore_conn_id, self.gcp_conn_id)
-            claims = hook.partition_claims(str(self.stream_key).rstrip("/"), window)
-        arguments = self.merge_arguments(claims)
+            merge_input = hook.merge_input(
+                str(self.stream_key).rstrip("/"), window, pipeline, epoch_of(self.epoch)
+            )
+            rows = hook.check_staging(staging, window, merge_input.units)
+            self.log.info(
+                "Window %s%s: %d unit(s) hold the %d staged row(s) their readers recorded",
+                window,
+                f" (epoch {merge_input.epoch})" if merge_input.epoch else "",
+                len(merge_input.units),
+                rows,
+            )
+        arguments = self.merge_arguments(merge_input=merge_input)
         env = storage_environment(self.gcp_conn_id)
         master = connection_master(self.spark_conn_id)
         refuse_remote_credentials(master, env)
@@ -172,3 +236,6 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
                     super().execute(context)
             finally:
                 self.py_files = user_py_files
+        if merge_input is not None and merge_input.epoch is not None and pipeline is not None:
+            hook.publish_manifest(pipeline, window, merge_input.epoch, changeset)
+            self.log.info("Published the manifest of window %s, epoch %d", window, merge_input.epoch)

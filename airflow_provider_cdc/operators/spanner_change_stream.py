@@ -14,6 +14,7 @@ from airflow_provider_cdc.hooks.change_stream_connection import (
     connection_arguments,
 )
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+from airflow_provider_cdc.operators._window import EPOCH_XCOM_KEY
 
 
 def reader_owner(context: Context) -> str:
@@ -72,7 +73,10 @@ class SpannerChangeStreamOpenWindowOperator(_ChangeStreamWindowOperator):
     The first window opened for a pipeline records the pipeline's first window start:
     ``first_window_start`` (e.g. the DAG's start date), else this window's start. Windows apply in
     order from there; a window whose predecessor was never run fails here without retries.
-    Returns ``list(range(readers))`` so that mapped readers can ``expand`` over it.
+    Returns ``list(range(readers))`` so that mapped readers can ``expand`` over it, and pushes the
+    opening's epoch as the XCom ``epoch``: the window's merge, upsert and commit take it
+    (``epoch=epoch_template(open_window.task_id)``), so a run whose window was opened again since
+    changes nothing.
     """
 
     template_fields: Sequence[str] = (
@@ -98,11 +102,13 @@ class SpannerChangeStreamOpenWindowOperator(_ChangeStreamWindowOperator):
         self.log.info("Pipeline %s starts with the window at %s", pipeline, recorded.first_window_start)
         if error is not None and error.never_run:
             raise AirflowFailException(str(error))
-        tokens = self.to_hook().open_window(
+        epoch, tokens = self.to_hook().open_window_epoch(
             self.pipeline(context), window, self.staging_root, reader_owner(context)
         )
+        context["ti"].xcom_push(key=EPOCH_XCOM_KEY, value=epoch)
         self.log.info(
-            "Window %s opened with %d partition(s) to read by %d reader(s)", window, len(tokens), self.readers
+            "Window %s opened (epoch %d) with %d partition(s) to read by %d reader(s)",
+            window, epoch, len(tokens), self.readers,
         )
         return list(range(self.readers))
 

@@ -30,7 +30,7 @@ from airflow_provider_cdc.hooks.connection_fields import (
     connection_arguments_of,
 )
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-from airflow_provider_cdc.operators._window import WINDOW_END, WINDOW_START, window_of
+from airflow_provider_cdc.operators._window import EPOCH_XCOM_KEY, WINDOW_END, WINDOW_START, window_of
 from airflow_provider_cdc.operators.spanner_change_stream import reader_owner
 
 if TYPE_CHECKING:
@@ -179,6 +179,9 @@ class SpannerTableOpenWindowOperator(_TableWindowOperator):
     :param on_late_rows: ``fail`` (default, without retries) or ``warn`` when rows were written with a
         commit timestamp in a window already read.
     :param max_wait_seconds: how long to wait for the database's clock to pass the read timestamp.
+
+    Returns ``list(range(readers))`` and pushes the opening's epoch as the XCom ``epoch`` for the
+    window's merge, upsert and commit (``epoch=epoch_template(open.task_id)``).
     """
 
     template_fields: Sequence[str] = (
@@ -266,6 +269,8 @@ class SpannerTableOpenWindowOperator(_TableWindowOperator):
             )
         except (LateRowsError, TableSourceConfigError) as exc:  # a retry reads the same: fail for good
             raise AirflowFailException(str(exc)) from exc
+        if summary.get("epoch") is not None:
+            context["ti"].xcom_push(key=EPOCH_XCOM_KEY, value=summary["epoch"])
         self.log.info("Window %s opened: %s; %d reader(s)", window, summary, readers)
         return list(range(readers))
 

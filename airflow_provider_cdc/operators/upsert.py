@@ -8,9 +8,10 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
+from airflow_provider_cdc._compat import AirflowFailException
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-from airflow_provider_cdc.hooks.pipeline import CdcPipelineHook
+from airflow_provider_cdc.hooks.pipeline import CdcPipelineHook, StaleEpochError
 from airflow_provider_cdc.hooks.storage import storage_environment
 from airflow_provider_cdc.operators._spark import (
     LocalPythonJob,
@@ -20,7 +21,7 @@ from airflow_provider_cdc.operators._spark import (
     refuse_remote_credentials,
     spark_defaults,
 )
-from airflow_provider_cdc.operators._window import WINDOW_END, WINDOW_START, locations_of, window_of
+from airflow_provider_cdc.operators._window import WINDOW_END, WINDOW_START, epoch_of, locations_of, window_of
 
 UPSERT_JOB_PATH = str(Path(__file__).resolve().parent.parent / "jobs" / "upsert_job.py")
 
@@ -42,6 +43,9 @@ class SparkUpsertWindowOperator(SparkSubmitOperator):
     :param metastore_conn_id: the metastore; before the job runs, the window must be able to apply
         (the pipeline's previous window applied) and the job is given what the metastore says
         each table holds, which it checks before applying anything. ``None`` skips both.
+    :param epoch: the opening of the window this run applies (templated: the open task's ``epoch``
+        XCom, see ``epoch_template``). With a metastore the upsert refuses to start when the window was
+        opened again since; the job refuses a change set merged in another epoch.
     :param local_python: on a local master (or without the Spark connection) run the job with the
         worker's Python instead of ``spark-submit`` (default ``True``). The job starts no
         SparkSession, so ``spark-submit`` would only add a JVM start (10-20 s) before the same
@@ -58,6 +62,7 @@ class SparkUpsertWindowOperator(SparkSubmitOperator):
         "window_start",
         "window_end",
         "gcp_conn_id",
+        "epoch",
     )
     template_fields_renderers = {"locations": "json"}
     ui_color = "#d6f5e3"
@@ -72,6 +77,7 @@ class SparkUpsertWindowOperator(SparkSubmitOperator):
         gcp_conn_id: str | None = None,
         metastore_conn_id: str | None = CdcMetastoreHook.default_conn_name,
         local_python: bool = True,
+        epoch: Any = None,
         application: str = UPSERT_JOB_PATH,
         name: str = "cdc-upsert-window",
         conn_id: str = "spark_default",
@@ -87,6 +93,7 @@ class SparkUpsertWindowOperator(SparkSubmitOperator):
         self.gcp_conn_id = gcp_conn_id
         self.metastore_conn_id = metastore_conn_id
         self.local_python = local_python
+        self.epoch = epoch
         self.spark_conn_id = conn_id
         self._local_job: LocalPythonJob | None = None
 
@@ -105,9 +112,12 @@ class SparkUpsertWindowOperator(SparkSubmitOperator):
             "--window-version",
             str(window.end_micros),
         ]
+        epoch = epoch_of(self.epoch)
+        if epoch is not None:
+            args += ["--epoch", str(epoch)]
         if self.metastore_conn_id:
             hook = CdcPipelineHook(self.metastore_conn_id, self.gcp_conn_id)
-            args += ["--expected-versions", hook.expected_versions(str(self.pipeline_id), window)]
+            args += ["--expected-versions", hook.expected_versions(str(self.pipeline_id), window, epoch)]
         return args
 
     def runs_locally(self, master: str | None) -> bool:
@@ -116,7 +126,10 @@ class SparkUpsertWindowOperator(SparkSubmitOperator):
         return self.local_python and is_local(master)
 
     def execute(self, context: Any) -> None:
-        arguments = self.build_application_args()
+        try:
+            arguments = self.build_application_args()
+        except StaleEpochError as exc:  # the window was opened again: a retry cannot change that
+            raise AirflowFailException(str(exc)) from exc
         window: Window = window_of(self.window_start, self.window_end)
         env = storage_environment(self.gcp_conn_id)
         master = connection_master(self.spark_conn_id)

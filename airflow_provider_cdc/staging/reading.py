@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from airflow_provider_cdc import filesystems
 from airflow_provider_cdc.domain.contract.locations import (
     CLAIM_DIR_PREFIX,
     PARTITION_DIR_PREFIX,
@@ -75,6 +76,10 @@ def _staged_paths(fs: pafs.FileSystem, window_dir: str, claims: Mapping[str, str
     return sorted(paths)
 
 
+#: The file that marks a claim's folder as the recorded output of its partition.
+RECORDED_MARKER = "_recorded"
+
+
 def discard_other_claims(
     claim: StagingWriter | str,
     stream: str | None = None,
@@ -85,13 +90,16 @@ def discard_other_claims(
     filesystem: pafs.FileSystem | None = None,
     storage_options: Mapping[str, str] | None = None,
 ) -> int:
-    """Delete the files other claims of a partition staged (readers that lost the partition); call
-    only once the metastore recorded the claim as the output. Returns how many files went.
+    """Mark the claim's folder as a recorded output (:data:`RECORDED_MARKER`) and delete the files
+    other claims of the partition staged (readers that lost the partition); call only once the
+    metastore recorded the claim as the output. Returns how many files went.
 
-    ``claim`` is the writer of the recorded claim, or the staging root with ``stream``, ``window``,
-    ``partition_token`` and ``claim_id`` naming the claim (the root opened with ``filesystem`` or
-    ``storage_options``). A stale reader still writing may leave files behind: never read, since
-    readers of the staging read recorded claims only.
+    Claims marked recorded stay: they are the output of an earlier opening of the window (a change
+    stream's partition keeps its token across openings), which a run of that opening may still be
+    merging. ``claim`` is the writer of the recorded claim, or the staging root with ``stream``,
+    ``window``, ``partition_token`` and ``claim_id`` naming the claim (the root opened with
+    ``filesystem`` or ``storage_options``). A stale reader still writing may leave files behind:
+    never read, since readers of the staging read recorded claims only.
     """
     if isinstance(claim, str):
         if stream is None or window is None or partition_token is None or claim_id is None:
@@ -105,10 +113,16 @@ def discard_other_claims(
         )
     else:
         fs, partition_dir, own_dir = claim.filesystem, claim.partition_directory, claim.directory
-    removed = 0
     own = own_dir.rstrip("/") + "/"
-    for info in list_files(fs, partition_dir, recursive=True):
-        if not info.path.startswith(own):
+    files = list_files(fs, partition_dir, recursive=True)
+    if any(info.path.startswith(own) and PART_FILE.fullmatch(info.base_name) for info in files):
+        with fs.open_output_stream(filesystems.join(own_dir, RECORDED_MARKER)) as marker:
+            marker.write(b"")
+    recorded = {info.path[: -len(RECORDED_MARKER)] for info in files if info.base_name == RECORDED_MARKER}
+    removed = 0
+    for info in files:
+        folder = info.path[: -len(info.base_name)]
+        if not info.path.startswith(own) and folder not in recorded:
             delete_quietly(fs, info.path)
             removed += 1
     return removed

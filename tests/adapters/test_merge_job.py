@@ -743,6 +743,35 @@ def harness_run(tmp_path_factory) -> dict[str, Any]:
             target.parent.mkdir(parents=True)
             pq.write_table(pa.Table.from_pylist(rows, schema=STAGED_CHANGE_SCHEMA), target)
     window("claims", None, "--partition-claims", json.dumps({"p1": "c1", "p2": "c1", "p3": "c7"}))
+    # Units as their readers recorded them (claim, files, rows): intact, a lost file, a file
+    # replaced by one with fewer rows, a claim folder gone, and a lost file of a table batch.
+    unit_files = {
+        "k1": [[mod(t, "u1", "Accounts", "INSERT", "a1", {"Name": "one"})],
+               [mod(t, "u2", "Accounts", "INSERT", "a2", {"Name": "two"}),
+                mod(t, "u3", "Accounts", "INSERT", "a3", {"Name": "three"})]],
+        "k2": [[mod(t, "u4", "Orders", "INSERT", "o1", {"Amount": "1"}, partition="p2", types=ORDERS_V1)]],
+        "k3": [],  # a unit that staged nothing has no folder
+    }
+    units = json.dumps({"k1": ["c1", 2, 3], "k2": ["c2", 1, 1], "k3": ["c3", 0, 0]})
+    previous = json.dumps({"tables": {"Accounts": 1700000000000000}, "recorded_from_us": None})
+    for name in ("units_ok", "units_lost", "units_fewer", "units_gone"):
+        for key, parts in unit_files.items():
+            for number, rows in enumerate(parts):
+                folder = root / name / "staging" / f"partition={key}" / f"claim=c{key[1]}"
+                target = folder / f"part-{number:05d}.parquet"
+                target.parent.mkdir(parents=True, exist_ok=True)
+                pq.write_table(pa.Table.from_pylist(rows, schema=STAGED_CHANGE_SCHEMA), target)
+        window(name, None, "--staged-units", units, "--epoch", "3", "--previous-windows", previous)
+    (root / "units_lost" / "staging" / "partition=k1" / "claim=c1" / "part-00001.parquet").unlink()
+    pq.write_table(pa.Table.from_pylist([], schema=STAGED_CHANGE_SCHEMA),
+                   root / "units_fewer" / "staging" / "partition=k2" / "claim=c2" / "part-00000.parquet")
+    for path in sorted((root / "units_gone" / "staging" / "partition=k2").rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    # A stale claim's rows beside the recorded one are not read.
+    stale_target = root / "units_ok" / "staging" / "partition=k1" / "claim=c0" / "part-00000.parquet"
+    stale_target.parent.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist([mod(t, "u9", "Accounts", "INSERT", "a9", {"Name": "stale"})],
+                                        schema=STAGED_CHANGE_SCHEMA), stale_target)
     window("bad_table", [mod(t, "t1", "Bad-Name", "INSERT", "k", {"A": "1"})])
     window("bad_mod", [mod(t, "t1", "Accounts", "MERGE", "k7", {"Name": "x"})])
     window("bad_json", [mod(t, "t1", "Accounts", "UPDATE", "k8", "[1, 2]")])
@@ -857,6 +886,48 @@ def test_only_each_partitions_recorded_claim_is_read(harness_run: dict) -> None:
     assert {row["_keys_json"]: json.loads(row["_values_json"])["Name"] for row in changes["Accounts"]} == {
         '{"Id":"a1"}': "kept", '{"Id":"a2"}': "kept"
     }
+
+
+@pytest.mark.spark
+def test_units_holding_what_their_readers_recorded_merge_with_the_epoch_in_the_manifest(
+    harness_run: dict,
+) -> None:
+    result = harness_run["results"]["units_ok"]
+    assert result["code"] == 0, result["stderr"]
+    changes = read_change_set(harness_run["root"] / "units_ok" / "changeset")
+    assert {table: [row["_keys_json"] for row in rows] for table, rows in changes.items()} == {
+        "Accounts": ['{"Id":"a1"}', '{"Id":"a2"}', '{"Id":"a3"}'], "Orders": ['{"Id":"o1"}']
+    }  # the stale claim's a9 is not read
+    manifest = json.loads((harness_run["root"] / "units_ok" / "changeset" / MANIFEST_NAME).read_text())
+    assert manifest["epoch"] == 3
+    previous = {"tables": {"Accounts": 1700000000000000}, "recorded_from_us": None}
+    assert manifest["previous_windows"] == previous
+    assert "3 unit(s) hold the 3 file(s) and 4 row(s) their readers recorded" in harness_run["stdout"]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    ("name", "problems"),
+    [
+        ("units_lost", ["partition key k1, claim c1: recorded 2 file(s) with 3 row(s); "
+                        "missing file(s) part-00001.parquet"]),
+        ("units_fewer", ["partition key k2, claim c2: recorded 1 row(s) in 1 file(s); the files hold 0"]),
+        ("units_gone", ["partition key k2, claim c2: recorded 1 file(s) with 1 row(s); "
+                        "missing file(s) part-00000.parquet (its claim folder is missing)"]),
+    ],
+)
+def test_a_unit_whose_staged_files_differ_from_its_record_fails_naming_it_and_writes_nothing(
+    harness_run: dict, name: str, problems: list[str]
+) -> None:
+    result = harness_run["results"][name]
+    assert result["code"] == 1
+    staging = harness_run["root"] / name / "staging"
+    assert f"window {Window(START, END)}: the staging at {staging}" in result["stderr"]
+    assert "for 1 of 3 unit(s)" in result["stderr"]
+    for problem in problems:
+        assert problem in result["stderr"]
+    assert "Nothing was written" in result["stderr"]
+    assert not (harness_run["root"] / name / "changeset").exists()
 
 
 @pytest.mark.spark

@@ -753,6 +753,20 @@ def test_window_moves_forward_only(store: Metastore) -> None:
         store.transition_window(PIPELINE, at(60), at(120), "reading", "applied")
 
 
+def test_every_opening_of_a_window_is_an_epoch_of_its_own(store: Metastore) -> None:
+    first = store.open_window(PIPELINE, STREAM, T0, at(60), reopen=True)
+    assert (first.state, first.attempt) == (WindowState.READING, 1)
+    # Opened again while still reading (a second run of the window): the next epoch, the first fenced out.
+    second = store.open_window(PIPELINE, STREAM, T0, at(60), reopen=True)
+    assert (second.state, second.attempt) == (WindowState.READING, 2)
+    assert not store.transition_window(PIPELINE, T0, at(60), "reading", "applied", attempt=1)
+    assert store.transition_window(PIPELINE, T0, at(60), "reading", "applied", attempt=2, record_count=3)
+    third = store.open_window(PIPELINE, STREAM, T0, at(60), reopen=True)
+    assert (third.state, third.attempt, third.record_count) == (WindowState.READING, 3, None)
+    assert third.applied_at is None
+    assert store.open_window(PIPELINE, STREAM, T0, at(60)).attempt == 3  # without reopen: as it is
+
+
 def test_reopen_window_for_rerun_fences_the_old_attempt(store: Metastore) -> None:
     store.open_window(PIPELINE, STREAM, T0, at(60))
     store.transition_window(

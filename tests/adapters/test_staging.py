@@ -158,6 +158,28 @@ def test_claims_write_folders_of_their_own_and_readers_read_the_recorded_one(tmp
         StagingWriter(str(tmp_path), STREAM, WINDOW, "token-A", claim_id="../x")
 
 
+def test_the_recorded_output_of_an_earlier_opening_is_kept_when_a_later_claim_is_recorded(tmp_path):
+    """A change stream's partition keeps its token when the window opens again: the claim an earlier
+    opening recorded (which a run of that opening may still be merging) survives the new claim's clean-up;
+    a claim that lost its lease does not."""
+    def stage(claim: str, number: int) -> StagingWriter:
+        with StagingWriter(str(tmp_path), STREAM, WINDOW, "token-A", claim_id=claim) as writer:
+            writer.write_record(make_record(number))
+        return writer
+
+    first = stage("epoch1", 0)
+    assert discard_other_claims(first) == 0  # recorded in the first opening: marked as such
+    stage("lost2", 1)  # a reader of the second opening that lost its lease
+    second = stage("epoch2", 2)
+    assert discard_other_claims(second) == 1
+    key = partition_key("token-A")
+    assert sorted(
+        p.split(f"partition={key}/")[1] for p in staged_files(str(tmp_path), STREAM, WINDOW)
+    ) == ["claim=epoch1/part-00000.parquet", "claim=epoch2/part-00000.parquet"]
+    rows = read_staged_changes(str(tmp_path), STREAM, WINDOW, claims={"token-A": "epoch1"}).to_table()
+    assert rows.to_pylist() == expected_rows([make_record(0)], "token-A")
+
+
 def test_layout_and_partition_key(tmp_path):
     assert partition_key("token-A") == hashlib.sha256(b"token-A").hexdigest()[:16]
     assert (

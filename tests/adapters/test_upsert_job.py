@@ -268,3 +268,86 @@ def test_operator_runs_the_job_through_a_real_spark_submit(tmp_path: Path, monke
     ]
     for table in ("Orders", "Customers"):
         assert DeltaTable(str(lake / table)).transaction_version(APP_ID_PREFIX + "shop") == to_micros(END)
+
+
+# ------------------------------------------------------------------------------------------
+# Windows in order, checked by the job itself (no metastore): the manifest's previous windows
+
+
+def _ordered_window(root: Path, n: int, tables: list[str], previous: dict[str, int], epoch: int = 1) -> Path:
+    """Window ``n`` (one minute each) changing ``tables``, its manifest recording, as the merge does,
+    the epoch and per table the end of the last earlier window that changed it."""
+    from datetime import datetime, timedelta, timezone
+
+    from airflow_provider_cdc.domain.window import Window
+    from airflow_provider_cdc.lake.change_set_writer import Change, change_set_table, write_change_set
+
+    types = [
+        {"name": "Id", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 1},
+        {"name": "Name", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 2},
+    ]
+    start = datetime(2026, 3, 1, tzinfo=timezone.utc) + timedelta(minutes=n)
+    window = Window(start, start + timedelta(minutes=1))
+    change = Change({"Id": 1}, "UPSERT", f"{to_micros(start):016X}", start, {"Name": f"window {n}"})
+    folder = root / window.window_id
+    write_change_set(str(folder), {name: change_set_table(types, [change]) for name in tables})
+    manifest = json.loads((folder / "_manifest.json").read_text())
+    manifest.update(epoch=epoch, previous_windows={"tables": previous, "recorded_from_us": None})
+    (folder / "_manifest.json").write_text(json.dumps(manifest))
+    return folder
+
+
+def _end(folder: Path) -> int:
+    return int(folder.name.split("-")[1])
+
+
+def test_the_job_alone_refuses_a_window_whose_predecessor_a_table_has_not_applied(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    monkeypatch.delenv(filesystems.STORAGE_OPTIONS_ENV, raising=False)
+    root, lake = tmp_path / "changesets", tmp_path / "lake"
+    w1 = _ordered_window(root, 1, ["Orders", "Customers"], {})
+    end1 = _end(w1)
+    w2 = _ordered_window(root, 2, ["Customers"], {"Orders": end1, "Customers": end1})
+    w3 = _ordered_window(root, 3, ["Orders", "Customers"], {"Orders": end1, "Customers": _end(w2)})
+
+    def apply(folder: Path, *extra: str) -> tuple[int, dict]:
+        return run_main(capsys, "--changeset", str(folder), "--lake-root", str(lake), "--pipeline-id", "shop",
+                        *extra)  # fmt: skip
+
+    assert apply(w1)[0] == 0
+    code, error = apply(w3)  # window 2 never applied to Customers
+    assert code == 2 and error["error"] == "PredecessorNotAppliedError", error
+    assert (
+        f"table 'Customers' holds window version {end1} of pipeline 'shop' but window version {_end(w3)} "
+        f"needs it to hold window version {_end(w2)}, the last earlier window that changed it"
+    ) in error["message"]
+    assert "'Orders'" not in error["message"]  # Orders holds window 1, the last that changed it
+    assert "Nothing was applied" in error["message"]
+    target = DeltaLakeTarget(str(lake))
+    assert target.applied_window_version("Orders", "shop") == end1  # nothing was applied
+    # In order, window 3 applies: Orders still holds window 1, which window 2 did not change.
+    assert apply(w2)[0] == 0
+    code, summary = apply(w3, "--epoch", "1")
+    assert code == 0 and summary["tables_applied"] == ["Customers", "Orders"] and summary["epoch"] == 1
+    # A re-run of an applied window skips it; one of another opening of the window is refused.
+    assert apply(w2)[1]["skipped_as_applied"] == ["Customers"]
+    code, error = apply(w2, "--epoch", "2")
+    assert code == 2 and error["error"] == "EpochMismatchError"
+    assert "was merged in epoch 1 of the window, not in this run's epoch 2" in error["message"]
+
+
+def test_an_unreachable_lake_fails_with_an_apply_error_naming_window_and_table(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    options = {"aws_endpoint": "http://127.0.0.1:9", "aws_access_key_id": "k", "aws_secret_access_key": "s",
+               "aws_region": "us-east-1", "aws_allow_http": "true", "max_retries": "0"}  # fmt: skip
+    monkeypatch.setenv(filesystems.STORAGE_OPTIONS_ENV, json.dumps(options))
+    folder = _ordered_window(tmp_path / "changesets", 1, ["Orders"], {})
+    code, error = run_main(
+        capsys, "--changeset", str(folder), "--lake-root", "s3://no-such-bucket/lake", "--pipeline-id", "shop"
+    )
+    assert code == 2 and error["error"] == "ApplyError", error
+    assert error["message"].startswith(f"window {folder.name} (version {_end(folder)}) of pipeline 'shop': ")
+    uri = "s3://no-such-bucket/lake/Orders"
+    assert f"table 'Orders': reading Delta table '{uri}' failed (OSError" in error["message"]

@@ -135,6 +135,34 @@ def test_a_window_reopened_while_committing_fails_the_commit(
     assert store.table_watermarks(PIPELINE) == {}
 
 
+def test_a_commit_of_an_earlier_opening_of_the_window_changes_nothing(
+    store: Metastore, tmp_path: Path
+) -> None:
+    from airflow_provider_cdc._compat import AirflowFailException
+    from airflow_provider_cdc.hooks.pipeline import StaleEpochError
+
+    store.open_window(PIPELINE, STREAM, START, END)
+    assert store.open_window(PIPELINE, STREAM, START, END, reopen=True).attempt == 2  # a second run
+    root = _changeset(tmp_path, ["Orders"])
+    stale = r"opened again \(it is in epoch 2, reading\) since this run opened it in epoch 1: the commit of"
+    with pytest.raises(AirflowFailException, match=stale):
+        _commit(root, epoch="1").execute({})
+    assert store.get_window(PIPELINE, START, END).state is WindowState.READING
+    assert store.table_watermarks(PIPELINE) == {}
+    # A change set merged in another epoch than the run's is refused too.
+    manifest = Path(root) / Window(START, END).window_id / "_manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "epoch": 1}))
+    with pytest.raises(AirflowFailException, match="was merged in epoch 1, not in this run's epoch 2"):
+        _commit(root, epoch="2").execute({})
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "epoch": 2}))
+    _commit(root, epoch="2").execute({})
+    assert store.get_window(PIPELINE, START, END).state is WindowState.APPLIED
+    # Also once the window is applied.
+    with pytest.raises(AirflowFailException, match="epoch 1") as refused:
+        _commit(root, epoch=1).execute({})
+    assert isinstance(refused.value.__cause__, StaleEpochError)
+
+
 def test_max_staleness_fails_the_run_naming_the_lagging_table(store: Metastore, tmp_path: Path) -> None:
     store.open_window(PIPELINE, STREAM, START, END)
     root = _changeset(tmp_path, ["Orders"])

@@ -228,7 +228,10 @@ def test_operators_take_retention_as_a_templated_field(
         window_start=window.start.isoformat(),
         window_end=window.end.isoformat(),
     )
-    context = {"ti": SimpleNamespace(dag_id="cdc", run_id="run-1", task_id="read", map_index=0)}
+    ti = SimpleNamespace(
+        dag_id="cdc", run_id="run-1", task_id="read", map_index=0, xcom_push=lambda key, value: None
+    )
+    context = {"ti": ti}
     for operator in (SpannerChangeStreamOpenWindowOperator, SpannerChangeStreamReadWindowOperator):
         assert "retention" in operator.template_fields
     templated = "{{ params.retention }}"

@@ -39,8 +39,18 @@ T = datetime(2026, 1, 1, tzinfo=timezone.utc)
 CONNECTION = {"project_id": PROJECT, "instance_id": INSTANCE, "database_id": "db", "source": "Snapshot"}
 
 
+#: What the open operators pushed as XComs: (task id, key) → value.
+PUSHED: dict[tuple[str, str], Any] = {}
+
+
 def _context(task_id: str = "read", map_index: int = -1) -> dict[str, Any]:
-    return {"ti": SimpleNamespace(dag_id="pipe", run_id="run-1", task_id=task_id, map_index=map_index)}
+    def xcom_push(key: str, value: Any) -> None:
+        PUSHED[(task_id, key)] = value
+
+    ti = SimpleNamespace(
+        dag_id="pipe", run_id="run-1", task_id=task_id, map_index=map_index, xcom_push=xcom_push
+    )
+    return {"ti": ti}
 
 
 def test_the_provider_registers_the_hook_and_the_operators() -> None:
@@ -167,15 +177,32 @@ def test_a_snapshot_is_applied_as_the_pipelines_first_window_and_the_stream_foll
     types = {name: column_types(database, name) for name in ("Accounts", "Notes")}
     store = Metastore(sqlite_url)
 
-    def apply(bounds: dict, stream_key: str, summaries: list) -> None:
+    def apply(bounds: dict, stream_key: str, summaries: list, opened_by: str) -> None:
+        epoch = PUSHED[(opened_by, "epoch")]  # what the DAGs template from the open task's XCom
         SparkMergeWindowOperator(
-            task_id="merge", locations=roots, stream_key=stream_key, **bounds, **spark
+            task_id="merge",
+            locations=roots,
+            stream_key=stream_key,
+            pipeline_id="pipe",
+            epoch=str(epoch),
+            **bounds,
+            **spark,
         ).execute(_context("merge"))
         SparkUpsertWindowOperator(
-            task_id="upsert", locations=roots, pipeline_id="pipe", **bounds, conn_id=spark["conn_id"]
+            task_id="upsert",
+            locations=roots,
+            pipeline_id="pipe",
+            epoch=str(epoch),
+            **bounds,
+            conn_id=spark["conn_id"],
         ).execute(_context("upsert"))
         CdcCommitWindowOperator(
-            task_id="commit", pipeline_id="pipe", read_summaries=summaries, locations=roots, **bounds
+            task_id="commit",
+            pipeline_id="pipe",
+            read_summaries=summaries,
+            locations=roots,
+            epoch=str(epoch),
+            **bounds,
         ).execute(_context("commit"))
 
     table = {"staging_root": roots["staging_root"], "pipeline_id": "pipe", "source": "Snapshot", **spanner}
@@ -201,13 +228,14 @@ def test_a_snapshot_is_applied_as_the_pipelines_first_window_and_the_stream_foll
     problem = store.predecessor_error("pipe", stream_window.start, stream_window.end)
     assert problem is not None and "reading" in str(problem) and not problem.never_run
 
-    apply(snapshot, f"{database_path}/Snapshot", summaries)
+    assert PUSHED[("snapshot_open", "epoch")] == 1 and PUSHED[("open", "epoch")] == 1
+    apply(snapshot, f"{database_path}/Snapshot", summaries, "snapshot_open")
     assert _delta_tables(tmp_path / "lake_root", types) == existing
     assert store.predecessor_error("pipe", stream_window.start, stream_window.end) is None
     read = SpannerChangeStreamReadWindowOperator(task_id="read", **stream_bounds, **stream).execute(
         _context()
     )
-    apply(stream_bounds, f"{database_path}/Everything", [read])
+    apply(stream_bounds, f"{database_path}/Everything", [read], "open")
     assert _delta_tables(tmp_path / "lake_root", types) == database_tables(
         database, types, stream_window.end - ONE_MICROSECOND
     )
@@ -231,3 +259,154 @@ def test_tables_rendered_as_json_text_reach_the_hook_as_a_list() -> None:
     assert tables_argument("  ") is None
     with pytest.raises(AirflowFailException, match=r"tables must be a list, or its JSON text .*\[\{'table'"):
         tables_argument("[{'table': 'DocumentHistory'}]")  # a Python repr: render with '| tojson'
+
+
+@pytest.mark.spark
+def test_a_second_run_reopening_the_snapshot_fences_the_first_and_a_lost_batch_file_is_refused(
+    spanner_emulator: Any,
+    new_spanner_database: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    sqlite_url: str,
+    tmp_path: Path,
+) -> None:
+    """Run A opens the snapshot (epoch 1) and reads it; run B opens it again (epoch 2) while A's merge
+    runs: A publishes no manifest, and A's upsert and commit are refused, its staged batches intact.
+    A batch file of B lost before B's merge fails the merge naming window, batch and claim, before
+    anything is written; opening the window again (epoch 3) and reading it heals it, and the lake
+    equals the database. B's commit, of an older epoch, is refused after."""
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    from airflow_provider_cdc.domain.contract.locations import MANIFEST_NAME
+    from airflow_provider_cdc.hooks.pipeline import StagedInputMissingError
+    from airflow_provider_cdc.metastore import Metastore, WindowState
+    from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
+    from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
+    from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
+
+    monkeypatch.setenv("SPANNER_EMULATOR_HOST", spanner_emulator.host)
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_METASTORE_DEFAULT", metastore_connection(sqlite_url))
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    clock = spanner_emulator.clock
+    database = new_spanner_database(SNAPSHOT_DDL, prefix="epochs")
+    clock.advance(timedelta(seconds=1))
+    writes = Writes(database, seed=5)
+    writes.insert_accounts(60)
+    for _ in range(30):
+        writes.step()
+        clock.advance(timedelta(milliseconds=10))
+    first = (clock.now() + timedelta(seconds=2)).replace(microsecond=0)
+    clock.set(first + timedelta(seconds=1))
+
+    roots = {name: str(tmp_path / name) for name in ("staging_root", "changeset_root", "lake_root")}
+    spanner = {"project_id": PROJECT, "instance_id": INSTANCE, "database_id": database.database_id}
+    snapshot = snapshot_window_bounds(first)
+    window = Window(first - ONE_MICROSECOND, first)
+    table = {"staging_root": roots["staging_root"], "pipeline_id": "pipe", "source": "Snapshot", **spanner}
+    stream_key = f"projects/{PROJECT}/instances/{INSTANCE}/databases/{database.database_id}/Snapshot"
+    spark = {"conn_id": "cdc_no_such_spark_connection", "conf": {"spark.ui.enabled": "false"}}
+    types = {name: column_types(database, name) for name in ("Accounts", "Notes")}
+    store = Metastore(sqlite_url)
+    change_set = tmp_path / "changeset_root" / window.window_id
+
+    def open_and_read(run: str, readers: int = 2) -> tuple[int, list[dict]]:
+        SpannerTableOpenWindowOperator(
+            task_id=f"{run}_open", mode="snapshot", tables=["Accounts", "Notes"], readers=readers,
+            max_partitions=3, **snapshot, **table,
+        ).execute(_context(f"{run}_open"))  # fmt: skip
+        summaries = [
+            SpannerTableReadWindowOperator(
+                task_id=f"{run}_read", reader_index=i, **snapshot, **table
+            ).execute(_context(f"{run}_read", i))
+            for i in range(readers)
+        ]
+        return PUSHED[(f"{run}_open", "epoch")], summaries
+
+    def merge(epoch: int) -> None:
+        SparkMergeWindowOperator(
+            task_id="merge", locations=roots, stream_key=stream_key, pipeline_id="pipe", epoch=str(epoch),
+            **snapshot, **spark,
+        ).execute(_context("merge"))  # fmt: skip
+
+    def upsert(epoch: int) -> None:
+        SparkUpsertWindowOperator(
+            task_id="upsert", locations=roots, pipeline_id="pipe", epoch=str(epoch), **snapshot,
+            conn_id=spark["conn_id"],
+        ).execute(_context("upsert"))  # fmt: skip
+
+    def commit(epoch: int, summaries: list[dict]) -> dict:
+        return CdcCommitWindowOperator(
+            task_id="commit", pipeline_id="pipe", read_summaries=summaries, locations=roots, epoch=str(epoch),
+            **snapshot,
+        ).execute(_context("commit"))  # fmt: skip
+
+    def staged_part_files() -> set[Path]:
+        return set((tmp_path / "staging_root" / "Snapshot" / window.window_id).rglob("part-*.parquet"))
+
+    epoch_a, summaries_a = open_and_read("a")
+    assert epoch_a == 1
+    staged_by_a = staged_part_files()
+    assert staged_by_a
+
+    # Run B opens the window again while A's merge job runs.
+    submit = SparkSubmitOperator.execute
+    opened_meanwhile: list[int] = []
+
+    def submit_then_reopen(self: Any, context: Any) -> Any:
+        result = submit(self, context)
+        if not opened_meanwhile:
+            SpannerTableOpenWindowOperator(
+                task_id="b_open", mode="snapshot", tables=["Accounts", "Notes"], readers=2, max_partitions=3,
+                **snapshot, **table,
+            ).execute(_context("b_open"))  # fmt: skip
+            opened_meanwhile.append(PUSHED[("b_open", "epoch")])
+        return result
+
+    monkeypatch.setattr(SparkSubmitOperator, "execute", submit_then_reopen)
+    stale = r"opened again \(it is in epoch 2, reading\) since this run opened it in epoch 1: the merge of"
+    with pytest.raises(AirflowFailException, match=stale):
+        merge(epoch_a)
+    monkeypatch.setattr(SparkSubmitOperator, "execute", submit)
+    assert opened_meanwhile == [2]
+    assert not (change_set / MANIFEST_NAME).exists()  # A published nothing
+    assert staged_by_a <= staged_part_files()  # the re-opening deleted none of A's staged files
+    for step in (lambda: merge(epoch_a), lambda: upsert(epoch_a), lambda: commit(epoch_a, summaries_a)):
+        with pytest.raises(AirflowFailException, match="epoch 1"):
+            step()
+    assert store.get_window("pipe", window.start, window.end).state is WindowState.READING
+    assert not (tmp_path / "lake_root").exists()
+
+    # Run B reads; one staged file of a batch is lost before B's merge.
+    summaries_b = [
+        SpannerTableReadWindowOperator(task_id="b_read", reader_index=i, **snapshot, **table).execute(
+            _context("b_read", i)
+        )
+        for i in range(2)
+    ]
+    recorded = [p for p in store.window_partitions(stream_key, window.start, window.end) if p.output_files]
+    lost = recorded[0]
+    from airflow_provider_cdc.domain.contract.locations import claim_folder, partition_key
+
+    folder = Path(claim_folder(str(tmp_path / "staging_root" / "Snapshot" / window.window_id),
+                               partition_key(lost.token), lost.claim_id))
+    (folder / "part-00000.parquet").unlink()
+    with pytest.raises(StagedInputMissingError) as refused:
+        merge(2)
+    message = str(refused.value)
+    assert f"window {window}" in message and lost.token in message and f"claim {lost.claim_id}" in message
+    assert f"recorded {lost.output_files} file(s) with {lost.rows} row(s)" in message
+    assert "part-00000.parquet" in message and "Nothing was written" in message
+    assert not (change_set / MANIFEST_NAME).exists() and not (tmp_path / "lake_root").exists()
+
+    # Clearing the run opens the window again and reads it: the merge, upsert and commit go through.
+    epoch_c, summaries_c = open_and_read("c")
+    assert epoch_c == 3
+    merge(epoch_c)
+    manifest = json.loads((change_set / MANIFEST_NAME).read_text())
+    assert manifest["epoch"] == 3 and manifest["previous_windows"]["tables"] == {}
+    upsert(epoch_c)
+    commit(epoch_c, summaries_c)
+    assert store.get_window("pipe", window.start, window.end).state is WindowState.APPLIED
+    assert _delta_tables(tmp_path / "lake_root", types) == database_tables(database, types, window.start)
+    with pytest.raises(AirflowFailException, match="epoch 2"):
+        commit(2, summaries_b)  # a stale commit changes nothing
+    assert store.get_window("pipe", window.start, window.end).attempt == 3

@@ -60,3 +60,29 @@ def test_example_dags_start_with_the_snapshot_and_later_windows_run_without_it(d
         steps.insert(4, "to_bigquery")
     for before, after in zip(steps, steps[1:], strict=False):
         assert f"initial_snapshot.{after}" in dag.get_task(f"initial_snapshot.{before}").downstream_task_ids
+
+
+@pytest.mark.parametrize(
+    "dag_id",
+    [
+        "spanner_change_stream_to_lake",
+        "spanner_change_stream_to_bigquery",
+        "spanner_commit_timestamp_tables_to_lake",
+    ],
+)
+def test_the_steps_after_the_read_carry_the_epoch_their_open_task_pushed(dag_id: str) -> None:
+    from airflow.dag_processing.dagbag import DagBag
+
+    dag = DagBag(str(EXAMPLE_DAGS)).dags[dag_id]
+    groups = ["", "initial_snapshot."] if "change_stream" in dag_id else [""]
+    for group in groups:
+        opened = "initial_snapshot.open" if group else "open_window"
+        pulled = f"{{{{ ti.xcom_pull(task_ids='{opened}', key='epoch') }}}}"
+        steps = (
+            ("merge", "upsert", "to_bigquery", "commit")
+            if "bigquery" in dag_id
+            else ("merge", "upsert", "commit")
+        )
+        for step in steps:
+            assert dag.get_task(f"{group}{step}").epoch == pulled, (group, step)
+        assert dag.get_task(f"{group}merge").pipeline_id == "{{ params.pipeline_id }}"

@@ -859,12 +859,15 @@ def test_upsert_killed_mid_apply_is_healed_by_its_retry(pipeline: Pipeline) -> N
 
 
 # =============================================================================================
-# 5. Two DAG runs of the same window at once: exactly one applies it
+# 5. Two DAG runs of the same window at once: the later opening applies it, the earlier changes nothing
 # =============================================================================================
 
 
 @pytest.mark.timeout(900)
 def test_two_runs_of_one_window_at_once_apply_it_exactly_once(pipeline: Pipeline) -> None:
+    """The manual run opens the window again after the scheduled run read and merged it: the scheduled
+    run's upsert (of the earlier epoch) is refused without retries and applies nothing, the manual run
+    applies every changed table once."""
     pipeline.require(range(RACED_WINDOW))
     window = pipeline.window(RACED_WINDOW)
     # The scheduled run and a manual run of the same data interval, each up to its upsert.
@@ -902,26 +905,22 @@ def test_two_runs_of_one_window_at_once_apply_it_exactly_once(pipeline: Pipeline
     go.write_text("go")
     results = [pipeline.finish_runner(*runner) for _, runner in started]
 
-    for (run,), _ in results:
-        run.assert_succeeded()
+    ((stale,), stale_log), ((fresh,), fresh_log) = results
+    fresh.assert_succeeded()
     pipeline.applied.add(RACED_WINDOW)
-    upserts = [run.tasks["upsert"] for (run,), _ in results]
-    # The two upserts ran at the same time (their tries overlap).
-    assert max(u["started"] for u in upserts) < min(u["ended"] for u in upserts), upserts
+    # The scheduled run opened the window first; the manual run's opening, the next epoch, fenced it.
+    epoch = pipeline.window_records()[window[0]].attempt
+    assert stale.state == "failed" and stale.tries("upsert") == [(1, "failed")], stale.tasks
+    assert stale.tasks["commit"]["state"] == "upstream_failed", stale.tasks
+    stale_epoch = epoch - 1
+    assert f"opened it in epoch {stale_epoch}: the upsert of epoch {stale_epoch} changes nothing" in stale_log
+    assert upsert_summaries(stale_log) == []  # its job never started
     changed = pipeline.changed_tables(RACED_WINDOW)
-    summaries = [upsert_summaries(text) for _, text in results]
-    assert [len(s) for s in summaries] == [1, 1], summaries
-    applied_by = sorted(tuple(sorted(s[0]["tables_applied"])) for s in summaries)
-    skipped_by = sorted(tuple(sorted(s[0]["skipped_as_applied"])) for s in summaries)
-    # Per table exactly one of the two applied it; the other reported it already applied.
-    for table in changed:
-        assert sum(table in a for a in applied_by) == 1 and sum(table in s for s in skipped_by) == 1, (
-            table,
-            summaries,
-        )
+    (summary,) = upsert_summaries(fresh_log)
+    assert sorted(summary["tables_applied"]) == sorted(changed) and summary["epoch"] == epoch, summary
     for table in TABLES:
         assert pipeline.window_commits(table).count(pipeline.version(RACED_WINDOW)) == int(table in changed)
-    assert sum(committed_as_already_applied(text) for _, text in results) == 1
+    assert not committed_as_already_applied(fresh_log)
     pipeline.assert_lake_equals_truth(RACED_WINDOW)
     pipeline.assert_applied_through(RACED_WINDOW)
     # The last window is the end of the history: the lake holds its final state.
