@@ -48,6 +48,22 @@ def window_row(conn: Connection, pipeline: str, start_us: int, end_us: int) -> M
     return row._mapping
 
 
+def reopened_values(now: Any) -> dict[str, Any]:
+    """A window opened again: back to ``reading`` in the next epoch (attempt), the previous epoch's
+    counts, change set and applied time cleared."""
+    return {
+        "state": WindowState.READING.value,
+        "attempt": W.c.attempt + 1,
+        "opened_us": now,
+        "updated_us": now,
+        "applied_us": None,
+        "change_set_uri": None,
+        "record_count": None,
+        "transaction_count": None,
+        "key_count": None,
+    }
+
+
 class WindowAccess(MetastoreEngine):
     """Open, move forward, re-open and read the windows of a pipeline."""
 
@@ -95,20 +111,7 @@ class WindowAccess(MetastoreEngine):
                     f"recorded for change stream {record.stream!r}, not {stream!r}",
                 )
             if reopen and not inserted:
-                self._update_one(
-                    conn,
-                    W,
-                    window_cond(pipeline, start_us, end_us),
-                    state=WindowState.READING.value,
-                    attempt=W.c.attempt + 1,
-                    opened_us=now,
-                    updated_us=now,
-                    applied_us=None,
-                    change_set_uri=None,
-                    record_count=None,
-                    transaction_count=None,
-                    key_count=None,
-                )
+                self._update_one(conn, W, window_cond(pipeline, start_us, end_us), **reopened_values(now))
                 record = to_window(window_row(conn, pipeline, start_us, end_us))
             return record
 
@@ -184,20 +187,7 @@ class WindowAccess(MetastoreEngine):
             cond = cond & (W.c.state == expected.value)
         now = self._clock_now()
         with self._tx(write=True) as conn:
-            reopened = self._update_one(
-                conn,
-                W,
-                cond,
-                state=WindowState.READING.value,
-                attempt=W.c.attempt + 1,
-                opened_us=now,
-                updated_us=now,
-                applied_us=None,
-                change_set_uri=None,
-                record_count=None,
-                transaction_count=None,
-                key_count=None,
-            )
+            reopened = self._update_one(conn, W, cond, **reopened_values(now))
             record = to_window(window_row(conn, pipeline, start_us, end_us))
             if not reopened:
                 raise WindowConflictError(
