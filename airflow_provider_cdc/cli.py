@@ -148,14 +148,10 @@ def _lag(now: datetime, mark: datetime | None) -> str:
 
 
 def _bigquery_watermarks(store: Any, pipeline: str) -> dict[str, datetime]:
-    """The BigQuery tables' watermarks the commit recorded under ``{pipeline}.bigquery``."""
-    from airflow_provider_cdc.hooks.bigquery_cdc import ledger_id
+    """The BigQuery tables' watermarks the commit recorded for the pipeline (target ``bigquery``)."""
+    from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET
 
-    try:
-        ledger = ledger_id(pipeline)
-    except ValueError:  # a pipeline id too long to carry the suffix has no BigQuery ledger
-        return {}
-    return store.table_watermarks(ledger)
+    return store.table_watermarks(pipeline, target=BIGQUERY_TARGET)
 
 
 def tables(args: argparse.Namespace) -> int:

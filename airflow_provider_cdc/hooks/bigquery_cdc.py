@@ -23,6 +23,7 @@ from airflow_provider_cdc.domain.identifiers import validate_pipeline_id
 from airflow_provider_cdc.domain.timestamps import format_timestamp
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
@@ -159,8 +160,8 @@ class BigQueryCdcHook(GoogleBaseHook):
         """Send the window's change set to ``{project}.{dataset}``; return a summary per table (with
         each table's ``upsert_stream_apply_watermark`` when ``report_watermarks``).
 
-        The ledger ``{pipeline}.bigquery`` records each table as soon as its send completed; a table
-        it records for this window is not sent again (reported ``already_sent``), whatever the run
+        The metastore ledger records each table (target ``bigquery``) as soon as its send completed; a
+        table it records for this window is not sent again (reported ``already_sent``), whatever the run
         (retry, clear, backfill) and however long after. Every table still to send is checked before
         the first is sent (``BigQueryCdcTarget.plan_tables``). A table whose Delta table has applied
         later windows sends only the rows those windows did not supersede.
@@ -174,6 +175,7 @@ class BigQueryCdcHook(GoogleBaseHook):
         from airflow_provider_cdc.lake.change_set import ChangeSetReader
         from airflow_provider_cdc.lake.delta import DeltaLakeTarget
 
+        pipeline = validate_pipeline_id(pipeline)
         options = storage_options(self.gcp_conn_id) if _has_object_store(locations) else {}
         reader = ChangeSetReader(locations.change_set(window), options)
         tables = reader.tables()  # checks the manifest before anything is sent
@@ -202,21 +204,23 @@ class BigQueryCdcHook(GoogleBaseHook):
             derived_key=derived_key,
             **dict(writer_options or {}),
         )
-        ledger = ledger_id(pipeline)
         results: list[TableResult] = []
         with CdcMetastoreHook(metastore_conn_id) as metastore:
             store = metastore.metastore
             check_epoch(store, pipeline, window, epoch)
-            sent = {r.table for r in store.window_tables(ledger, window=(window.start, window.end))}
+            this_window = (window.start, window.end)
+            recorded = store.window_tables(pipeline, target=BIGQUERY_TARGET, window=this_window)
+            sent = {r.table for r in recorded}
             pending = []
             for table in tables:
                 name = target.table_name(table.name)
                 if name in sent:
                     self.log.info(
-                        "%s: already sent for window %s (ledger %s); not sent again",
+                        "%s: already sent for window %s (ledger of pipeline %s, target %s); not sent again",
                         target.table_id(name),
                         window.window_id,
-                        ledger,
+                        pipeline,
+                        BIGQUERY_TARGET,
                     )
                     results.append(TableResult(table.name, name, already_sent=True))
                 else:
@@ -225,7 +229,7 @@ class BigQueryCdcHook(GoogleBaseHook):
             if lake is None:
                 for plan in plans:
                     if plan.columns is not None:
-                        _refuse_resend_without_lake(store, ledger, plan.table, window)
+                        _refuse_resend_without_lake(store, pipeline, plan.table, window)
             self.log.info(
                 "applying change set %s to BigQuery dataset %s.%s (%d table(s), %d already sent)",
                 reader.uri,
@@ -239,7 +243,11 @@ class BigQueryCdcHook(GoogleBaseHook):
                 later = plan.columns is not None and (versions.get(plan.source) or -1) > window.end_micros
                 result = target.apply_table(plan, later_windows=later)
                 store.record_window_tables(
-                    ledger, window.start, window.end, {result.table: (None, result.rows)}
+                    pipeline,
+                    window.start,
+                    window.end,
+                    {result.table: (None, result.rows)},
+                    target=BIGQUERY_TARGET,
                 )
                 results.append(result)
         order = {t.name: i for i, t in enumerate(tables)}
@@ -275,10 +283,13 @@ def check_epoch(store: Any, pipeline: str, window: Window, epoch: int | None) ->
         raise StaleEpochError(problem)
 
 
-def _refuse_resend_without_lake(store: Any, ledger: str, table: str, window: Window) -> None:
+def _refuse_resend_without_lake(store: Any, pipeline: str, table: str, window: Window) -> None:
     """Without a lake, rows superseded by later windows cannot be told apart: a table the ledger
     records for a later window is not sent again (its old images could bring deleted rows back)."""
-    later = [r.window_end for r in store.window_tables(ledger, table=table, starting_from=window.end)]
+    later = [
+        r.window_end
+        for r in store.window_tables(pipeline, target=BIGQUERY_TARGET, table=table, starting_from=window.end)
+    ]
     if later:
         raise ResendError(
             f"table {table!r}: window {window.window_id} is not recorded as sent but later windows (up to "
@@ -287,22 +298,12 @@ def _refuse_resend_without_lake(store: Any, ledger: str, table: str, window: Win
         )
 
 
-#: Suffix of the metastore ledger id under which BigQuery sends are recorded per window and table.
-LEDGER_SUFFIX = ".bigquery"
-
-
 class LakeBehindError(RuntimeError):
     """The Delta tables that complete partial row images have not applied the window yet."""
 
 
 class ResendError(RuntimeError):
     """A table cannot be sent again safely (names the table and the window)."""
-
-
-def ledger_id(pipeline_id: str) -> str:
-    """The metastore pipeline id that records a pipeline's BigQuery sends (kept apart from the
-    Delta tables' records, which the Delta upsert checks against the lake)."""
-    return validate_pipeline_id(f"{validate_pipeline_id(pipeline_id)}{LEDGER_SUFFIX}")
 
 
 def _has_object_store(locations: WindowLocations) -> bool:

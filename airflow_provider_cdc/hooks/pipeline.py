@@ -2,8 +2,8 @@
 
 Operators stay thin: the metastore reads and compare-and-sets of a window step, and the checks of
 the change set and the lake around them, happen here. The commit also records the BigQuery
-tables' ``upsert_stream_apply_watermark`` the BigQuery upsert read, under the ledger id
-``{pipeline}.bigquery``.
+tables' ``upsert_stream_apply_watermark`` the BigQuery upsert read, under the pipeline and the
+target ``bigquery``.
 
 Every opening of a window is an **epoch** (the window's ``attempt`` in the metastore, counted up by
 each opening). The open operator hands it to the window's merge, upsert and commit; a step whose
@@ -25,6 +25,7 @@ from airflow_provider_cdc.domain.timestamps import coerce_timestamp, format_time
 from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.hooks.storage import storage_options
+from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET
 
 
 class WindowStepError(RuntimeError):
@@ -293,8 +294,8 @@ class CdcPipelineHook(BaseHook):
         it is recorded. Idempotent: a window already applied only refreshes the watermarks.
 
         ``bigquery_watermarks`` (see :func:`parse_bigquery_watermarks`) gives the BigQuery tables'
-        ``upsert_stream_apply_watermark``: each is recorded (only forward) under the ledger id
-        ``{pipeline}.bigquery`` and checked against ``max_staleness``; a table BigQuery has applied
+        ``upsert_stream_apply_watermark``: each is recorded (only forward) under the pipeline and
+        the target ``bigquery`` and checked against ``max_staleness``; a table BigQuery has applied
         nothing to yet is logged as a warning.
         """
         log = log or self.log
@@ -414,11 +415,8 @@ class CdcPipelineHook(BaseHook):
     def _record_bigquery_watermarks(
         store: Any, pipeline: str, marks: Mapping[str, datetime | None], log: Any
     ) -> dict[str, datetime]:
-        """Advance the BigQuery tables' recorded watermarks (ledger ``{pipeline}.bigquery``) to what
-        BigQuery reported; returns every recorded watermark of the ledger."""
-        from airflow_provider_cdc.hooks.bigquery_cdc import ledger_id
-
-        ledger = ledger_id(pipeline)
+        """Advance the BigQuery tables' recorded watermarks (target ``bigquery``) to what BigQuery
+        reported; returns every recorded BigQuery watermark of the pipeline."""
         for table, mark in sorted(marks.items()):
             if mark is None:
                 log.warning(
@@ -427,11 +425,11 @@ class CdcPipelineHook(BaseHook):
                     table,
                 )
             else:
-                store.advance_table_watermark(ledger, table, mark)
-        recorded = store.table_watermarks(ledger)
+                store.advance_table_watermark(pipeline, table, mark, target=BIGQUERY_TARGET)
+        recorded = store.table_watermarks(pipeline, target=BIGQUERY_TARGET)
         log.info(
             "BigQuery apply watermarks of %s (upsert_stream_apply_watermark): %s",
-            ledger,
+            pipeline,
             ", ".join(f"{t}={format_timestamp(w)}" for t, w in sorted(recorded.items())) or "none",
         )
         return recorded

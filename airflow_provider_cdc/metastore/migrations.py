@@ -97,6 +97,20 @@ def _compile_rename_table(element: RenameTable, compiler: DDLCompiler, **kw: obj
     return f"ALTER TABLE {table} RENAME TO {compiler.preparer.quote(element.new_name)}"
 
 
+class SetNotNull(_DDLElement):
+    """``ALTER TABLE … ALTER COLUMN … SET NOT NULL`` (PostgreSQL)."""
+
+    def __init__(self, table: sa.Table, name: str) -> None:
+        self.table = table
+        self.name = name
+
+
+@compiles(SetNotNull)
+def _compile_set_not_null(element: SetNotNull, compiler: DDLCompiler, **kw: object) -> str:
+    table = compiler.preparer.format_table(element.table)
+    return f"ALTER TABLE {table} ALTER COLUMN {compiler.preparer.quote(element.name)} SET NOT NULL"
+
+
 def _state_in(states: tuple[str, ...], name: str) -> sa.CheckConstraint:
     """``CHECK (state IN (...))`` over the states a step knew (steps do not follow later enums)."""
     return sa.CheckConstraint(sa.column("state").in_(states), name=name)
@@ -298,6 +312,92 @@ def _v5_rebuild_sqlite_windows(conn: Connection) -> None:
     conn.execute(RenameTable(rebuilt, WINDOWS_TABLE))
 
 
+# Version 6: the ledger and the apply watermarks are keyed by (pipeline, target, table). Before it,
+# BigQuery's records were kept under the pipeline id with this suffix; every other row was Delta's.
+_V6_BIGQUERY_SUFFIX = ".bigquery"
+_V6_TARGET_LENGTH = 32
+
+
+def _v6_tables(md: sa.MetaData, suffix: str = "") -> tuple[sa.Table, sa.Table]:
+    """The window tables and table watermarks as version 6 defines them (``suffix``: a rebuild's name)."""
+    window_tables = sa.Table(
+        f"{WINDOW_TABLES_TABLE}{suffix}",
+        md,
+        sa.Column("pipeline", sa.String(250), nullable=False),
+        sa.Column("window_start_us", sa.BigInteger, nullable=False, autoincrement=False),
+        sa.Column("window_end_us", sa.BigInteger, nullable=False, autoincrement=False),
+        sa.Column("table_name", sa.String(128), nullable=False),
+        sa.Column("target_version", sa.BigInteger, nullable=True),
+        sa.Column("rows", sa.BigInteger, nullable=True),
+        sa.Column("recorded_us", sa.BigInteger, nullable=False),
+        sa.Column("target", sa.String(_V6_TARGET_LENGTH), nullable=False),
+        sa.PrimaryKeyConstraint("pipeline", "target", "window_start_us", "window_end_us", "table_name"),
+    )
+    watermarks = sa.Table(
+        f"{TABLE_WATERMARKS_TABLE}{suffix}",
+        md,
+        sa.Column("pipeline", sa.String(250), nullable=False),
+        sa.Column("table_name", sa.String(128), nullable=False),
+        sa.Column("watermark_us", sa.BigInteger, nullable=False),
+        sa.Column("updated_us", sa.BigInteger, nullable=False),
+        sa.Column("target", sa.String(_V6_TARGET_LENGTH), nullable=False),
+        sa.PrimaryKeyConstraint("pipeline", "target", "table_name"),
+    )
+    return window_tables, watermarks
+
+
+def _v6_window_tables_index(window_tables: sa.Table) -> sa.Index:
+    return sa.Index(
+        "ix_cdc_window_tables_table",
+        window_tables.c.pipeline,
+        window_tables.c.target,
+        window_tables.c.table_name,
+        window_tables.c.window_end_us,
+    )
+
+
+def _v6_target_and_pipeline(pipeline: sa.ColumnElement) -> tuple[sa.ColumnElement, sa.ColumnElement]:
+    """The target of a version-5 row and its pipeline id without the BigQuery suffix."""
+    is_bigquery = pipeline.endswith(_V6_BIGQUERY_SUFFIX, autoescape=True)
+    target = sa.case((is_bigquery, sa.literal("bigquery")), else_=sa.literal("delta"))
+    stripped = sa.func.substr(pipeline, 1, sa.func.length(pipeline) - len(_V6_BIGQUERY_SUFFIX))
+    return target, sa.case((is_bigquery, stripped), else_=pipeline)
+
+
+def _v6_ledger_by_target(conn: Connection) -> None:
+    """Add ``target`` to the window tables and table watermarks and key both by it."""
+    if conn.dialect.name == "sqlite":
+        _v6_rebuild_sqlite(conn)
+        return
+    inspector = sa.inspect(conn)
+    window_tables, watermarks = _v6_tables(sa.MetaData())
+    conn.execute(sa.schema.DropIndex(sa.Index("ix_cdc_window_tables_table")))
+    for table in (window_tables, watermarks):
+        # The old key (pipeline, …) would collide once the suffix leaves the pipeline ids.
+        conn.execute(DropConstraintIfExists(table, inspector.get_pk_constraint(table.name)["name"]))
+        bare = sa.Table(table.name, sa.MetaData())
+        conn.execute(AddColumn(bare, sa.Column("target", sa.String(_V6_TARGET_LENGTH), nullable=True)))
+        target, pipeline = _v6_target_and_pipeline(table.c.pipeline)
+        conn.execute(sa.update(table).values(target=target, pipeline=pipeline))
+        conn.execute(SetNotNull(bare, "target"))
+        conn.execute(sa.schema.AddConstraint(table.primary_key))
+    _v6_window_tables_index(window_tables).create(conn)
+
+
+def _v6_rebuild_sqlite(conn: Connection) -> None:
+    """SQLite cannot change a primary key: copy both tables into new ones and swap them in."""
+    for old_table, rebuilt in zip(_v6_tables(sa.MetaData()), _v6_tables(sa.MetaData(), "_v6"), strict=True):
+        rebuilt.create(conn)
+        names = [c.name for c in rebuilt.columns if c.name != "target"]
+        old = sa.table(old_table.name, *(sa.column(name) for name in names))
+        target, pipeline = _v6_target_and_pipeline(old.c.pipeline)
+        copied = sa.select(*(pipeline if name == "pipeline" else old.c[name] for name in names), target)
+        conn.execute(rebuilt.insert().from_select([*names, "target"], copied))
+        conn.execute(sa.schema.DropTable(sa.Table(old_table.name, sa.MetaData())))  # and its index
+        conn.execute(RenameTable(rebuilt, old_table.name))
+    _v6_window_tables_index(_v6_tables(sa.MetaData())[0]).create(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "partitions and windows", _v1_partitions_and_windows),
     Migration(
@@ -315,6 +415,11 @@ MIGRATIONS: tuple[Migration, ...] = (
         5,
         "windows read then applied: no drained or merged state, no window error",
         _v5_windows_reading_then_applied,
+    ),
+    Migration(
+        6,
+        "window tables and table watermarks keyed by pipeline, target and table",
+        _v6_ledger_by_target,
     ),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version

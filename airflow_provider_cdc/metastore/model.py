@@ -26,6 +26,13 @@ MAX_STREAM_LENGTH = 512
 MAX_TOKEN_LENGTH = 1024
 MAX_OWNER_LENGTH = 256
 MAX_PIPELINE_LENGTH = MAX_PIPELINE_ID_LENGTH
+MAX_TARGET_LENGTH = 32
+
+#: The targets a pipeline applies windows to; the ledger and the apply watermarks are kept per
+#: (pipeline, target, table).
+DELTA_TARGET = "delta"
+BIGQUERY_TARGET = "bigquery"
+_TARGET = re.compile(rf"^[a-z][a-z0-9_]{{0,{MAX_TARGET_LENGTH - 1}}}$")
 
 _DATABASE_PATH_SEGMENT = re.compile(r"^[A-Za-z0-9_.:\-]+$")
 
@@ -119,6 +126,17 @@ def validate_owner(owner: object) -> str:
 def validate_pipeline(pipeline: object) -> str:
     """Validate a pipeline id (:func:`~airflow_provider_cdc.domain.identifiers.validate_pipeline_id`)."""
     return validate_pipeline_id(pipeline)
+
+
+def validate_target(target: object) -> str:
+    """Validate a target name (``delta``, ``bigquery``): a lowercase letter, then lowercase letters,
+    digits or underscores, at most 32 in all."""
+    if not isinstance(target, str) or not _TARGET.match(target):
+        raise ValueError(
+            f"invalid target {target!r}: expected a lowercase letter followed by up to "
+            f"{MAX_TARGET_LENGTH - 1} lowercase letters, digits or underscores"
+        )
+    return target
 
 
 _CLAIM_ID = re.compile(r"^[A-Za-z0-9]{1,32}$")

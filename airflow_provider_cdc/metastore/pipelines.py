@@ -1,4 +1,5 @@
-"""The pipeline ledger: each pipeline's first window and what each applied window did to each table.
+"""The pipeline ledger: each pipeline's first window and what each applied window did to each
+table of each target (``delta``, ``bigquery``), keyed by (pipeline, target, table).
 
 Part of :class:`~airflow_provider_cdc.metastore.store.Metastore`. It answers the two questions
 that keep applies exactly once (``domain.apply_order``): may this window apply now (is the window
@@ -21,10 +22,12 @@ from airflow_provider_cdc.domain.window import Window
 from airflow_provider_cdc.metastore.engine import MetastoreEngine
 from airflow_provider_cdc.metastore.errors import MetastoreError
 from airflow_provider_cdc.metastore.model import (
+    DELTA_TARGET,
     WindowState,
     timestamp_micros,
     validate_count,
     validate_pipeline,
+    validate_target,
 )
 from airflow_provider_cdc.metastore.schema import pipelines as PL
 from airflow_provider_cdc.metastore.schema import window_tables as WT
@@ -127,17 +130,19 @@ class PipelineLedger(MetastoreEngine):
         end: datetime | str,
         tables: Mapping[str, tuple[int | None, int | None]],
         *,
+        target: str = DELTA_TARGET,
         replace: bool = False,
     ) -> None:
-        """Record, per table, the target version the window committed and its change rows
-        (``{table: (target_version, rows)}``); a table already recorded for the window keeps its
+        """Record, per table of ``target``, the target version the window committed and its change
+        rows (``{table: (target_version, rows)}``); a table already recorded for the window keeps its
         record unless ``replace`` (a repair that applied the window again)."""
         pipeline, start_us, end_us = window_key(pipeline, start, end)
+        target = validate_target(target)
         with self._tx(write=True) as conn:
             now = self._clock_now()
             for table, (version, rows) in sorted(tables.items()):
-                key = {"pipeline": pipeline, "window_start_us": start_us, "window_end_us": end_us,
-                       "table_name": validate_identifier(table, "table")}
+                key = {"pipeline": pipeline, "target": target, "window_start_us": start_us,
+                       "window_end_us": end_us, "table_name": validate_identifier(table, "table")}
                 values = {"target_version": validate_count("target_version", version),
                           "rows": validate_count("rows", rows), "recorded_us": now}
                 if not self._insert_if_absent(conn, WT, {**key, **values}) and replace:
@@ -150,14 +155,15 @@ class PipelineLedger(MetastoreEngine):
         self,
         pipeline: str,
         *,
+        target: str = DELTA_TARGET,
         table: str | None = None,
         window: tuple[datetime | str, datetime | str] | None = None,
         starting_from: datetime | str | None = None,
     ) -> list[WindowTableRecord]:
-        """The recorded window tables of the pipeline (of one table; of one window ``(start, end)``;
-        of the windows starting at or after ``starting_from``), in window order."""
-        pipeline = validate_pipeline(pipeline)
-        query = sa.select(WT).where(WT.c.pipeline == pipeline)
+        """The recorded window tables of the pipeline's ``target`` (of one table; of one window
+        ``(start, end)``; of the windows starting at or after ``starting_from``), in window order."""
+        pipeline, target = validate_pipeline(pipeline), validate_target(target)
+        query = sa.select(WT).where((WT.c.pipeline == pipeline) & (WT.c.target == target))
         if table is not None:
             query = query.where(WT.c.table_name == validate_identifier(table, "table"))
         if window is not None:
@@ -173,15 +179,17 @@ class PipelineLedger(MetastoreEngine):
                 for r in rows
             ]
 
-    def table_versions(self, pipeline: str, *, before: datetime | str | None = None) -> TableVersions:
-        """Per table, the version (window end in µs) of the last applied window recorded for it;
-        with ``before``, of the last one ending at or before that time (what a window starting
-        there finds in the tables once every window before it is applied)."""
-        pipeline = validate_pipeline(pipeline)
+    def table_versions(
+        self, pipeline: str, *, target: str = DELTA_TARGET, before: datetime | str | None = None
+    ) -> TableVersions:
+        """Per table of ``target``, the version (window end in µs) of the last applied window
+        recorded for it; with ``before``, of the last one ending at or before that time (what a
+        window starting there finds in the tables once every window before it is applied)."""
+        pipeline, target = validate_pipeline(pipeline), validate_target(target)
         applied = (W.c.pipeline == WT.c.pipeline) & (W.c.start_us == WT.c.window_start_us) & (
             W.c.end_us == WT.c.window_end_us
         ) & (W.c.state == WindowState.APPLIED.value)
-        cond = (WT.c.pipeline == pipeline) & sa.exists().where(applied)
+        cond = (WT.c.pipeline == pipeline) & (WT.c.target == target) & sa.exists().where(applied)
         if before is not None:
             cond = cond & (WT.c.window_end_us <= timestamp_micros(before, f"pipeline {pipeline!r}: before"))
         with self._tx() as conn:

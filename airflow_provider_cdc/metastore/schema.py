@@ -17,6 +17,7 @@ from airflow_provider_cdc.metastore.model import (
     MAX_OWNER_LENGTH,
     MAX_PIPELINE_LENGTH,
     MAX_STREAM_LENGTH,
+    MAX_TARGET_LENGTH,
     MAX_TOKEN_LENGTH,
     PartitionState,
     WindowPartitionState,
@@ -97,13 +98,16 @@ windows = sa.Table(
     state_check("state", WindowState, "ck_cdc_windows_state"),
 )
 
+# version 6: keyed by (pipeline, target, table); the target column comes last, as added.
 table_watermarks = sa.Table(
     TABLE_WATERMARKS_TABLE,
     metadata,
-    sa.Column("pipeline", sa.String(MAX_PIPELINE_LENGTH), primary_key=True),
-    sa.Column("table_name", sa.String(MAX_TABLE_NAME_LENGTH), primary_key=True),
+    sa.Column("pipeline", sa.String(MAX_PIPELINE_LENGTH), nullable=False),
+    sa.Column("table_name", sa.String(MAX_TABLE_NAME_LENGTH), nullable=False),
     sa.Column("watermark_us", sa.BigInteger, nullable=False),
     sa.Column("updated_us", sa.BigInteger, nullable=False),
+    sa.Column("target", sa.String(MAX_TARGET_LENGTH), nullable=False),
+    sa.PrimaryKeyConstraint("pipeline", "target", "table_name"),
 )
 
 
@@ -150,14 +154,17 @@ pipelines = sa.Table(
 window_tables = sa.Table(
     WINDOW_TABLES_TABLE,
     metadata,
-    sa.Column("pipeline", sa.String(MAX_PIPELINE_LENGTH), primary_key=True),
-    sa.Column("window_start_us", sa.BigInteger, primary_key=True, autoincrement=False),
-    sa.Column("window_end_us", sa.BigInteger, primary_key=True, autoincrement=False),
-    sa.Column("table_name", sa.String(MAX_TABLE_NAME_LENGTH), primary_key=True),
+    sa.Column("pipeline", sa.String(MAX_PIPELINE_LENGTH), nullable=False),
+    sa.Column("window_start_us", sa.BigInteger, nullable=False, autoincrement=False),
+    sa.Column("window_end_us", sa.BigInteger, nullable=False, autoincrement=False),
+    sa.Column("table_name", sa.String(MAX_TABLE_NAME_LENGTH), nullable=False),
     sa.Column("target_version", sa.BigInteger, nullable=True),  # e.g. the Delta version it committed
     sa.Column("rows", sa.BigInteger, nullable=True),
     sa.Column("recorded_us", sa.BigInteger, nullable=False),
-    sa.Index("ix_cdc_window_tables_table", "pipeline", "table_name", "window_end_us"),
+    # version 6: the target (delta, bigquery) the window was applied to is part of the key
+    sa.Column("target", sa.String(MAX_TARGET_LENGTH), nullable=False),
+    sa.PrimaryKeyConstraint("pipeline", "target", "window_start_us", "window_end_us", "table_name"),
+    sa.Index("ix_cdc_window_tables_table", "pipeline", "target", "table_name", "window_end_us"),
 )
 
 

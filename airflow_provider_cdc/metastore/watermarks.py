@@ -1,4 +1,5 @@
-"""Watermarks: how far each partition has been read, and how far each target table has been applied.
+"""Watermarks: how far each partition has been read, and how far each table of each target
+(``delta``, ``bigquery``) has been applied.
 
 Both only move forward: every write is ``UPDATE … WHERE watermark < :new``.
 """
@@ -14,11 +15,13 @@ from airflow_provider_cdc.domain.timestamps import from_micros
 from airflow_provider_cdc.metastore.engine import MetastoreEngine
 from airflow_provider_cdc.metastore.errors import LeaseLostError
 from airflow_provider_cdc.metastore.model import (
+    DELTA_TARGET,
     timestamp_micros,
     validate_count,
     validate_owner,
     validate_pipeline,
     validate_stream,
+    validate_target,
     validate_token,
 )
 from airflow_provider_cdc.metastore.partitions import partition_cond, partition_row
@@ -69,32 +72,41 @@ class WatermarkAccess(MetastoreEngine):
                     raise LeaseLostError(stream, token, owner, row["lease_owner"])
             return moved
 
-    # Per-table apply watermarks (BigQuery's upsert_stream_apply_watermark, per pipeline).
+    # Per-table apply watermarks of each pipeline and target (the Delta tables' committed window
+    # ends; BigQuery's upsert_stream_apply_watermark).
 
-    def advance_table_watermark(self, pipeline: str, table: str, timestamp: datetime | str) -> bool:
-        """Raise the table's apply watermark to ``timestamp`` if that moves it forward; True if it moved."""
+    def advance_table_watermark(
+        self, pipeline: str, table: str, timestamp: datetime | str, *, target: str = DELTA_TARGET
+    ) -> bool:
+        """Raise the apply watermark of ``target``'s table to ``timestamp`` if that moves it forward;
+        True if it moved."""
         pipeline, table = validate_pipeline(pipeline), validate_identifier(table, "table")
-        ts_us = timestamp_micros(timestamp, f"apply watermark of table {table!r}")
+        target = validate_target(target)
+        ts_us = timestamp_micros(timestamp, f"apply watermark of {target} table {table!r}")
         with self._tx(write=True) as conn:
             now = self._clock_now()
-            key = {"pipeline": pipeline, "table_name": table}
+            key = {"pipeline": pipeline, "target": target, "table_name": table}
             if self._insert_if_absent(conn, TW, {**key, "watermark_us": ts_us, "updated_us": now}):
                 return True
             return self._update_one(
                 conn,
                 TW,
-                (TW.c.pipeline == pipeline) & (TW.c.table_name == table) & (TW.c.watermark_us < ts_us),
+                (TW.c.pipeline == pipeline)
+                & (TW.c.target == target)
+                & (TW.c.table_name == table)
+                & (TW.c.watermark_us < ts_us),
                 watermark_us=ts_us,
                 updated_us=now,
             )
 
-    def table_watermarks(self, pipeline: str) -> dict[str, datetime]:
-        """Apply watermark of each table of the pipeline: changes committed before it are applied."""
-        pipeline = validate_pipeline(pipeline)
+    def table_watermarks(self, pipeline: str, *, target: str = DELTA_TARGET) -> dict[str, datetime]:
+        """Apply watermark of each table of the pipeline's ``target``: changes committed before it
+        are applied."""
+        pipeline, target = validate_pipeline(pipeline), validate_target(target)
         with self._tx() as conn:
             rows = conn.execute(
                 sa.select(TW.c.table_name, TW.c.watermark_us)
-                .where(TW.c.pipeline == pipeline)
+                .where((TW.c.pipeline == pipeline) & (TW.c.target == target))
                 .order_by(TW.c.table_name)
             )
             return {name: from_micros(us) for name, us in rows}

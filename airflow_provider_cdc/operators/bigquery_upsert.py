@@ -18,20 +18,21 @@ class BigQueryCdcUpsertOperator(BaseOperator):
     """Apply a window's change set ``{changeset_root}/{window_id}`` to ``{project_id}.{dataset}.{table}``.
 
     Run it after the Delta upsert of the same window (and before the commit): partial row images are
-    completed from the Delta tables under ``lake_root``. Each table is recorded in the ledger
-    ``{pipeline_id}.bigquery`` as soon as its rows are sent, and a table recorded for the window is
-    never sent again (retry, clear, backfill; reported ``already_sent``); a table sent again after a
-    partial failure while its Delta table holds later windows sends only the rows those windows did
-    not supersede. The return value (per table: rows sent, ``upsert_stream_apply_watermark`` and
-    staleness) is what the commit's ``bigquery_watermarks`` takes.
+    completed from the Delta tables under ``lake_root``. Each table is recorded in the metastore
+    ledger (pipeline, target ``bigquery``, table) as soon as its rows are sent, and a table recorded
+    for the window is never sent again (retry, clear, backfill; reported ``already_sent``); a table
+    sent again after a partial failure while its Delta table holds later windows sends only the rows
+    those windows did not supersede. The return value (per table: rows sent,
+    ``upsert_stream_apply_watermark`` and staleness) is what the commit's ``bigquery_watermarks``
+    takes.
 
     :param locations: the pipeline's roots (templated), as for the merge, upsert and commit:
         ``changeset_root`` (required) and ``lake_root`` (the Delta tables the pipeline applied, needed
         to complete partial row images).
     :param dataset: BigQuery dataset of the target tables. Templated.
     :param project_id: BigQuery project (default: the connection's). Templated.
-    :param pipeline_id: names the window in the metastore; the sends are recorded under
-        ``{pipeline_id}.bigquery``. Templated.
+    :param pipeline_id: names the window in the metastore; the sends are recorded under it with the
+        target ``bigquery``. Templated.
     :param window_start: inclusive window start (templated; default the data interval start).
     :param window_end: exclusive window end (templated; default the data interval end).
     :param max_staleness: the tables' ``max_staleness`` (set on create and kept in line).

@@ -30,7 +30,7 @@ class CdcCommitWindowOperator(BaseOperator):
 
     With ``bigquery_watermarks`` (the BigQuery upsert's return value, e.g. ``to_bigquery.output``)
     the BigQuery tables' ``upsert_stream_apply_watermark`` is recorded too, only forward, under the
-    ledger id ``{pipeline_id}.bigquery``, and ``max_staleness`` covers those tables: one whose
+    pipeline and the target ``bigquery``, and ``max_staleness`` covers those tables: one whose
     watermark lags by more fails the task naming it and its lag. A table BigQuery has not applied
     anything to yet (a NULL watermark) is logged as a warning.
 

@@ -35,11 +35,11 @@ from airflow_provider_cdc.bigquery.schema import (
 )
 from airflow_provider_cdc.bigquery.writer import AppendError, DefaultStreamWriter, default_stream
 from airflow_provider_cdc.domain.window import Window
-from airflow_provider_cdc.hooks.bigquery_cdc import ledger_id
 from airflow_provider_cdc.lake.change_set import ChangeSetReader
 from airflow_provider_cdc.lake.change_set_writer import Change, change_set_table, write_change_set
 from airflow_provider_cdc.lake.delta import DeltaLakeTarget
 from airflow_provider_cdc.metastore import Metastore
+from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET
 from airflow_provider_cdc.operators.bigquery_upsert import BigQueryCdcUpsertOperator
 from airflow_provider_cdc.testing.bigquery_fake import FakeBigQuery
 
@@ -268,7 +268,7 @@ def test_windows_land_equal_to_the_committed_history_and_reruns_change_nothing(
     types = {f["name"]: (f["type"], f["mode"]) for f in bq_table.fields}
     assert types["Price"] == ("NUMERIC", "NULLABLE") and types["Small"] == ("FLOAT64", "NULLABLE")
     assert types["Tags"] == ("STRING", "REPEATED") and types["Doc"] == ("JSON", "NULLABLE")
-    recorded = store.window_tables(ledger_id(PIPELINE), table="Orders")
+    recorded = store.window_tables(PIPELINE, target=BIGQUERY_TARGET, table="Orders")
     assert [r.window_end for r in recorded] == [w.end for w, _ in history.windows]
 
     before = {t: _bq_rows(fake, t) for t in SCHEMAS}

@@ -1,6 +1,6 @@
 """BigQuery CDC over time and over every Spanner key: the real clients against the loopback fake.
 
-* A window the ledger ``{pipeline}.bigquery`` records is never sent again, also after BigQuery has
+* A window the ledger (target ``bigquery``) records is never sent again, also after BigQuery has
   forgotten a later DELETE (the fake's delete retention on its own clock); after a partial failure
   only the missing tables are sent; rows later windows superseded are never sent again.
 * Keys BigQuery refuses as primary keys (BYTES, FLOAT64, FLOAT32) get the derived key ``_cdc_key``,
@@ -28,10 +28,10 @@ from airflow_provider_cdc.bigquery.keys import DERIVED_KEY_COLUMN, canonical_key
 from airflow_provider_cdc.bigquery.schema import BigQuerySchemaError
 from airflow_provider_cdc.domain.spanner_types import parse_column_types
 from airflow_provider_cdc.domain.window import Window
-from airflow_provider_cdc.hooks.bigquery_cdc import ledger_id
 from airflow_provider_cdc.lake.change_set_writer import Change, change_set_table, write_change_set
 from airflow_provider_cdc.lake.delta import DeltaLakeTarget
 from airflow_provider_cdc.metastore import Metastore
+from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET
 from airflow_provider_cdc.testing.bigquery_fake import DELETE_RETENTION, FakeBigQuery
 from tests.adapters import test_bigquery_target as target_tests
 from tests.adapters.test_bigquery_target import (
@@ -120,7 +120,7 @@ def test_a_rerun_after_the_delete_retention_leaves_a_row_a_later_window_deleted_
     again = _operator(fake, tmp_path, lake_root, first, metastore_conn_id=OTHER_CONN_ID).execute({})
     assert again["tables"]["Orders"]["superseded"] == 1 and again["tables"]["Orders"]["rows"] == 1
     assert _bq_rows(fake, "Orders") == [{"Id": 2, "Name": "b"}]
-    assert [r.window_end for r in other_store.window_tables(ledger_id(PIPELINE))] == [first.end]
+    assert [r.window_end for r in other_store.window_tables(PIPELINE, target=BIGQUERY_TARGET)] == [first.end]
 
 
 def test_after_a_partial_failure_only_the_tables_the_ledger_lacks_are_sent(
@@ -141,7 +141,7 @@ def test_after_a_partial_failure_only_the_tables_the_ledger_lacks_are_sent(
     with pytest.raises(BigQuerySchemaError, match=r"column 'Name' is INT64 in BigQuery but .* needs STRING"):
         _operator(fake, tmp_path, None, window).execute({})
     # Lines was sent before Orders failed, and the ledger says so.
-    assert [r.table for r in store.window_tables(ledger_id(PIPELINE))] == ["Lines"]
+    assert [r.table for r in store.window_tables(PIPELINE, target=BIGQUERY_TARGET)] == ["Lines"]
     sent = fake.table(PROJECT, DATASET, "Lines").appended_rows
     assert sent == 1
 
@@ -152,7 +152,7 @@ def test_after_a_partial_failure_only_the_tables_the_ledger_lacks_are_sent(
     assert summary["tables"]["Orders"]["already_sent"] is False and summary["tables"]["Orders"]["rows"] == 1
     assert fake.table(PROJECT, DATASET, "Lines").appended_rows == sent
     assert _bq_rows(fake, "Orders") == [{"Id": 1, "Name": "a"}]
-    assert [r.table for r in store.window_tables(ledger_id(PIPELINE))] == ["Lines", "Orders"]
+    assert [r.table for r in store.window_tables(PIPELINE, target=BIGQUERY_TARGET)] == ["Lines", "Orders"]
 
 
 def test_a_resend_never_sends_an_image_a_later_window_superseded(
@@ -310,7 +310,7 @@ def test_never_refuses_a_table_bigquery_cannot_key_before_any_table_is_sent(
     ):
         _operator(fake, tmp_path, None, window, derived_key="never").execute({})
     assert (PROJECT, DATASET, "Alpha") not in fake.state.tables  # nothing of the window was applied
-    assert store.window_tables(ledger_id(PIPELINE)) == []
+    assert store.window_tables(PIPELINE, target=BIGQUERY_TARGET) == []
     # Per table: Zeta keyed on _cdc_key, the rest as before.
     summary = _operator(
         fake, tmp_path, None, window, derived_key={"Zeta": "always", "Alpha": "never"}
@@ -407,7 +407,7 @@ def test_a_null_key_value_in_a_table_keyed_on_its_spanner_key_is_refused_before_
     ):
         _operator(fake, tmp_path, None, window).execute({})
     assert (PROJECT, DATASET, "Alpha") not in fake.state.tables
-    assert store.window_tables(ledger_id(PIPELINE)) == []
+    assert store.window_tables(PIPELINE, target=BIGQUERY_TARGET) == []
 
 
 def test_the_delta_lookup_matches_null_key_values(tmp_path: Path) -> None:
@@ -470,7 +470,7 @@ def test_a_run_of_an_earlier_opening_of_the_window_sends_nothing(
 
     with pytest.raises(AirflowFailException, match=r"opened again .* epoch 2.* epoch 1"):
         _operator(fake, tmp_path, None, window, epoch="1").execute({})
-    assert store.window_tables(ledger_id(PIPELINE)) == []
+    assert store.window_tables(PIPELINE, target=BIGQUERY_TARGET) == []
     assert (PROJECT, DATASET, "Orders") not in fake.state.tables  # nothing was created or sent
 
     summary = _operator(fake, tmp_path, None, window, epoch="2").execute({})

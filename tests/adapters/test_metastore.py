@@ -226,7 +226,7 @@ def test_upgrade_from_version_1_keeps_data(metastore_url: str, sqlite_url: str) 
 
     store = Metastore(metastore_url)
     assert store.schema_version() == 1
-    assert store.create_schema() == [2, 3, 4, 5]
+    assert store.create_schema() == [2, 3, 4, 5, 6]
     assert store.create_schema() == []
     # The pipeline's first window is its earliest recorded one; none of its windows is applied.
     assert store.get_pipeline(PIPELINE) == PipelineRecord(PIPELINE, T0, None)
@@ -866,7 +866,7 @@ def test_upgrade_from_version_2_adds_window_partitions(metastore_url: str) -> No
     store.advance_watermark(STREAM, "p", at(5), records=3)
     assert not sa.inspect(store.engine).has_table("cdc_window_partitions")
 
-    assert store.create_schema() == [3, 4, 5]
+    assert store.create_schema() == [3, 4, 5, 6]
     assert store.create_schema() == []
     assert store.schema_version() == CURRENT_VERSION
     p = store.get_partition(STREAM, "p")
@@ -1326,7 +1326,7 @@ def test_upgrade_to_version_4_records_existing_pipelines(metastore_url: str) -> 
             sa.text("UPDATE cdc_windows SET state = 'merged' WHERE start_us = :start"),
             {"start": to_micros(at(120))},
         )
-    assert store.create_schema() == [4, 5]
+    assert store.create_schema() == [4, 5, 6]
     assert store.get_pipeline(PIPELINE) == PipelineRecord(PIPELINE, T0, at(120))
     assert store.table_versions(PIPELINE).recorded_from_us == to_micros(at(120))
     assert [w.state.value for w in store.list_windows(PIPELINE)] == ["applied", "applied", "reading"]
@@ -1383,10 +1383,10 @@ def test_upgrade_from_version_4_leaves_windows_reading_or_applied(
     store = Metastore(metastore_url)
     assert store.schema_version() == 4
     assert cli.main(["migrate", "--metastore-url", metastore_url]) == 0
-    assert capsys.readouterr().out == f"metastore at schema version {CURRENT_VERSION} (applied [5])\n"
+    assert capsys.readouterr().out == f"metastore at schema version {CURRENT_VERSION} (applied [5, 6])\n"
     assert cli.main(["migrate", "--metastore-url", metastore_url]) == 0
     assert capsys.readouterr().out == f"metastore at schema version {CURRENT_VERSION}\n"
-    assert store.schema_version() == CURRENT_VERSION == 5
+    assert store.schema_version() == CURRENT_VERSION == 6
 
     # Drained and merged windows are reading again; everything else of every window is kept.
     windows = store.list_windows(PIPELINE)
@@ -1416,6 +1416,152 @@ def test_upgrade_from_version_4_leaves_windows_reading_or_applied(
         with pytest.raises(sa.exc.IntegrityError), store.engine.begin() as conn:
             conn.execute(sa.text("UPDATE cdc_windows SET state = :state"), {"state": state})
     assert store.open_window(PIPELINE, STREAM, at(240), at(300)).state is WindowState.READING
+    store.dispose()
+
+
+def test_ledger_and_apply_watermarks_are_kept_per_target(store: Metastore) -> None:
+    store.record_pipeline(PIPELINE, T0)
+    store.open_window(PIPELINE, STREAM, T0, at(60))
+    store.record_window_tables(PIPELINE, T0, at(60), {"Orders": (3, 5)})
+    store.record_window_tables(PIPELINE, T0, at(60), {"Orders": (None, 4)}, target="bigquery")
+    assert store.transition_window(PIPELINE, T0, at(60), "reading", "applied")
+    assert [(r.table, r.target_version, r.rows) for r in store.window_tables(PIPELINE)] == [("Orders", 3, 5)]
+    sent = store.window_tables(PIPELINE, target="bigquery", window=(T0, at(60)))
+    assert [(r.table, r.target_version, r.rows) for r in sent] == [("Orders", None, 4)]
+    # What a window left in the Delta tables is the Delta target's record alone.
+    assert store.table_versions(PIPELINE).tables == {"Orders": to_micros(at(60))}
+    assert store.table_versions(PIPELINE, target="bigquery").tables == {"Orders": to_micros(at(60))}
+
+    assert store.advance_table_watermark(PIPELINE, "Orders", at(60))
+    assert store.advance_table_watermark(PIPELINE, "Orders", at(30), target="bigquery")
+    assert not store.advance_table_watermark(PIPELINE, "Orders", at(20), target="bigquery")
+    assert store.table_watermarks(PIPELINE) == {"Orders": at(60)}
+    assert store.table_watermarks(PIPELINE, target="bigquery") == {"Orders": at(30)}
+    assert store.table_watermarks(PIPELINE, target="spark_sql") == {}
+
+    for bad in ("BigQuery", "big-query", "", "9delta", "x" * 33, None):
+        with pytest.raises(ValueError, match=f"invalid target {bad!r}: expected a lowercase letter"):
+            store.table_watermarks(PIPELINE, target=bad)
+    with pytest.raises(ValueError, match="invalid target 'delta; DROP TABLE x'"):
+        store.record_window_tables(PIPELINE, T0, at(60), {"Orders": (1, 1)}, target="delta; DROP TABLE x")
+    with pytest.raises(ValueError, match="invalid target 'Delta'"):
+        store.advance_table_watermark(PIPELINE, "Orders", at(90), target="Delta")
+    # Pipeline ids keep every character an Airflow DAG id has, dots included.
+    assert store.advance_table_watermark("shop.eu-west_1", "Orders", at(60), target="bigquery")
+    assert store.table_watermarks("shop.eu-west_1", target="bigquery") == {"Orders": at(60)}
+
+
+def build_version_5(url: str) -> None:
+    """A database at schema version 5 whose ledger and watermarks hold rows of the Delta tables and,
+    under ``{pipeline}.bigquery``, of the BigQuery tables, as version 5 recorded them."""
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        schema_module.schema_version.create(conn)
+        for step in migrations.MIGRATIONS[:5]:
+            step.apply(conn)
+            conn.execute(
+                schema_module.schema_version.insert().values(
+                    version=step.version, description=step.description, applied_us=1700000000000000
+                )
+            )
+        for n in range(2):
+            conn.execute(
+                sa.text(
+                    "INSERT INTO cdc_windows (pipeline, start_us, end_us, stream, state, attempt, opened_us, "
+                    "updated_us, applied_us) VALUES (:pipeline, :start, :end, :stream, 'applied', 1, 1, 2, 3)"
+                ),
+                {"pipeline": PIPELINE, "start": to_micros(at(60 * n)), "end": to_micros(at(60 * n + 60)),
+                 "stream": STREAM},
+            )
+        conn.execute(
+            sa.text("INSERT INTO cdc_pipelines VALUES (:pipeline, :first, NULL, 1)"),
+            {"pipeline": PIPELINE, "first": to_micros(T0)},
+        )
+        ledger = [  # pipeline, window, table, target version, rows
+            (PIPELINE, 0, "Orders", 7, 5),
+            (PIPELINE, 1, "Orders", 8, 2),
+            (PIPELINE, 0, "Customers", 4, 1),
+            (f"{PIPELINE}.bigquery", 0, "Orders", None, 5),  # the same window and table, sent to BigQuery
+            (f"{PIPELINE}.bigquery", 1, "Orders", None, 2),
+            ("shop.eu", 0, "Orders", 1, 9),  # a dotted pipeline id of the Delta tables
+        ]
+        for pipeline, n, table, version, rows in ledger:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO cdc_window_tables (pipeline, window_start_us, window_end_us, table_name, "
+                    "target_version, rows, recorded_us) VALUES (:pipeline, :start, :end, :table, :version, "
+                    ":rows, 5)"
+                ),
+                {"pipeline": pipeline, "start": to_micros(at(60 * n)), "end": to_micros(at(60 * n + 60)),
+                 "table": table, "version": version, "rows": rows},
+            )
+        marks = [
+            (PIPELINE, "Orders", 120),
+            (PIPELINE, "Customers", 60),
+            (f"{PIPELINE}.bigquery", "Orders", 100),
+            ("shop.eu", "Orders", 60),
+        ]
+        for pipeline, table, seconds in marks:
+            conn.execute(
+                sa.text("INSERT INTO cdc_table_watermarks VALUES (:pipeline, :table, :mark, 6)"),
+                {"pipeline": pipeline, "table": table, "mark": to_micros(at(seconds))},
+            )
+    engine.dispose()
+
+
+def test_upgrade_from_version_5_keys_the_ledger_and_watermarks_by_target(metastore_url: str) -> None:
+    build_version_5(metastore_url)
+    store = Metastore(metastore_url)
+    assert store.schema_version() == 5
+    assert store.create_schema() == [6]
+    assert store.create_schema() == []
+    assert store.schema_version() == CURRENT_VERSION == 6
+
+    def ledger(pipeline: str, target: str = "delta") -> list[tuple]:
+        return [(r.table, r.window_end, r.target_version, r.rows)
+                for r in store.window_tables(pipeline, target=target)]
+
+    # Rows under {pipeline}.bigquery are the pipeline's own, target bigquery; all others are Delta's.
+    assert ledger(PIPELINE) == [
+        ("Customers", at(60), 4, 1), ("Orders", at(60), 7, 5), ("Orders", at(120), 8, 2)
+    ]
+    assert ledger(PIPELINE, "bigquery") == [("Orders", at(60), None, 5), ("Orders", at(120), None, 2)]
+    assert ledger("shop.eu") == [("Orders", at(60), 1, 9)] and ledger("shop.eu", "bigquery") == []
+    assert ledger(f"{PIPELINE}.bigquery") == ledger(f"{PIPELINE}.bigquery", "bigquery") == []
+    versions = store.table_versions(PIPELINE).tables
+    assert versions == {"Orders": to_micros(at(120)), "Customers": to_micros(at(60))}
+    assert store.table_watermarks(PIPELINE) == {"Customers": at(60), "Orders": at(120)}
+    assert store.table_watermarks(PIPELINE, target="bigquery") == {"Orders": at(100)}
+    assert store.table_watermarks("shop.eu") == {"Orders": at(60)}
+    assert store.table_watermarks(f"{PIPELINE}.bigquery", target="bigquery") == {}
+
+    # The tables, keys and index are those of a fresh database.
+    expected = {
+        name: {c.name: (c.type.compile(store.engine.dialect), c.nullable) for c in table.columns}
+        for name, table in schema_module.metadata.tables.items()
+    }
+    assert columns_of(store.engine) == expected
+    inspector = sa.inspect(store.engine)
+    assert inspector.get_pk_constraint("cdc_window_tables")["constrained_columns"] == [
+        "pipeline", "target", "window_start_us", "window_end_us", "table_name"
+    ]
+    assert inspector.get_pk_constraint("cdc_table_watermarks")["constrained_columns"] == [
+        "pipeline", "target", "table_name"
+    ]
+    indexes = {i["name"]: i["column_names"] for i in inspector.get_indexes("cdc_window_tables")}
+    assert indexes["ix_cdc_window_tables_table"] == ["pipeline", "target", "table_name", "window_end_us"]
+    with pytest.raises(sa.exc.IntegrityError), store.engine.begin() as conn:  # no row without a target
+        conn.execute(sa.text("INSERT INTO cdc_table_watermarks (pipeline, table_name, watermark_us, "
+                             "updated_us) VALUES ('shop', 'Lines', 1, 1)"))
+
+    # Both targets carry on under the pipeline's own id, each only forward.
+    assert store.advance_table_watermark(PIPELINE, "Orders", at(150), target="bigquery")
+    assert not store.advance_table_watermark(PIPELINE, "Orders", at(90))
+    store.open_window(PIPELINE, STREAM, at(120), at(180))
+    store.record_window_tables(PIPELINE, at(120), at(180), {"Orders": (None, 1)}, target="bigquery")
+    store.record_window_tables(PIPELINE, at(120), at(180), {"Orders": (9, 1)})
+    assert ledger(PIPELINE, "bigquery")[-1] == ("Orders", at(180), None, 1)
+    assert ledger(PIPELINE)[-1] == ("Orders", at(180), 9, 1)
     store.dispose()
 
 

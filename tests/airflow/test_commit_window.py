@@ -21,6 +21,7 @@ from airflow_provider_cdc.hooks.pipeline import (
 )
 from airflow_provider_cdc.lake.change_set_writer import Change, change_set_table, write_change_set
 from airflow_provider_cdc.metastore import Metastore, WindowState
+from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET
 from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
 
 PIPELINE = "shop"
@@ -221,7 +222,6 @@ def test_a_manifest_that_disagrees_with_the_change_set_is_refused_naming_the_tab
 
 
 # ------------------------------------------------------------------------------ BigQuery watermarks
-BIGQUERY_LEDGER = f"{PIPELINE}.bigquery"
 
 
 def _bigquery_summary(**marks: str | None) -> dict:
@@ -242,7 +242,7 @@ def test_the_commit_records_the_bigquery_watermarks_only_forward(store: Metastor
     first = datetime(2026, 3, 1, 12, 11, 5, 123456, tzinfo=timezone.utc)
     summary = _bigquery_summary(Orders=format_timestamp(first), Customers=format_timestamp(first))
     result = _commit(root, bigquery_watermarks=summary).execute({})
-    assert store.table_watermarks(BIGQUERY_LEDGER) == {"Customers": first, "Orders": first}
+    assert store.table_watermarks(PIPELINE, target=BIGQUERY_TARGET) == {"Customers": first, "Orders": first}
     assert result["bigquery_watermarks"] == {
         "Customers": "2026-03-01T12:11:05.123456Z", "Orders": "2026-03-01T12:11:05.123456Z"
     }
@@ -256,14 +256,14 @@ def test_the_commit_records_the_bigquery_watermarks_only_forward(store: Metastor
     assert again.execute({})["bigquery_watermarks"] == {
         "Customers": format_timestamp(later), "Orders": format_timestamp(first)
     }
-    assert store.table_watermarks(BIGQUERY_LEDGER) == {"Customers": later, "Orders": first}
+    assert store.table_watermarks(PIPELINE, target=BIGQUERY_TARGET) == {"Customers": later, "Orders": first}
 
 
 def test_without_bigquery_watermarks_the_commit_is_unchanged(store: Metastore, tmp_path: Path) -> None:
     store.open_window(PIPELINE, STREAM, START, END)
     result = _commit(_changeset(tmp_path, ["Orders"])).execute({})
     assert "bigquery_watermarks" not in result
-    assert store.table_watermarks(BIGQUERY_LEDGER) == {}
+    assert store.table_watermarks(PIPELINE, target=BIGQUERY_TARGET) == {}
 
 
 def test_a_null_bigquery_watermark_is_a_warning_not_a_failure(store: Metastore, tmp_path: Path) -> None:
@@ -282,7 +282,7 @@ def test_a_null_bigquery_watermark_is_a_warning_not_a_failure(store: Metastore, 
         max_staleness=timedelta(minutes=5), now=END + timedelta(minutes=1), log=log,
     )
     assert result["bigquery_watermarks"] == {"Customers": None, "Orders": format_timestamp(fresh)}
-    assert store.table_watermarks(BIGQUERY_LEDGER) == {"Orders": fresh}
+    assert store.table_watermarks(PIPELINE, target=BIGQUERY_TARGET) == {"Orders": fresh}
     warnings = [call.args[0] % call.args[1:] for call in log.warning.call_args_list]
     assert len(warnings) == 1 and warnings[0].startswith(
         "BigQuery table Customers has no upsert_stream_apply_watermark yet"
@@ -311,7 +311,7 @@ def test_max_staleness_fails_naming_the_lagging_bigquery_table(store: Metastore,
     assert "Customers" not in message  # within max_staleness; the Delta tables too
     # The window stays applied and the watermarks recorded: staleness is reported, nothing is undone.
     assert store.get_window(PIPELINE, START, END).state is WindowState.APPLIED
-    assert set(store.table_watermarks(BIGQUERY_LEDGER)) == {"Customers", "Orders"}
+    assert set(store.table_watermarks(PIPELINE, target=BIGQUERY_TARGET)) == {"Customers", "Orders"}
 
     # Stale Delta tables and stale BigQuery tables are named in one failure.
     with pytest.raises(StaleTablesError) as failure:
@@ -360,7 +360,8 @@ def test_malformed_bigquery_watermarks_fail_before_the_window_is_committed(
     with pytest.raises((TypeError, ValueError), match=problem):
         _commit(_changeset(tmp_path, ["Orders"]), bigquery_watermarks=value).execute({})
     assert store.get_window(PIPELINE, START, END).state is WindowState.READING
-    assert store.table_watermarks(PIPELINE) == {} and store.table_watermarks(BIGQUERY_LEDGER) == {}
+    assert store.table_watermarks(PIPELINE) == {}
+    assert store.table_watermarks(PIPELINE, target=BIGQUERY_TARGET) == {}
 
 
 def test_bigquery_watermarks_is_templated_and_takes_the_upsert_output() -> None:

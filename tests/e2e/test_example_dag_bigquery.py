@@ -184,11 +184,10 @@ def _assert_history_exercises_the_target(dag: BigQueryDag) -> None:
 def test_windows_reach_bigquery_equal_to_the_history_and_a_rerun_changes_nothing(
     bigquery_dag: BigQueryDag,
 ) -> None:
-    from airflow_provider_cdc.hooks.bigquery_cdc import ledger_id
+    from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET
 
     dag = bigquery_dag
     _assert_history_exercises_the_target(dag)
-    ledger = ledger_id(PIPELINE)
     for index in range(WINDOWS):
         output = dag.run(index, f"window-{index}")
         assert dag.home.dag_runs(DAG_ID)[-1][1:] == ("success", *dag.window(index))
@@ -197,7 +196,7 @@ def test_windows_reach_bigquery_equal_to_the_history_and_a_rerun_changes_nothing
         try:
             windows = [(w.start, w.end, w.state.value) for w in store.list_windows(PIPELINE)]
             delta_marks = store.table_watermarks(PIPELINE)
-            bigquery_marks = store.table_watermarks(ledger)
+            bigquery_marks = store.table_watermarks(PIPELINE, target=BIGQUERY_TARGET)
         finally:
             store.dispose()
         # the initial snapshot's window [T - 1µs, T) first
@@ -208,14 +207,14 @@ def test_windows_reach_bigquery_equal_to_the_history_and_a_rerun_changes_nothing
         # The commit recorded what INFORMATION_SCHEMA.TABLES answered after this window's sends.
         assert set(bigquery_marks) == set(TABLES), bigquery_marks
         assert bigquery_marks == dag.apply_watermarks()
-        assert "BigQuery apply watermarks of " + ledger in output
+        assert f"BigQuery apply watermarks of {PIPELINE} " in output
 
     # A middle window again: the ledger records every table of it as sent, so nothing is sent again.
     lake_before, rows_before = dag.lake_snapshot(), dag.bigquery_rows()
     appended = {t: dag.fake.table(PROJECT, DATASET, t).appended_rows for t in TABLES}
     store = dag.metastore()
     try:
-        marks_before = store.table_watermarks(ledger)
+        marks_before = store.table_watermarks(PIPELINE, target=BIGQUERY_TARGET)
         attempt_before = {w.start: w.attempt for w in store.list_windows(PIPELINE)}
     finally:
         store.dispose()
@@ -229,7 +228,7 @@ def test_windows_reach_bigquery_equal_to_the_history_and_a_rerun_changes_nothing
     store = dag.metastore()
     try:
         windows = {w.start: w for w in store.list_windows(PIPELINE)}
-        marks_after = store.table_watermarks(ledger)
+        marks_after = store.table_watermarks(PIPELINE, target=BIGQUERY_TARGET)
     finally:
         store.dispose()
     assert {w.state.value for w in windows.values()} == {"applied"}
