@@ -272,15 +272,10 @@ class BigQueryCdcHook(GoogleBaseHook):
 
 def check_epoch(store: Any, pipeline: str, window: Window, epoch: int | None) -> None:
     """``StaleEpochError`` when ``epoch`` is given and is no longer the window's (it was opened again)."""
-    if epoch is None:
-        return
-    from airflow_provider_cdc.hooks.pipeline import StaleEpochError, epoch_problem
+    if epoch is not None:
+        from airflow_provider_cdc.hooks.pipeline import require_epoch
 
-    problem = epoch_problem(
-        window, pipeline, epoch, store.get_window(pipeline, window.start, window.end), "send"
-    )
-    if problem is not None:
-        raise StaleEpochError(problem)
+        require_epoch(store, pipeline, window, epoch, "send")
 
 
 def _refuse_resend_without_lake(store: Any, pipeline: str, table: str, window: Window) -> None:

@@ -56,15 +56,17 @@ def pending_manifest_name(epoch: int) -> str:
     return f"_manifest.pending-{int(epoch)}.json"
 
 
-def epoch_problem(window: Window, pipeline: str, epoch: int, record: Any, step: str) -> str | None:
-    """Why a run of epoch ``epoch`` may not take ``step`` on the recorded window, or ``None``."""
-    if record.attempt == epoch:
-        return None
-    return (
-        f"window {window} of pipeline {pipeline!r} was opened again (it is in epoch {record.attempt}, "
-        f"{record.state.value}) since this run opened it in epoch {epoch}: the {step} of epoch {epoch} "
-        "changes nothing; the run of the newer opening carries the window on"
-    )
+def require_epoch(store: Any, pipeline: str, window: Window, epoch: int, step: str) -> Any:
+    """The recorded window, once ``epoch`` is found to be its current one; else
+    :class:`StaleEpochError` naming the window, both epochs and ``step`` (which changes nothing)."""
+    record = store.get_window(pipeline, window.start, window.end)
+    if record.attempt != epoch:
+        raise StaleEpochError(
+            f"window {window} of pipeline {pipeline!r} was opened again (it is in epoch {record.attempt}, "
+            f"{record.state.value}) since this run opened it in epoch {epoch}: the {step} of epoch {epoch} "
+            "changes nothing; the run of the newer opening carries the window on"
+        )
+    return record
 
 
 class LakeNotAppliedError(WindowStepError):
@@ -193,11 +195,10 @@ class CdcPipelineHook(BaseHook):
             store = metastore.metastore
             previous = None
             if pipeline is not None:
-                record = store.get_window(pipeline, window.start, window.end)
-                epoch = record.attempt if epoch is None else epoch
-                problem = epoch_problem(window, pipeline, epoch, record, "merge")
-                if problem is not None:
-                    raise StaleEpochError(problem)
+                if epoch is None:
+                    epoch = store.get_window(pipeline, window.start, window.end).attempt
+                else:
+                    require_epoch(store, pipeline, window, epoch, "merge")
                 store.require_predecessor_applied(pipeline, window.start, window.end)
                 versions = store.table_versions(pipeline, before=window.start)
                 previous = {"tables": dict(sorted(versions.tables.items())),
@@ -227,10 +228,7 @@ class CdcPipelineHook(BaseHook):
         """Fail with :class:`StaleEpochError` unless ``epoch`` is the window's current one."""
         with metastore_errors(f"window {window} of pipeline {pipeline!r}: checking its epoch"):
             with CdcMetastoreHook(self.metastore_conn_id) as metastore:
-                record = metastore.metastore.get_window(pipeline, window.start, window.end)
-        problem = epoch_problem(window, pipeline, epoch, record, step)
-        if problem is not None:
-            raise StaleEpochError(problem)
+                require_epoch(metastore.metastore, pipeline, window, epoch, step)
 
     def publish_manifest(self, pipeline: str, window: Window, epoch: int, change_set: str) -> None:
         """Publish the manifest the merge of ``epoch`` wrote under its pending name, after checking
@@ -263,10 +261,7 @@ class CdcPipelineHook(BaseHook):
             with CdcMetastoreHook(self.metastore_conn_id) as metastore:
                 store = metastore.metastore
                 if epoch is not None:
-                    record = store.get_window(pipeline, window.start, window.end)
-                    problem = epoch_problem(window, pipeline, epoch, record, "upsert")
-                    if problem is not None:
-                        raise StaleEpochError(problem)
+                    require_epoch(store, pipeline, window, epoch, "upsert")
                 store.require_predecessor_applied(pipeline, window.start, window.end)
                 return store.table_versions(pipeline).to_json()
 
@@ -324,24 +319,18 @@ class CdcPipelineHook(BaseHook):
         from airflow_provider_cdc.metastore import WindowState
 
         if epoch is not None:  # a stale run is refused before it reads anything
-            current = store.get_window(pipeline, window.start, window.end)
-            problem = epoch_problem(window, pipeline, epoch, current, "commit")
-            if problem is not None:
-                raise StaleEpochError(problem)
-        changed = self._changed_tables(locations, window)  # before the window is marked applied
-        merged = self._change_set_epoch(locations, window)
+            require_epoch(store, pipeline, window, epoch, "commit")
+        changed, merged = self._change_set(locations, window)  # before the window is marked applied
         if epoch is not None and merged is not None and merged != epoch:
             raise StaleEpochError(
                 f"window {window} of pipeline {pipeline!r}: the change set at {locations.change_set(window)} "
                 f"was merged in epoch {merged}, not in this run's epoch {epoch}: the commit changes nothing"
             )
         epoch = merged if epoch is None else epoch
-        record = store.get_window(pipeline, window.start, window.end)
         if epoch is not None:
-            problem = epoch_problem(window, pipeline, epoch, record, "commit")
-            if problem is not None:
-                raise StaleEpochError(problem)
+            record = require_epoch(store, pipeline, window, epoch, "commit")
         else:
+            record = store.get_window(pipeline, window.start, window.end)
             log.info(
                 "Window %s of %s: the commit carries no epoch (neither given nor in the change set's "
                 "manifest): a re-opening of the window meanwhile is only caught by its state",
@@ -434,24 +423,20 @@ class CdcPipelineHook(BaseHook):
         )
         return recorded
 
-    def _changed_tables(self, locations: WindowLocations, window: Window) -> dict[str, int | None]:
+    def _change_set(
+        self, locations: WindowLocations, window: Window
+    ) -> tuple[dict[str, int | None], int | None]:
         """The tables the window's change set holds with their rows, its manifest checked against
-        its folders and row counts (a manifest that omits a table or miscounts one is refused)."""
+        its folders and row counts (a manifest that omits a table or miscounts one is refused), and
+        the epoch the manifest records (``None``: no change set, or merged without one)."""
         if not locations.changeset_root:
-            return {}
+            return {}, None
         from airflow_provider_cdc.lake.change_set import ChangeSetReader
 
         reader = ChangeSetReader(locations.change_set(window), self.storage_options())
-        return {table.name: table.expected_rows for table in reader.tables()}
-
-    def _change_set_epoch(self, locations: WindowLocations, window: Window) -> int | None:
-        """The epoch the change set's manifest records (``None``: no change set, or merged without)."""
-        if not locations.changeset_root:
-            return None
-        from airflow_provider_cdc.lake.change_set import ChangeSetReader
-
-        value = ChangeSetReader(locations.change_set(window), self.storage_options()).manifest().get("epoch")
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+        changed = {table.name: table.expected_rows for table in reader.tables()}
+        epoch = reader.manifest().get("epoch")
+        return changed, epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
 
     def _table_versions(
         self, locations: WindowLocations, pipeline: str, window: Window, changed: Mapping[str, int | None]
