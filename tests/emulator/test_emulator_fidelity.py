@@ -10,7 +10,6 @@ emulator is skipped where it is not installed.
 from __future__ import annotations
 
 import json
-import time
 from collections import defaultdict
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
@@ -32,6 +31,7 @@ from airflow_provider_cdc.testing.workload import (
     Workload,
     schema_ddl,
 )
+from tests.support.table_sources import sleep_until
 
 SEED = 31
 CHANGES = 400
@@ -153,8 +153,11 @@ def google_run(new_google_database: Any) -> Any:
     """The same workload on Google's emulator (real clock)."""
     database = new_google_database(schema_ddl(tables=WORKLOAD_TABLES), prefix="fidelity")
     workload, start = run_workload(database)
-    end = coerce_timestamp(datetime.now(timezone.utc)) + ONE_MICROSECOND
-    time.sleep(0.05)
+    # The window ends after the last commit as the emulator stamped it (its clock, not this
+    # process's), and is read once the emulator's real clock has passed that end.
+    last = max(coerce_timestamp(t.commit_timestamp) for t in workload.transactions)
+    end = max(coerce_timestamp(datetime.now(timezone.utc)), last) + ONE_MICROSECOND
+    sleep_until(end + timedelta(milliseconds=50))
     return workload, transactions(walk_lineage(database, ALL_CHANGES_STREAM, start, end))
 
 
