@@ -34,36 +34,36 @@ def get_provider_info() -> dict:
             {
                 "integration-name": "Google Cloud Spanner change streams",
                 "python-modules": [
-                    "airflow_provider_cdc.hooks.spanner_change_stream",
+                    "airflow_provider_cdc.sources.spanner.change_stream_hook",
                     "airflow_provider_cdc.hooks.metastore",
                 ],
             },
             {
                 "integration-name": "Google BigQuery CDC",
-                "python-modules": ["airflow_provider_cdc.hooks.bigquery_cdc"],
+                "python-modules": ["airflow_provider_cdc.targets.bigquery.hook"],
             },
             {
                 "integration-name": "Google Cloud Spanner tables",
-                "python-modules": ["airflow_provider_cdc.hooks.spanner_table"],
+                "python-modules": ["airflow_provider_cdc.sources.spanner.table_hook"],
             },
         ],
         "operators": [
             {
                 "integration-name": "Google Cloud Spanner change streams",
                 "python-modules": [
-                    "airflow_provider_cdc.operators.spanner_change_stream",
+                    "airflow_provider_cdc.sources.spanner.change_stream_operators",
                     "airflow_provider_cdc.operators.merge",
-                    "airflow_provider_cdc.operators.upsert",
+                    "airflow_provider_cdc.targets.delta.operators",
                     "airflow_provider_cdc.operators.commit",
                 ],
             },
             {
                 "integration-name": "Google BigQuery CDC",
-                "python-modules": ["airflow_provider_cdc.operators.bigquery_upsert"],
+                "python-modules": ["airflow_provider_cdc.targets.bigquery.operators"],
             },
             {
                 "integration-name": "Google Cloud Spanner tables",
-                "python-modules": ["airflow_provider_cdc.operators.spanner_table"],
+                "python-modules": ["airflow_provider_cdc.sources.spanner.table_operators"],
             },
         ],
         "sensors": [

@@ -17,7 +17,7 @@ import sys
 from datetime import datetime, timezone
 from typing import Any
 
-from airflow_provider_cdc.domain.timestamps import format_timestamp
+from airflow_provider_cdc.core.timestamps import format_timestamp
 
 
 def _short(token: str, width: int = 14) -> str:
@@ -158,7 +158,7 @@ def tables(args: argparse.Namespace) -> int:
     """Each Delta table under the lake root: row count and a few rows."""
     from pyarrow import fs
 
-    from airflow_provider_cdc.lake.delta import DeltaLakeTarget
+    from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
 
     lake = DeltaLakeTarget(args.lake_root)
     filesystem, root = fs.FileSystem.from_uri(
@@ -234,8 +234,8 @@ def _keys_of(rows: list[dict[str, Any]], columns: list[str]) -> set[str]:
 
 def compare(args: argparse.Namespace) -> int:
     """Do the Delta tables equal the ground truth written by the demo emulator?"""
-    from airflow_provider_cdc.lake.compare import compare_lake_to_rows
-    from airflow_provider_cdc.lake.delta import DeltaLakeTarget
+    from airflow_provider_cdc.targets.delta.compare import compare_lake_to_rows
+    from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
 
     with open(args.truth) as handle:
         recorded = json.load(handle)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from airflow_provider_cdc.domain.timestamps import parse_timestamp
+from airflow_provider_cdc.core.timestamps import parse_timestamp
 
 __all__ = ["DagSettings", "positive_int_env", "start_date_env", "window_env"]
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from airflow_provider_cdc.domain.window import Window
-from airflow_provider_cdc.lake.change_set import ChangeSetError, ChangeSetReader
-from airflow_provider_cdc.lake.delta import DeltaLakeTarget
+from airflow_provider_cdc.changesets.reader import ChangeSetError, ChangeSetReader
+from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.metastore import Metastore, WindowState
+from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
 
 
 @dataclass

@@ -15,17 +15,17 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, coerce_timestamp, format_timestamp
+from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, coerce_timestamp, format_timestamp
 from airflow_provider_cdc.operators._window import epoch_template
 from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
 from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
-from airflow_provider_cdc.operators.spanner_table import (
+from airflow_provider_cdc.sources.spanner.table_operators import (
     SNAPSHOT,
     SpannerTableOpenWindowOperator,
     SpannerTableReadWindowOperator,
     snapshot_window_bounds,
 )
-from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
+from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
 
 try:  # Airflow 3
     from airflow.providers.standard.operators.python import ShortCircuitOperator
@@ -101,7 +101,7 @@ def initial_snapshot(
         watches (unless ``tables`` names tables).
     :param readers: mapped readers of the snapshot's PartitionQuery batches.
     :param enabled: ``False`` (or text rendering to it) skips the snapshot in every run.
-    :param bigquery: arguments of a :class:`~airflow_provider_cdc.operators.bigquery_upsert.
+    :param bigquery: arguments of a :class:`~airflow_provider_cdc.targets.bigquery.operators.
         BigQueryCdcUpsertOperator` that applies the snapshot to BigQuery after the Delta tables.
     :param connection: further connection fields of the table operators (``gcp_conn_id``,
         ``impersonation_chain``, ``metastore_conn_id``).
@@ -151,7 +151,7 @@ def initial_snapshot(
         last: Any = upsert
         watermarks = None
         if bigquery is not None:
-            from airflow_provider_cdc.operators.bigquery_upsert import BigQueryCdcUpsertOperator
+            from airflow_provider_cdc.targets.bigquery.operators import BigQueryCdcUpsertOperator
 
             to_bigquery = BigQueryCdcUpsertOperator(
                 task_id="to_bigquery",

@@ -47,10 +47,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_cdc.domain.timestamps import to_micros
-from airflow_provider_cdc.lake.change_set import TableColumns
-from airflow_provider_cdc.lake.change_set_writer import Change, change_set_table, write_change_set
-from airflow_provider_cdc.lake.delta import DEFAULT_TARGET_FILE_SIZE, DeltaLakeTarget, materialized_source
+from airflow_provider_cdc.changesets.reader import TableColumns
+from airflow_provider_cdc.changesets.writer import Change, change_set_table, write_change_set
+from airflow_provider_cdc.core.timestamps import to_micros
+from airflow_provider_cdc.targets.delta.target import (
+    DEFAULT_TARGET_FILE_SIZE,
+    DeltaLakeTarget,
+    materialized_source,
+)
 
 TABLE = "Orders"
 PIPELINE = "bench"
@@ -183,7 +187,7 @@ def _apply_once(method: str, lake: str, changeset: str) -> tuple[float, float]:
     """Wall and CPU seconds of one apply of the change set to the table at ``lake``."""
     from deltalake import DeltaTable
 
-    from airflow_provider_cdc.lake.change_set import ChangeSetReader
+    from airflow_provider_cdc.changesets.reader import ChangeSetReader
 
     (part,) = ChangeSetReader(changeset).tables()
     if method in ("plain", "guarded"):
@@ -194,7 +198,7 @@ def _apply_once(method: str, lake: str, changeset: str) -> tuple[float, float]:
         updates = {n: f"source.{n}" for n in names if n != "OrderId"}
         guard = ""
         if method == "guarded":
-            from airflow_provider_cdc.lake.delta_merge import carried_columns as _carried_columns
+            from airflow_provider_cdc.targets.delta.merge import carried_columns as _carried_columns
 
             seq = "_change_sequence_number"
             guard = f" AND (target.{seq} IS NULL OR source.{seq} > target.{seq})"
@@ -223,8 +227,8 @@ def _apply_once(method: str, lake: str, changeset: str) -> tuple[float, float]:
 def _decode_once(changeset: str) -> float:
     """Wall seconds of what the upsert does before its MERGE and the plain MERGE does not do:
     column types, reading and decoding the change set, the duplicate-key and image checks."""
-    from airflow_provider_cdc.lake.change_set import ChangeSetReader
-    from airflow_provider_cdc.lake.delta_merge import carried_columns as _carried_columns
+    from airflow_provider_cdc.changesets.reader import ChangeSetReader
+    from airflow_provider_cdc.targets.delta.merge import carried_columns as _carried_columns
 
     (part,) = ChangeSetReader(changeset).tables()
     with _Clock() as clock:

@@ -56,7 +56,7 @@ START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 def write_changes(root: Path, count: int) -> str:
     from datetime import date
 
-    from airflow_provider_cdc.lake.change_set_writer import Change, change_set_table, write_change_set
+    from airflow_provider_cdc.changesets.writer import Change, change_set_table, write_change_set
 
     changes = []
     for i in range(count):
@@ -83,7 +83,7 @@ def write_changes(root: Path, count: int) -> str:
 
 
 def _target(endpoints: dict[str, str]):
-    from airflow_provider_cdc.hooks.bigquery_cdc import BigQueryCdcHook
+    from airflow_provider_cdc.targets.bigquery.hook import BigQueryCdcHook
 
     hook = BigQueryCdcHook(
         api_endpoint=endpoints["rest_endpoint"], write_endpoint=endpoints["write_endpoint"]
@@ -95,15 +95,15 @@ def child(mode: str, change_set: str, endpoints: dict[str, str]) -> dict[str, fl
     """One measurement (runs in a fresh process)."""
     import pyarrow as pa
 
-    from airflow_provider_cdc.bigquery.schema import encode_batch, proto_descriptor
-    from airflow_provider_cdc.bigquery.writer import DefaultStreamWriter, default_stream, pack_rows
-    from airflow_provider_cdc.lake.change_set import (
+    from airflow_provider_cdc.changesets.reader import (
         SOURCE_CHANGE_TYPE,
         SOURCE_SEQUENCE,
         ChangeSetReader,
         TableColumns,
         to_merge_source,
     )
+    from airflow_provider_cdc.targets.bigquery.schema import encode_batch, proto_descriptor
+    from airflow_provider_cdc.targets.bigquery.writer import DefaultStreamWriter, default_stream, pack_rows
 
     target = _target(endpoints)
     (table,) = ChangeSetReader(change_set).tables()

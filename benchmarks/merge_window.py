@@ -33,8 +33,8 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from airflow_provider_cdc.domain.sequence_number import spanner_change_sequence_number  # noqa: E402
-from airflow_provider_cdc.domain.timestamps import to_micros  # noqa: E402
+from airflow_provider_cdc.core.sequence_number import spanner_change_sequence_number  # noqa: E402
+from airflow_provider_cdc.core.timestamps import to_micros  # noqa: E402
 from airflow_provider_cdc.staging import STAGED_CHANGE_SCHEMA  # noqa: E402
 
 TABLES = ("Orders", "Customers", "Payments")
@@ -193,10 +193,10 @@ def run_child(staging: Path, changeset: Path, cores: int) -> dict:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from airflow_provider_cdc.domain.window import Window
-    from airflow_provider_cdc.jobs.merge_job import MergeArguments, _spark_session, merge_window
-    from airflow_provider_cdc.jobs.merge_kernels import COLLAPSE_INPUT_COLUMNS
-    from airflow_provider_cdc.jobs.merge_plan import collapse_partitions
+    from airflow_provider_cdc.core.window import Window
+    from airflow_provider_cdc.merge.job import MergeArguments, _spark_session, merge_window
+    from airflow_provider_cdc.merge.kernels import COLLAPSE_INPUT_COLUMNS
+    from airflow_provider_cdc.merge.plan import collapse_partitions
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     with PeakMemory() as memory:

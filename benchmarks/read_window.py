@@ -79,7 +79,7 @@ def _raw(host: str, start: str, end: str, conn: Any) -> None:
     os.environ["SPANNER_EMULATOR_HOST"] = host
     from google.cloud.spanner_v1 import Client, param_types
 
-    from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, coerce_timestamp
+    from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, coerce_timestamp
 
     database = Client(project=PROJECT, disable_builtin_metrics=True).instance(INSTANCE).database(DATABASE)
     sql = (
@@ -122,11 +122,11 @@ def _reader(host: str, start: str, end: str, workdir: str, conn: Any) -> None:
     os.environ["SPANNER_EMULATOR_HOST"] = host
     from google.cloud.spanner_v1 import Client
 
-    from airflow_provider_cdc.domain.timestamps import coerce_timestamp
-    from airflow_provider_cdc.domain.window import Window
+    from airflow_provider_cdc.core.timestamps import coerce_timestamp
+    from airflow_provider_cdc.core.window import Window
     from airflow_provider_cdc.metastore import Metastore
-    from airflow_provider_cdc.spanner.change_stream_query import ChangeStreamQuery
-    from airflow_provider_cdc.spanner.window_reader import WindowReader
+    from airflow_provider_cdc.sources.spanner.change_stream_query import ChangeStreamQuery
+    from airflow_provider_cdc.sources.spanner.window_reader import WindowReader
 
     database = Client(project=PROJECT, disable_builtin_metrics=True).instance(INSTANCE).database(DATABASE)
     store = Metastore(f"sqlite:///{workdir}/metastore.db")
@@ -155,9 +155,9 @@ def _hook(host: str, start: str, end: str, workdir: str, conn: Any) -> None:
     import logging
 
     logging.getLogger("airflow").setLevel(logging.WARNING)
-    from airflow_provider_cdc.domain.timestamps import coerce_timestamp
-    from airflow_provider_cdc.domain.window import Window
-    from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
+    from airflow_provider_cdc.core.timestamps import coerce_timestamp
+    from airflow_provider_cdc.core.window import Window
+    from airflow_provider_cdc.sources.spanner.change_stream_hook import SpannerChangeStreamHook
 
     hook = SpannerChangeStreamHook(
         project_id=PROJECT, instance_id=INSTANCE, database_id=DATABASE, stream=STREAM

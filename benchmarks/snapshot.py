@@ -117,11 +117,11 @@ def _database(host: str) -> Any:
 
 def _plan(host: str, first: str, workdir: str, max_partitions: int | None, conn: Any) -> None:
     """Child: plan the snapshot window once (plan file, batches recorded in the metastore)."""
-    from airflow_provider_cdc.domain.timestamps import coerce_timestamp
+    from airflow_provider_cdc.core.timestamps import coerce_timestamp
     from airflow_provider_cdc.metastore import Metastore, PartitionSpec
-    from airflow_provider_cdc.spanner.snapshot import snapshot_table, snapshot_window
-    from airflow_provider_cdc.spanner.table_batches import SNAPSHOT, plan_batches, write_plan
-    from airflow_provider_cdc.spanner.table_schema import table_schema
+    from airflow_provider_cdc.sources.spanner.snapshot import snapshot_table, snapshot_window
+    from airflow_provider_cdc.sources.spanner.table_batches import SNAPSHOT, plan_batches, write_plan
+    from airflow_provider_cdc.sources.spanner.table_schema import table_schema
 
     database = _database(host)
     window = snapshot_window(coerce_timestamp(first))
@@ -144,7 +144,7 @@ def _raw(host: str, plan_path: str, conn: Any) -> None:
     """Child: the raw client processes the plan's batches, iterating the decoded rows only."""
     from google.cloud.spanner_v1.database import BatchSnapshot
 
-    from airflow_provider_cdc.spanner.table_batches import BatchPlan
+    from airflow_provider_cdc.sources.spanner.table_batches import BatchPlan
 
     database = _database(host)
     plan = BatchPlan.from_json(Path(plan_path).read_text())
@@ -163,7 +163,7 @@ def _raw(host: str, plan_path: str, conn: Any) -> None:
 
 def _prepare_run(host: str, info: dict, workdir: str, run_dir: str) -> tuple[Any, str]:
     """A fresh staging root holding the plan, and the window's batches pending again."""
-    from airflow_provider_cdc.domain.window import Window
+    from airflow_provider_cdc.core.window import Window
     from airflow_provider_cdc.metastore import Metastore
 
     window = Window.from_window_id(info["window_id"])
@@ -181,9 +181,9 @@ def _prepare_run(host: str, info: dict, workdir: str, run_dir: str) -> tuple[Any
 
 def _provider(host: str, info: dict, workdir: str, run_dir: str, process_gc: bool, conn: Any) -> None:
     """Child: the provider's table reader stages the snapshot window (SQLite metastore)."""
-    from airflow_provider_cdc.domain.window import Window
-    from airflow_provider_cdc.spanner.garbage_collection import FULL_COLLECTION_FACTOR
-    from airflow_provider_cdc.spanner.table_reader import TableWindowReader
+    from airflow_provider_cdc.core.window import Window
+    from airflow_provider_cdc.sources.spanner.garbage_collection import FULL_COLLECTION_FACTOR
+    from airflow_provider_cdc.sources.spanner.table_reader import TableWindowReader
 
     database = _database(host)
     store, staging = _prepare_run(host, info, workdir, run_dir)
@@ -211,11 +211,11 @@ def _hook(host: str, info: dict, workdir: str, run_dir: str, process_gc: bool, c
         {"conn_type": "cdc_metastore", "extra": {"sqlalchemy_url": f"sqlite:///{workdir}/metastore.db"}}
     )
     logging.getLogger("airflow").setLevel(logging.WARNING)
-    from airflow_provider_cdc.domain.window import Window
-    from airflow_provider_cdc.hooks.spanner_table import SpannerTableHook
+    from airflow_provider_cdc.core.window import Window
+    from airflow_provider_cdc.sources.spanner.table_hook import SpannerTableHook
 
     if process_gc:  # the hook builds its reader with the default factor
-        from airflow_provider_cdc.spanner import table_reader
+        from airflow_provider_cdc.sources.spanner import table_reader
 
         table_reader.fewer_full_collections = lambda factor: contextlib.nullcontext()  # type: ignore[assignment]
     os.environ["SPANNER_EMULATOR_HOST"] = host

@@ -186,7 +186,7 @@ def run_timings(airflow_db: Path, window_end: datetime) -> tuple[float, dict[str
 
 def check_lake(lake_root: Path, truth: dict, windows_applied: int) -> list[str]:
     """Tables that differ from the ground truth after ``windows_applied`` windows."""
-    from airflow_provider_cdc.lake.delta import DeltaLakeTarget
+    from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
     from airflow_provider_cdc.testing.lake_check import compare_lake_to_truth
 
     expected = truth["state_after_window"][windows_applied - 1]

@@ -41,15 +41,15 @@ except ImportError:  # Airflow 2.11
 from airflow.timetables.interval import DeltaDataIntervalTimetable
 
 from airflow_provider_cdc.dag_settings import DagSettings
-from airflow_provider_cdc.operators.bigquery_upsert import BigQueryCdcUpsertOperator
 from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
 from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
-from airflow_provider_cdc.operators.spanner_change_stream import (
+from airflow_provider_cdc.sensors.partitions_drained import SpannerChangeStreamPartitionsDrainedSensor
+from airflow_provider_cdc.sources.spanner.change_stream_operators import (
     SpannerChangeStreamOpenWindowOperator,
     SpannerChangeStreamReadWindowOperator,
 )
-from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
-from airflow_provider_cdc.sensors.partitions_drained import SpannerChangeStreamPartitionsDrainedSensor
+from airflow_provider_cdc.targets.bigquery.operators import BigQueryCdcUpsertOperator
+from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
 from airflow_provider_cdc.task_groups import epoch_template, initial_snapshot, snapshot_start
 
 DAG_ID = "spanner_change_stream_to_bigquery"

@@ -50,12 +50,12 @@ from airflow.timetables.interval import DeltaDataIntervalTimetable
 from airflow_provider_cdc.dag_settings import DagSettings
 from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
 from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
-from airflow_provider_cdc.operators.spanner_table import (
+from airflow_provider_cdc.sources.spanner.table_operators import (
     COMMIT_TIMESTAMP,
     SpannerTableOpenWindowOperator,
     SpannerTableReadWindowOperator,
 )
-from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
+from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
 from airflow_provider_cdc.task_groups import epoch_template
 
 DAG_ID = "spanner_commit_timestamp_tables_to_lake"

@@ -19,10 +19,10 @@ from typing import Any
 
 from airflow_provider_cdc._compat import BaseHook
 from airflow_provider_cdc._errors import metastore_errors
-from airflow_provider_cdc.domain.contract.locations import WindowLocations, partition_key
-from airflow_provider_cdc.domain.identifiers import validate_identifier
-from airflow_provider_cdc.domain.timestamps import coerce_timestamp, format_timestamp
-from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.core.contract.locations import WindowLocations, partition_key
+from airflow_provider_cdc.core.identifiers import validate_identifier
+from airflow_provider_cdc.core.timestamps import coerce_timestamp, format_timestamp
+from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.hooks.storage import storage_options
 from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET
@@ -188,7 +188,7 @@ class CdcPipelineHook(BaseHook):
         that each is read; with ``pipeline``, that ``epoch`` (default: the window's current one) is
         the window's, and per table the end of the last earlier applied window that changed it
         (which needs the window before this one applied, or this one the pipeline's first)."""
-        from airflow_provider_cdc.jobs.merge_input import StagedUnit
+        from airflow_provider_cdc.merge.input import StagedUnit
 
         what = f"window {window} of {stream_key}: reading its units"
         with metastore_errors(what), CdcMetastoreHook(self.metastore_conn_id) as metastore:
@@ -216,7 +216,7 @@ class CdcPipelineHook(BaseHook):
     def check_staging(self, staging: str, window: Window, units: Sequence[Any]) -> int:
         """Check that the staging holds every unit's recorded files and rows (Parquet footers);
         returns the rows. Fails naming the window, the units and what is missing."""
-        from airflow_provider_cdc.jobs.merge_input import StagedInputError, check_staged_units
+        from airflow_provider_cdc.merge.input import StagedInputError, check_staged_units
 
         try:
             checked = check_staged_units(staging, window, units, self.storage_options())
@@ -233,7 +233,7 @@ class CdcPipelineHook(BaseHook):
     def publish_manifest(self, pipeline: str, window: Window, epoch: int, change_set: str) -> None:
         """Publish the manifest the merge of ``epoch`` wrote under its pending name, after checking
         that ``epoch`` is still the window's (a merge of an older opening publishes nothing)."""
-        from airflow_provider_cdc.domain.contract.locations import MANIFEST_NAME
+        from airflow_provider_cdc.core.contract.locations import MANIFEST_NAME
         from airflow_provider_cdc.filesystems import join, resolve
 
         filesystem, root = resolve(change_set, self.storage_options())
@@ -431,7 +431,7 @@ class CdcPipelineHook(BaseHook):
         the epoch the manifest records (``None``: no change set, or merged without one)."""
         if not locations.changeset_root:
             return {}, None
-        from airflow_provider_cdc.lake.change_set import ChangeSetReader
+        from airflow_provider_cdc.changesets.reader import ChangeSetReader
 
         reader = ChangeSetReader(locations.change_set(window), self.storage_options())
         changed = {table.name: table.expected_rows for table in reader.tables()}
@@ -444,7 +444,7 @@ class CdcPipelineHook(BaseHook):
         """Per changed table: the Delta version that applied the window (checked to exist) and rows."""
         if not locations.lake_root:
             return {table: (None, rows) for table, rows in changed.items()}
-        from airflow_provider_cdc.lake.delta import DeltaLakeTarget
+        from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
 
         target = DeltaLakeTarget(str(locations.lake_root), self.storage_options())
         versions = {}

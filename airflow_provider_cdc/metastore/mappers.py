@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_cdc.domain.timestamps import from_micros
+from airflow_provider_cdc.core.timestamps import from_micros
 from airflow_provider_cdc.metastore.model import (
     PartitionRecord,
     PartitionState,

@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 
-from airflow_provider_cdc.domain.identifiers import (
+from airflow_provider_cdc.core.identifiers import (
     MAX_PIPELINE_ID_LENGTH,
     validate_identifier,
     validate_pipeline_id,
 )
-from airflow_provider_cdc.domain.timestamps import coerce_timestamp, from_micros, to_micros
-from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.core.timestamps import coerce_timestamp, from_micros, to_micros
+from airflow_provider_cdc.core.window import Window
 
 MAX_STREAM_LENGTH = 512
 MAX_TOKEN_LENGTH = 1024
@@ -124,7 +124,7 @@ def validate_owner(owner: object) -> str:
 
 
 def validate_pipeline(pipeline: object) -> str:
-    """Validate a pipeline id (:func:`~airflow_provider_cdc.domain.identifiers.validate_pipeline_id`)."""
+    """Validate a pipeline id (:func:`~airflow_provider_cdc.core.identifiers.validate_pipeline_id`)."""
     return validate_pipeline_id(pipeline)
 
 

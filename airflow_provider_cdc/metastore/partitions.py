@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.expression import ColumnElement
 
-from airflow_provider_cdc.domain.timestamps import from_micros
+from airflow_provider_cdc.core.timestamps import from_micros
 from airflow_provider_cdc.metastore.engine import MetastoreEngine, chunks
 from airflow_provider_cdc.metastore.errors import (
     LeaseLostError,

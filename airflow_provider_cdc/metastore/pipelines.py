@@ -15,10 +15,10 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from airflow_provider_cdc.domain.apply_order import TableVersions, predecessor_problem
-from airflow_provider_cdc.domain.identifiers import validate_identifier
-from airflow_provider_cdc.domain.timestamps import from_micros
-from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.core.apply_order import TableVersions, predecessor_problem
+from airflow_provider_cdc.core.identifiers import validate_identifier
+from airflow_provider_cdc.core.timestamps import from_micros
+from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.metastore.engine import MetastoreEngine
 from airflow_provider_cdc.metastore.errors import MetastoreError
 from airflow_provider_cdc.metastore.model import (

@@ -10,8 +10,8 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from airflow_provider_cdc.domain.identifiers import validate_identifier
-from airflow_provider_cdc.domain.timestamps import from_micros
+from airflow_provider_cdc.core.identifiers import validate_identifier
+from airflow_provider_cdc.core.timestamps import from_micros
 from airflow_provider_cdc.metastore.engine import MetastoreEngine
 from airflow_provider_cdc.metastore.errors import LeaseLostError
 from airflow_provider_cdc.metastore.model import (

@@ -7,9 +7,9 @@ from datetime import datetime
 from typing import Any
 
 from airflow_provider_cdc._errors import require_absolute
-from airflow_provider_cdc.domain.contract.locations import WindowLocations
-from airflow_provider_cdc.domain.timestamps import coerce_timestamp, format_timestamp
-from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.core.contract.locations import WindowLocations
+from airflow_provider_cdc.core.timestamps import coerce_timestamp, format_timestamp
+from airflow_provider_cdc.core.window import Window
 
 #: The run's data interval: the default window of every step.
 WINDOW_START = "{{ data_interval_start }}"

@@ -8,8 +8,8 @@ from datetime import timedelta
 from typing import Any
 
 from airflow_provider_cdc._compat import AirflowFailException, BaseOperator
-from airflow_provider_cdc.domain.identifiers import validate_pipeline_id
-from airflow_provider_cdc.domain.timestamps import coerce_timestamp
+from airflow_provider_cdc.core.identifiers import validate_pipeline_id
+from airflow_provider_cdc.core.timestamps import coerce_timestamp
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.hooks.pipeline import CdcPipelineHook, StaleEpochError
 from airflow_provider_cdc.operators._window import WINDOW_END, WINDOW_START, epoch_of, locations_of, window_of

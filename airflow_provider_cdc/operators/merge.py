@@ -13,9 +13,9 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from airflow_provider_cdc._compat import AirflowFailException
-from airflow_provider_cdc.domain.identifiers import validate_pipeline_id
-from airflow_provider_cdc.domain.timestamps import format_timestamp
-from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.core.identifiers import validate_pipeline_id
+from airflow_provider_cdc.core.timestamps import format_timestamp
+from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.hooks.pipeline import (
     CdcPipelineHook,
@@ -24,13 +24,13 @@ from airflow_provider_cdc.hooks.pipeline import (
     pending_manifest_name,
 )
 from airflow_provider_cdc.hooks.storage import storage_environment
-from airflow_provider_cdc.jobs.merge_input import units_json
+from airflow_provider_cdc.merge.input import units_json
 from airflow_provider_cdc.operators._spark import connection_master, refuse_remote_credentials, spark_defaults
 from airflow_provider_cdc.operators._window import WINDOW_END, WINDOW_START, epoch_of, locations_of, window_of
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 #: The ``spark-submit`` application this operator runs.
-MERGE_JOB_PATH = str(PACKAGE_DIR / "jobs" / "merge_job.py")
+MERGE_JOB_PATH = str(PACKAGE_DIR / "merge" / "job.py")
 DOMAIN_ZIP_NAME = "airflow_provider_cdc_domain.zip"
 _ZIP_PACKAGE_INIT = '"""The domain layer of airflow-provider-cdc, shipped to Spark with --py-files."""\n'
 
@@ -38,12 +38,11 @@ _ZIP_PACKAGE_INIT = '"""The domain layer of airflow-provider-cdc, shipped to Spa
 def shipped_modules() -> list[Path]:
     """What the merge job imports: the domain (with the window contract), the filesystem resolver and
     the job's own plan, kernels and file copies (executors unpickle the kernels by reference)."""
-    jobs = PACKAGE_DIR / "jobs"
+    merge = PACKAGE_DIR / "merge"
     return [
-        *sorted((PACKAGE_DIR / "domain").rglob("*.py")),
+        *sorted((PACKAGE_DIR / "core").rglob("*.py")),
         PACKAGE_DIR / "filesystems.py",
-        jobs / "__init__.py",
-        *sorted(jobs.glob("merge_*.py")),
+        *sorted(merge.glob("*.py")),
     ]
 
 
@@ -64,7 +63,7 @@ def build_domain_zip(directory: str | os.PathLike[str]) -> str:
 class SparkMergeWindowOperator(SparkSubmitOperator):
     """Merge one window's staged changes into per-table change sets with Spark.
 
-    Runs ``airflow_provider_cdc/jobs/merge_job.py`` through ``spark-submit``: staged rows outside
+    Runs ``airflow_provider_cdc/merge/job.py`` through ``spark-submit``: staged rows outside
     ``[window_start, window_end)`` are dropped, every transaction is checked to be complete,
     repeated mods are removed and each key's changes are collapsed in commit order into one row
     of the window's change set (``{changeset_root}/{window_id}/table={table}/``), with
@@ -91,7 +90,7 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
 
     :param locations: the pipeline's roots (templated): ``staging_root`` and ``changeset_root``
         (absolute local paths, ``file://`` or ``gs://`` URIs); the same argument as the upsert's and
-        the commit's (see :class:`~airflow_provider_cdc.domain.contract.locations.WindowLocations`).
+        the commit's (see :class:`~airflow_provider_cdc.core.contract.locations.WindowLocations`).
     :param stream_key: the stream as the metastore names it (``projects/…/databases/<db>/<stream>``;
         templated); its last segment names the staging folder.
     :param window_start: inclusive window start, RFC 3339 (templated; default the data interval start).

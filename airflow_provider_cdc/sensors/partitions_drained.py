@@ -9,17 +9,17 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_cdc._compat import AirflowFailException, BaseSensorOperator, Context, default_deferrable
 from airflow_provider_cdc._errors import DrainWaitError, metastore_errors
-from airflow_provider_cdc.domain.timestamps import coerce_timestamp
-from airflow_provider_cdc.domain.window import Window
-from airflow_provider_cdc.hooks.change_stream_connection import (
+from airflow_provider_cdc.core.timestamps import coerce_timestamp
+from airflow_provider_cdc.core.window import Window
+from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+from airflow_provider_cdc.sources.spanner.connection import (
     ChangeStreamConnectionMixin,
     connection_arguments,
 )
-from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.triggers.partitions_drained import PartitionsDrainedTrigger
 
 if TYPE_CHECKING:  # imported where used, so that parsing a DAG stays quick
-    from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
+    from airflow_provider_cdc.sources.spanner.change_stream_hook import SpannerChangeStreamHook
 
 
 class SpannerChangeStreamPartitionsDrainedSensor(ChangeStreamConnectionMixin, BaseSensorOperator):
@@ -40,9 +40,9 @@ class SpannerChangeStreamPartitionsDrainedSensor(ChangeStreamConnectionMixin, Ba
     While partitions lag, a window (or ``timestamp``) older than the stream's retention fails the
     sensor: those changes can no longer be read. ``retention`` (``timedelta``, seconds or Spanner
     duration text such as ``'7d'``) overrides the stream's ``retention_period`` as
-    :class:`~airflow_provider_cdc.hooks.spanner_change_stream.SpannerChangeStreamHook` reads it. The
+    :class:`~airflow_provider_cdc.sources.spanner.change_stream_hook.SpannerChangeStreamHook` reads it. The
     change stream's connection fields are those of
-    :class:`~airflow_provider_cdc.hooks.change_stream_connection.ChangeStreamConnection`; every field is
+    :class:`~airflow_provider_cdc.sources.spanner.connection.ChangeStreamConnection`; every field is
     templated.
     """
 
@@ -90,7 +90,7 @@ class SpannerChangeStreamPartitionsDrainedSensor(ChangeStreamConnectionMixin, Ba
             raise AirflowFailException(str(error)) if error.never_run else error
 
     def poke(self, context: Context) -> bool:
-        from airflow_provider_cdc.hooks.spanner_change_stream import describe_lagging
+        from airflow_provider_cdc.sources.spanner.change_stream_hook import describe_lagging
 
         if self.pipeline_id:
             self._require_predecessor_applied(context)

@@ -16,8 +16,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from airflow_provider_cdc.domain.contract.staged_rows import staged_change_schema
-from airflow_provider_cdc.domain.timestamps import to_micros
+from airflow_provider_cdc.core.contract.staged_rows import staged_change_schema
+from airflow_provider_cdc.core.timestamps import to_micros
 
 STAGED_CHANGE_SCHEMA = staged_change_schema()
 

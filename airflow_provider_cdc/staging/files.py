@@ -16,9 +16,9 @@ from urllib.parse import urlparse
 import pyarrow.fs as pafs
 
 from airflow_provider_cdc import filesystems
-from airflow_provider_cdc.domain.contract.locations import PARTITION_DIR_PREFIX, claim_folder, partition_key
-from airflow_provider_cdc.domain.identifiers import validate_identifier
-from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.core.contract.locations import PARTITION_DIR_PREFIX, claim_folder, partition_key
+from airflow_provider_cdc.core.identifiers import validate_identifier
+from airflow_provider_cdc.core.window import Window
 
 #: Name of a committed staged file (``part-00000.parquet``), its number in group 1.
 PART_FILE = re.compile(r"part-([0-9]{5,})\.parquet")

@@ -32,17 +32,17 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from airflow_provider_cdc import filesystems
-from airflow_provider_cdc.domain.change_row import change_rows
-from airflow_provider_cdc.domain.contract.locations import WindowLocations, partition_key
-from airflow_provider_cdc.domain.contract.staged_rows import (
+from airflow_provider_cdc.core.contract.locations import WindowLocations, partition_key
+from airflow_provider_cdc.core.contract.staged_rows import (
     STAGED_CHANGE_COLUMNS,
     STAGED_CHANGE_FIELDS,
     arrow_type,
     staged_change_schema,
 )
-from airflow_provider_cdc.domain.identifiers import validate_identifier
-from airflow_provider_cdc.domain.records import DataChangeRecord
-from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.core.identifiers import validate_identifier
+from airflow_provider_cdc.core.window import Window
+from airflow_provider_cdc.sources.spanner.change_row import change_rows
+from airflow_provider_cdc.sources.spanner.records import DataChangeRecord
 from airflow_provider_cdc.staging.batches import memory_pool, record_batch
 from airflow_provider_cdc.staging.files import (
     PART_FILE,

@@ -14,15 +14,15 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from airflow_provider_cdc import filesystems
-from airflow_provider_cdc.domain.contract.locations import (
+from airflow_provider_cdc.core.contract.locations import (
     CLAIM_DIR_PREFIX,
     PARTITION_DIR_PREFIX,
     claim_folder,
     partition_key,
 )
-from airflow_provider_cdc.domain.contract.staged_rows import staged_change_schema
-from airflow_provider_cdc.domain.identifiers import validate_identifier
-from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.core.contract.staged_rows import staged_change_schema
+from airflow_provider_cdc.core.identifiers import validate_identifier
+from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.staging.files import (
     PART_FILE,
     delete_quietly,

@@ -34,8 +34,8 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_cdc.domain.spanner_types import write_json_value
-from airflow_provider_cdc.domain.timestamps import format_timestamp
+from airflow_provider_cdc.core.timestamps import format_timestamp
+from airflow_provider_cdc.core.values import write_json_value
 
 log = logging.getLogger(__name__)
 

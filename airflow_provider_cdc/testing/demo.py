@@ -25,7 +25,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_cdc.domain.timestamps import format_timestamp
+from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.testing.workload import (
     ALL_CHANGES_STREAM,
     FULL_PROFILE,

@@ -1,6 +1,6 @@
 """Compare the Delta tables of a pipeline with the ground truth of the workload history that was committed.
 
-:mod:`airflow_provider_cdc.lake.compare` with the column types of the workload tables.
+:mod:`airflow_provider_cdc.targets.delta.compare` with the column types of the workload tables.
 """
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_cdc.lake.compare import (
+from airflow_provider_cdc.targets.delta.compare import (
     HIDDEN_COLUMNS,
     LakeTables,
     TableComparison,
     compare_lake_to_rows,
 )
-from airflow_provider_cdc.lake.compare import lake_rows_encoded as _lake_rows_encoded
+from airflow_provider_cdc.targets.delta.compare import lake_rows_encoded as _lake_rows_encoded
 from airflow_provider_cdc.testing.workload import TABLES_BY_NAME
 
 __all__ = ["HIDDEN_COLUMNS", "TableComparison", "compare_lake_to_truth", "lake_rows_encoded"]

@@ -20,15 +20,15 @@ from typing import Any
 
 from google.cloud.spanner_v1 import param_types
 
-from airflow_provider_cdc.domain.identifiers import validate_identifier
-from airflow_provider_cdc.domain.records import (
+from airflow_provider_cdc.core.identifiers import validate_identifier
+from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, coerce_timestamp, format_timestamp
+from airflow_provider_cdc.sources.spanner.records import (
     ChangeStreamRecord,
     ChildPartitionsRecord,
     DataChangeRecord,
     HeartbeatRecord,
     parse_change_record_row,
 )
-from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, coerce_timestamp, format_timestamp
 
 _PARAM_TYPES = {
     "start": param_types.TIMESTAMP,

@@ -7,22 +7,22 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_cdc._compat import BaseTrigger, TriggerEvent
-from airflow_provider_cdc.domain.timestamps import coerce_timestamp
-from airflow_provider_cdc.domain.window import Window
-from airflow_provider_cdc.hooks.change_stream_connection import (
+from airflow_provider_cdc.core.timestamps import coerce_timestamp
+from airflow_provider_cdc.core.window import Window
+from airflow_provider_cdc.sources.spanner.connection import (
     ChangeStreamConnectionMixin,
     connection_arguments,
 )
 
 if TYPE_CHECKING:  # imported where used: the sensor's DAG file imports this module
-    from airflow_provider_cdc.hooks.spanner_change_stream import LaggingPartition
+    from airflow_provider_cdc.sources.spanner.change_stream_hook import LaggingPartition
 
 
 class PartitionsDrainedTrigger(ChangeStreamConnectionMixin, BaseTrigger):
     """Fires once every partition alive at ``timestamp`` (and every partition of the window) is drained.
 
     Takes the change stream's connection fields
-    (:class:`~airflow_provider_cdc.hooks.change_stream_connection.ChangeStreamConnection`) and serializes
+    (:class:`~airflow_provider_cdc.sources.spanner.connection.ChangeStreamConnection`) and serializes
     every one of them. ``retention`` (seconds or Spanner duration text; default the stream's
     ``retention_period``) makes it fire an error when the partitions lag and the window is older than that.
     """
@@ -67,7 +67,7 @@ class PartitionsDrainedTrigger(ChangeStreamConnectionMixin, BaseTrigger):
         return lagging
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from airflow_provider_cdc.hooks.spanner_change_stream import describe_lagging
+        from airflow_provider_cdc.sources.spanner.change_stream_hook import describe_lagging
 
         while True:
             try:

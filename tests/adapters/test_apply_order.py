@@ -12,15 +12,15 @@ import pytest
 from deltalake import DeltaTable
 
 from airflow_provider_cdc import cli
-from airflow_provider_cdc.domain.apply_order import TableVersions, version_problem
-from airflow_provider_cdc.domain.timestamps import to_micros
-from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.changesets.writer import Change, change_set_table, write_change_set
+from airflow_provider_cdc.core.apply_order import TableVersions, version_problem
+from airflow_provider_cdc.core.timestamps import to_micros
+from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.pipeline import LakeNotAppliedError
-from airflow_provider_cdc.jobs import upsert_job
-from airflow_provider_cdc.lake.change_set_writer import Change, change_set_table, write_change_set
-from airflow_provider_cdc.lake.delta import DeltaLakeTarget
 from airflow_provider_cdc.metastore import Metastore, WindowOrderError, WindowState
 from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
+from airflow_provider_cdc.targets.delta import upsert_job
+from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
 
 PIPELINE = "shop"
 STREAM = "projects/p/instances/i/databases/d/Orders"

@@ -26,21 +26,21 @@ from google.cloud.bigquery.table import PrimaryKey, TableConstraints
 from google.cloud.bigquery_storage_v1 import BigQueryWriteClient
 from google.cloud.bigquery_storage_v1.services.big_query_write.transports import BigQueryWriteGrpcTransport
 
-from airflow_provider_cdc.bigquery.images import ImageError
-from airflow_provider_cdc.bigquery.schema import (
+from airflow_provider_cdc.changesets.reader import ChangeSetReader
+from airflow_provider_cdc.changesets.writer import Change, change_set_table, write_change_set
+from airflow_provider_cdc.core.window import Window
+from airflow_provider_cdc.metastore import Metastore
+from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET
+from airflow_provider_cdc.targets.bigquery.images import ImageError
+from airflow_provider_cdc.targets.bigquery.operators import BigQueryCdcUpsertOperator
+from airflow_provider_cdc.targets.bigquery.schema import (
     BigQueryColumn,
     BigQuerySchemaError,
     message_class,
     proto_descriptor,
 )
-from airflow_provider_cdc.bigquery.writer import AppendError, DefaultStreamWriter, default_stream
-from airflow_provider_cdc.domain.window import Window
-from airflow_provider_cdc.lake.change_set import ChangeSetReader
-from airflow_provider_cdc.lake.change_set_writer import Change, change_set_table, write_change_set
-from airflow_provider_cdc.lake.delta import DeltaLakeTarget
-from airflow_provider_cdc.metastore import Metastore
-from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET
-from airflow_provider_cdc.operators.bigquery_upsert import BigQueryCdcUpsertOperator
+from airflow_provider_cdc.targets.bigquery.writer import AppendError, DefaultStreamWriter, default_stream
+from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
 from airflow_provider_cdc.testing.bigquery_fake import FakeBigQuery
 
 PROJECT = "demo-project"
@@ -411,7 +411,7 @@ def test_templated_arguments_render_and_blank_endpoints_are_unset(
     # Blank endpoints (a DAG param left empty) mean BigQuery itself: the hook reads the connection.
     blank = _operator(fake, tmp_path, None, window)
     blank.api_endpoint, blank.write_endpoint = "", " "
-    with mock.patch("airflow_provider_cdc.operators.bigquery_upsert.BigQueryCdcHook") as hook:
+    with mock.patch("airflow_provider_cdc.targets.bigquery.operators.BigQueryCdcHook") as hook:
         blank.execute({})
     assert hook.call_args.kwargs["api_endpoint"] is None and hook.call_args.kwargs["write_endpoint"] is None
 
@@ -708,13 +708,13 @@ def test_real_bigquery_applies_a_window(
 def test_the_vectorised_encoder_writes_what_protobuf_writes() -> None:
     import pyarrow as pa
 
-    from airflow_provider_cdc.bigquery.schema import (
+    from airflow_provider_cdc.core.values import parse_column_types
+    from airflow_provider_cdc.targets.bigquery.schema import (
         bigquery_columns,
         encode_batch,
         encode_rows,
         python_columns,
     )
-    from airflow_provider_cdc.domain.spanner_types import parse_column_types
 
     # Twenty filler columns push the later field numbers past 15 (two-byte tags).
     filler = [
@@ -789,13 +789,13 @@ def test_the_vectorised_encoder_writes_what_protobuf_writes() -> None:
 
 
 def test_type_mapping_clustering_and_staleness_text() -> None:
-    from airflow_provider_cdc.bigquery.schema import (
+    from airflow_provider_cdc.core.values import parse_column_types
+    from airflow_provider_cdc.targets.bigquery.schema import (
         bigquery_columns,
         clustering_columns,
         interval_text,
         numeric_type,
     )
-    from airflow_provider_cdc.domain.spanner_types import parse_column_types
 
     mapped = {c.name: (c.type, c.mode) for c in bigquery_columns(parse_column_types(ORDERS), "Orders")}
     assert mapped == {

@@ -23,15 +23,15 @@ import pytest
 from google.cloud import bigquery
 from google.cloud.bigquery.table import PrimaryKey, TableConstraints
 
-from airflow_provider_cdc.bigquery import images
-from airflow_provider_cdc.bigquery.keys import DERIVED_KEY_COLUMN, canonical_key
-from airflow_provider_cdc.bigquery.schema import BigQuerySchemaError
-from airflow_provider_cdc.domain.spanner_types import parse_column_types
-from airflow_provider_cdc.domain.window import Window
-from airflow_provider_cdc.lake.change_set_writer import Change, change_set_table, write_change_set
-from airflow_provider_cdc.lake.delta import DeltaLakeTarget
+from airflow_provider_cdc.changesets.writer import Change, change_set_table, write_change_set
+from airflow_provider_cdc.core.values import parse_column_types
+from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.metastore import Metastore
 from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET
+from airflow_provider_cdc.targets.bigquery import images
+from airflow_provider_cdc.targets.bigquery.keys import DERIVED_KEY_COLUMN, canonical_key
+from airflow_provider_cdc.targets.bigquery.schema import BigQuerySchemaError
+from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
 from airflow_provider_cdc.testing.bigquery_fake import DELETE_RETENTION, FakeBigQuery
 from tests.adapters import test_bigquery_target as target_tests
 from tests.adapters.test_bigquery_target import (
@@ -412,7 +412,7 @@ def test_a_null_key_value_in_a_table_keyed_on_its_spanner_key_is_refused_before_
 
 def test_the_delta_lookup_matches_null_key_values(tmp_path: Path) -> None:
     """A partial image of a row whose key has a NULL is completed from its Delta row, not dropped."""
-    from airflow_provider_cdc.lake.change_set import ChangeSetReader, TableColumns, to_merge_source
+    from airflow_provider_cdc.changesets.reader import ChangeSetReader, TableColumns, to_merge_source
 
     first, second = _windows(2)
     null_sku = {"OrderId": 1, "Sku": None}

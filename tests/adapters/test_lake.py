@@ -18,14 +18,14 @@ from deltalake import DeltaTable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_cdc.lake.change_set import ChangeSetError, ChangeSetReader
-from airflow_provider_cdc.lake.change_set_writer import (
+from airflow_provider_cdc.changesets.reader import ChangeSetError, ChangeSetReader
+from airflow_provider_cdc.changesets.writer import (
     CHANGE_SET_SCHEMA,
     Change,
     change_set_table,
     write_change_set,
 )
-from airflow_provider_cdc.lake.delta import (
+from airflow_provider_cdc.targets.delta.target import (
     APP_ID_PREFIX,
     DeltaLakeTarget,
     IncompatibleSchemaError,
@@ -544,7 +544,7 @@ def test_a_crash_before_the_commit_then_a_rerun_gives_the_same_table(tmp_path: P
     job = [
         sys.executable,
         "-m",
-        "airflow_provider_cdc.jobs.upsert_job",
+        "airflow_provider_cdc.targets.delta.upsert_job",
         "--lake-root",
         str(lake),
         "--pipeline-id",
@@ -678,7 +678,7 @@ def _model(mods: list[dict]) -> list[dict]:
 def test_random_histories_applied_per_window_equal_the_final_state(
     tmp_path_factory, history, streamed, replay
 ) -> None:
-    collapse = pytest.importorskip("airflow_provider_cdc.domain.collapse")
+    collapse = pytest.importorskip("airflow_provider_cdc.core.collapse")
     mods, cuts = history
     bounds = [0, *cuts, len(mods)]
     target = DeltaLakeTarget(

@@ -23,15 +23,15 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_cdc.domain.collapse import CollapseError, collapse_window
-from airflow_provider_cdc.domain.contract.change_set import CHANGE_SET_COLUMNS, change_set_schema
-from airflow_provider_cdc.domain.contract.locations import MANIFEST_NAME
-from airflow_provider_cdc.domain.contract.staged_rows import DEDUPLICATION_KEY
-from airflow_provider_cdc.domain.sequence_number import spanner_change_sequence_number
-from airflow_provider_cdc.domain.spanner_types import column_types_json, parse_column_types
-from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, format_timestamp, to_micros
-from airflow_provider_cdc.domain.window import Window
-from airflow_provider_cdc.jobs import merge_kernels
+from airflow_provider_cdc.core.collapse import CollapseError, collapse_window
+from airflow_provider_cdc.core.contract.change_set import CHANGE_SET_COLUMNS, change_set_schema
+from airflow_provider_cdc.core.contract.locations import MANIFEST_NAME
+from airflow_provider_cdc.core.contract.staged_rows import DEDUPLICATION_KEY
+from airflow_provider_cdc.core.sequence_number import spanner_change_sequence_number
+from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, format_timestamp, to_micros
+from airflow_provider_cdc.core.values import column_types_json, parse_column_types
+from airflow_provider_cdc.core.window import Window
+from airflow_provider_cdc.merge import kernels as merge_kernels
 from airflow_provider_cdc.staging import STAGED_CHANGE_SCHEMA
 
 START = datetime(2024, 6, 1, 12, 0, tzinfo=timezone.utc)
@@ -274,12 +274,12 @@ def test_arrow_batch_collapse_names_bad_json_in_a_chain() -> None:
 def test_kernels_import_without_spark() -> None:
     check = (
         "import sys; sys.modules['pyspark'] = None;"
-        "import airflow_provider_cdc.jobs.merge_kernels;"
+        "import airflow_provider_cdc.merge.kernels;"
         "loaded = sorted(m for m in sys.modules if m.startswith('airflow_provider_cdc.'));"
-        "allowed = ('airflow_provider_cdc.domain', 'airflow_provider_cdc.jobs');"
+        "allowed = ('airflow_provider_cdc.core', 'airflow_provider_cdc.merge');"
         "assert all(m.startswith(allowed) for m in loaded), loaded;"
-        "assert [m for m in loaded if m.startswith('airflow_provider_cdc.jobs.')] == "
-        "['airflow_provider_cdc.jobs.merge_kernels'], loaded"
+        "assert [m for m in loaded if m.startswith('airflow_provider_cdc.merge.')] == "
+        "['airflow_provider_cdc.merge.kernels'], loaded"
     )
     subprocess.run([sys.executable, "-c", check], check=True)
 
@@ -314,7 +314,7 @@ def arguments(**overrides: str) -> list[str]:
 
 
 def test_arguments_are_parsed() -> None:
-    from airflow_provider_cdc.jobs.merge_job import parse_arguments
+    from airflow_provider_cdc.merge.job import parse_arguments
 
     args = parse_arguments(arguments(**{"--staging": "gs://b/staging/s/1-2/"}))
     assert (args.staging, args.changeset) == ("gs://b/staging/s/1-2", "/c/x")
@@ -332,7 +332,7 @@ def test_arguments_are_parsed() -> None:
     ],
 )
 def test_bad_arguments_are_refused_naming_the_argument(overrides: dict, problem: str, capsys) -> None:
-    from airflow_provider_cdc.jobs.merge_job import parse_arguments
+    from airflow_provider_cdc.merge.job import parse_arguments
 
     with pytest.raises(SystemExit):
         parse_arguments(arguments(**overrides))
@@ -344,8 +344,8 @@ def test_bad_arguments_are_refused_naming_the_argument(overrides: dict, problem:
 
 
 def test_the_manifest_records_the_window_the_tables_and_the_source_counts() -> None:
-    from airflow_provider_cdc.domain.contract.change_set import manifest_bytes, manifest_tables
-    from airflow_provider_cdc.jobs.merge_plan import change_set_manifest
+    from airflow_provider_cdc.core.contract.change_set import manifest_bytes, manifest_tables
+    from airflow_provider_cdc.merge.plan import change_set_manifest
 
     tables = {"Orders": {"rows": 2, "source_changes": 5}, "Accounts": {"rows": 1, "source_changes": 1}}
     manifest = change_set_manifest(Window(START, END), "gs://b/staging/s/w", tables, transactions=4,
@@ -369,7 +369,7 @@ def test_the_manifest_records_the_window_the_tables_and_the_source_counts() -> N
 
 
 def test_transfers_through_the_driver_copy_the_staging_in_and_replace_the_change_set(tmp_path: Path) -> None:
-    from airflow_provider_cdc.jobs.merge_files import download_tree, upload_change_set
+    from airflow_provider_cdc.merge.files import download_tree, upload_change_set
 
     staging = tmp_path / "remote" / "staging"
     for relative in ("partition=p1/claim=c1/part-00000.parquet", "partition=p2/part-00000.parquet"):
@@ -400,9 +400,9 @@ def test_transfers_through_the_driver_copy_the_staging_in_and_replace_the_change
 
 def test_transfers_use_the_storage_options_of_the_environment(monkeypatch, tmp_path: Path) -> None:
     from airflow_provider_cdc import filesystems
-    from airflow_provider_cdc.jobs import merge_files
-    from airflow_provider_cdc.jobs.merge_job import _storage_options
-    from airflow_provider_cdc.jobs.merge_plan import MergeJobError
+    from airflow_provider_cdc.merge import files as merge_files
+    from airflow_provider_cdc.merge.job import _storage_options
+    from airflow_provider_cdc.merge.plan import MergeJobError
 
     monkeypatch.setenv(filesystems.STORAGE_OPTIONS_ENV, '{"google_service_account": "/keys/lake.json"}')
     options = _storage_options()
@@ -481,13 +481,13 @@ def test_domain_zip_imports_without_airflow(tmp_path: Path) -> None:
     archive = build_domain_zip(tmp_path)
     names = zipfile.ZipFile(archive).namelist()
     assert "airflow_provider_cdc/__init__.py" in names
-    assert "airflow_provider_cdc/domain/collapse.py" in names
-    shipped = ("airflow_provider_cdc/domain/", "airflow_provider_cdc/jobs/")  # the domain, the job's modules
+    assert "airflow_provider_cdc/core/collapse.py" in names
+    shipped = ("airflow_provider_cdc/core/", "airflow_provider_cdc/merge/")  # the core, the job's modules
     assert all(name.startswith(shipped) for name in names if name.count("/") > 1)
     check = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
-        "from airflow_provider_cdc.domain.collapse import collapse_key;"
-        "import airflow_provider_cdc.domain.collapse as c;"
+        "from airflow_provider_cdc.core.collapse import collapse_key;"
+        "import airflow_provider_cdc.core.collapse as c;"
         "assert c.__file__.startswith(sys.argv[1]), c.__file__;"
         "assert 'airflow' not in sys.modules"
     )
@@ -642,14 +642,14 @@ def test_operator_run_writes_a_manifest_with_the_counts(operator_run: dict) -> N
 
 @pytest.mark.spark
 def test_operator_ships_the_domain_package_with_py_files(operator_run: dict) -> None:
-    assert "airflow_provider_cdc.domain from " in operator_run["log"]
-    location = operator_run["log"].split("airflow_provider_cdc.domain from ")[1].splitlines()[0]
+    assert "airflow_provider_cdc.core from " in operator_run["log"]
+    location = operator_run["log"].split("airflow_provider_cdc.core from ")[1].splitlines()[0]
     assert "airflow_provider_cdc_domain.zip" in location
 
 
 HARNESS = '''
 import contextlib, io, json, sys
-from airflow_provider_cdc.jobs import merge_job
+from airflow_provider_cdc.merge import job as merge_job
 
 results = {}
 for name, argv in json.load(open(sys.argv[1])).items():

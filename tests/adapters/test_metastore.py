@@ -18,9 +18,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from airflow_provider_cdc.domain.identifiers import InvalidIdentifierError
-from airflow_provider_cdc.domain.records import ChildPartition
-from airflow_provider_cdc.domain.timestamps import to_micros
+from airflow_provider_cdc.core.identifiers import InvalidIdentifierError
+from airflow_provider_cdc.core.timestamps import to_micros
 from airflow_provider_cdc.metastore import (
     CURRENT_VERSION,
     LeaseLostError,
@@ -44,6 +43,7 @@ from airflow_provider_cdc.metastore import (
 )
 from airflow_provider_cdc.metastore import schema as schema_module
 from airflow_provider_cdc.metastore.model import window_parents_to_wait_for
+from airflow_provider_cdc.sources.spanner.records import ChildPartition
 from tests.support.clock import ManualClock
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,12 +9,12 @@ import pytest
 from google.cloud.spanner_v1._helpers import _get_type_decoder, _parse_nullable
 from google.protobuf import struct_pb2
 
-from airflow_provider_cdc.domain.change_row import change_rows
-from airflow_provider_cdc.domain.contract.staged_rows import STAGED_CHANGE_COLUMNS
-from airflow_provider_cdc.domain.record_parser import parse_change_record_row
-from airflow_provider_cdc.domain.records import DataChangeRecord, MalformedRecordError
-from airflow_provider_cdc.spanner.change_stream_query import ChangeStreamQuery
-from airflow_provider_cdc.spanner.record_decoder import ChangeRecordDecoder, DataRecordRows
+from airflow_provider_cdc.core.contract.staged_rows import STAGED_CHANGE_COLUMNS
+from airflow_provider_cdc.sources.spanner.change_row import change_rows
+from airflow_provider_cdc.sources.spanner.change_stream_query import ChangeStreamQuery
+from airflow_provider_cdc.sources.spanner.record_decoder import ChangeRecordDecoder, DataRecordRows
+from airflow_provider_cdc.sources.spanner.record_parser import parse_change_record_row
+from airflow_provider_cdc.sources.spanner.records import DataChangeRecord, MalformedRecordError
 from airflow_provider_cdc.testing.spanner_emulator import wire
 from airflow_provider_cdc.testing.workload import ALL_CHANGES_STREAM, Workload, schema_ddl
 

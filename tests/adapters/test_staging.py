@@ -11,11 +11,11 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_cdc.domain.change_row import change_rows
-from airflow_provider_cdc.domain.identifiers import InvalidIdentifierError
-from airflow_provider_cdc.domain.records import DataChangeRecord, parse_record_dict
-from airflow_provider_cdc.domain.timestamps import format_timestamp
-from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.core.identifiers import InvalidIdentifierError
+from airflow_provider_cdc.core.timestamps import format_timestamp
+from airflow_provider_cdc.core.window import Window
+from airflow_provider_cdc.sources.spanner.change_row import change_rows
+from airflow_provider_cdc.sources.spanner.records import DataChangeRecord, parse_record_dict
 from airflow_provider_cdc.staging import (
     STAGED_CHANGE_SCHEMA,
     StagingWriter,
@@ -471,7 +471,7 @@ def test_object_store_locations_take_pyarrow_writes(tmp_path) -> None:
 
 
 def test_record_batches_from_python_columns_take_every_path_with_the_same_values():
-    from airflow_provider_cdc.domain.contract.staged_rows import STAGED_CHANGE_COLUMNS
+    from airflow_provider_cdc.core.contract.staged_rows import STAGED_CHANGE_COLUMNS
     from airflow_provider_cdc.staging.batches import record_batch
 
     one = datetime(2026, 1, 1, tzinfo=UTC)

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_cdc.domain.columns import ColumnType
-from airflow_provider_cdc.domain.table_rows import CommitTimestampTable
-from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.core.columns import ColumnType
+from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.metastore import Metastore, PartitionSpec
-from airflow_provider_cdc.spanner.table_batches import (
+from airflow_provider_cdc.sources.spanner.table_batches import (
     BatchPlan,
     BatchPlanError,
     PlannedTable,
@@ -23,7 +22,8 @@ from airflow_provider_cdc.spanner.table_batches import (
     read_plan,
     write_plan,
 )
-from airflow_provider_cdc.spanner.table_reader import BatchResult, TableReadSummary, page_query
+from airflow_provider_cdc.sources.spanner.table_reader import BatchResult, TableReadSummary, page_query
+from airflow_provider_cdc.sources.spanner.table_rows import CommitTimestampTable
 
 T = datetime(2026, 1, 1, tzinfo=timezone.utc)
 WINDOW = Window(T, T + timedelta(minutes=10))
@@ -219,7 +219,7 @@ def test_columns_of_one_value_are_staged_as_that_value_in_every_row() -> None:
 def test_reading_defers_full_collections_and_restores_the_thresholds() -> None:
     import gc
 
-    from airflow_provider_cdc.spanner.garbage_collection import fewer_full_collections
+    from airflow_provider_cdc.sources.spanner.garbage_collection import fewer_full_collections
 
     before = gc.get_threshold()
     try:

@@ -14,9 +14,9 @@ from support.change_sets import END, WINDOW_ID, write_window
 from support.change_sets import interval_context as _context
 
 from airflow_provider_cdc import filesystems
-from airflow_provider_cdc.domain.timestamps import to_micros
-from airflow_provider_cdc.jobs import upsert_job
-from airflow_provider_cdc.lake.delta import APP_ID_PREFIX, DeltaLakeTarget
+from airflow_provider_cdc.core.timestamps import to_micros
+from airflow_provider_cdc.targets.delta import upsert_job
+from airflow_provider_cdc.targets.delta.target import APP_ID_PREFIX, DeltaLakeTarget
 
 
 def run_main(capsys, *args: str) -> tuple[int, dict]:
@@ -148,7 +148,7 @@ def metastore_url(tmp_path: Path, monkeypatch) -> str:
 
 
 def _operator(task_id: str = "upsert", **kwargs):
-    from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
+    from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
 
     kwargs.setdefault("locations", {"changeset_root": "gs://b/changesets/", "lake_root": "gs://b/lake"})
     op = SparkUpsertWindowOperator(task_id=task_id, pipeline_id="shop", **kwargs)
@@ -157,7 +157,7 @@ def _operator(task_id: str = "upsert", **kwargs):
 
 
 def test_operator_builds_arguments_from_the_data_interval() -> None:
-    from airflow_provider_cdc.operators.upsert import UPSERT_JOB_PATH
+    from airflow_provider_cdc.targets.delta.operators import UPSERT_JOB_PATH
 
     op = _operator()
     assert op.application == UPSERT_JOB_PATH and Path(UPSERT_JOB_PATH).is_file()
@@ -229,7 +229,7 @@ def test_operator_refuses_credentials_where_they_would_reach_the_command_line(
 
 @pytest.mark.spark
 def test_operator_runs_the_job_through_a_real_spark_submit(tmp_path: Path, monkeypatch, capfd) -> None:
-    from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
+    from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_LOCAL", json.dumps({"conn_type": "spark", "host": "local[1]"}))
     monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
@@ -279,8 +279,8 @@ def _ordered_window(root: Path, n: int, tables: list[str], previous: dict[str, i
     the epoch and per table the end of the last earlier window that changed it."""
     from datetime import datetime, timedelta, timezone
 
-    from airflow_provider_cdc.domain.window import Window
-    from airflow_provider_cdc.lake.change_set_writer import Change, change_set_table, write_change_set
+    from airflow_provider_cdc.changesets.writer import Change, change_set_table, write_change_set
+    from airflow_provider_cdc.core.window import Window
 
     types = [
         {"name": "Id", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 1},

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 from google.protobuf.struct_pb2 import ListValue, Struct, Value
 
-from airflow_provider_cdc.spanner.wire_values import wire_column, wire_column_chunks, wire_rows, wire_value
+from airflow_provider_cdc.sources.spanner.wire_values import (
+    wire_column,
+    wire_column_chunks,
+    wire_rows,
+    wire_value,
+)
 
 
 def _value(item: object) -> Value:

@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_cdc.hooks.change_stream_connection import (
+from airflow_provider_cdc.sensors.partitions_drained import SpannerChangeStreamPartitionsDrainedSensor
+from airflow_provider_cdc.sources.spanner.change_stream_operators import (
+    SpannerChangeStreamOpenWindowOperator,
+    SpannerChangeStreamReadWindowOperator,
+)
+from airflow_provider_cdc.sources.spanner.connection import (
     CONNECTION_FIELDS,
     ChangeStreamConnection,
     ChangeStreamConnectionMixin,
 )
-from airflow_provider_cdc.operators.spanner_change_stream import (
-    SpannerChangeStreamOpenWindowOperator,
-    SpannerChangeStreamReadWindowOperator,
-)
-from airflow_provider_cdc.sensors.partitions_drained import SpannerChangeStreamPartitionsDrainedSensor
 from airflow_provider_cdc.triggers.partitions_drained import PartitionsDrainedTrigger
 
 #: A value for every connection field, none of them the default.
@@ -184,4 +184,5 @@ def test_the_trigger_imports_neither_the_sensor_nor_the_hook() -> None:
     assert "airflow_provider_cdc.triggers.partitions_drained" in modules
     tasks = ("airflow_provider_cdc.sensors", "airflow_provider_cdc.operators")
     assert not [m for m in modules if m.startswith(tasks)], modules
-    assert "airflow_provider_cdc.hooks.spanner_change_stream" not in modules, "imported where it is used"
+    hook = "airflow_provider_cdc.sources.spanner.change_stream_hook"
+    assert hook not in modules, "imported where it is used"

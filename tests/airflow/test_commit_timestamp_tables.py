@@ -24,7 +24,7 @@ from support.table_sources import (
     table_hook,
 )
 
-from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.core.window import Window
 
 pytestmark = pytest.mark.timeout(600)
 W = timedelta(seconds=3)
@@ -113,7 +113,7 @@ def expected_tables(database: Any, types: dict[str, dict], first: datetime, end:
     """What the configuration makes of the tables at ``end``: Docs without soft-deleted rows (and
     without the late row, which no window reads), each document's newest history row, the events
     whose last change is not a delete; the soft-delete and change-type columns are not carried."""
-    from airflow_provider_cdc.spanner.wire_values import wire_rows
+    from airflow_provider_cdc.sources.spanner.wire_values import wire_rows
 
     def rows(snapshot: Any, sql: str, names: list[str]) -> list[dict]:
         return [
@@ -151,7 +151,7 @@ def expected_tables(database: Any, types: dict[str, dict], first: datetime, end:
 def test_commit_timestamp_windows_equal_the_tables_and_name_late_rows(
     history: tuple, google_env: str, tmp_path: Path, page_rows: int | None, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from airflow_provider_cdc.hooks.spanner_table import LateRowsError
+    from airflow_provider_cdc.sources.spanner.table_hook import LateRowsError
 
     database, windows = history
     hook = table_hook(database, source="Tables")
@@ -215,7 +215,7 @@ def test_a_window_is_read_again_at_its_own_timestamp(history: tuple, google_env:
 def test_a_column_that_is_not_a_commit_timestamp_is_refused(
     history: tuple, google_env: str, tmp_path: Path
 ) -> None:
-    from airflow_provider_cdc.hooks.spanner_table import TableSourceConfigError
+    from airflow_provider_cdc.sources.spanner.table_hook import TableSourceConfigError
 
     database, windows = history
     hook = table_hook(database, source="Refused")

@@ -11,15 +11,15 @@ from unittest import mock
 
 import pytest
 
-from airflow_provider_cdc.domain.timestamps import format_timestamp
-from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.changesets.writer import Change, change_set_table, write_change_set
+from airflow_provider_cdc.core.timestamps import format_timestamp
+from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.pipeline import (
     StaleTablesError,
     WindowStepError,
     parse_bigquery_watermarks,
     stale_tables,
 )
-from airflow_provider_cdc.lake.change_set_writer import Change, change_set_table, write_change_set
 from airflow_provider_cdc.metastore import Metastore, WindowState
 from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET
 from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
@@ -185,7 +185,7 @@ def test_stale_tables_lists_only_tables_lagging_more_than_allowed() -> None:
 
 
 def test_a_window_without_a_change_set_manifest_is_not_committed(store: Metastore, tmp_path: Path) -> None:
-    from airflow_provider_cdc.lake.change_set import ChangeSetError
+    from airflow_provider_cdc.changesets.reader import ChangeSetError
 
     store.open_window(PIPELINE, STREAM, START, END)
     (tmp_path / Window(START, END).window_id).mkdir()  # the merge did not finish
@@ -207,7 +207,7 @@ def test_a_window_without_a_change_set_manifest_is_not_committed(store: Metastor
 def test_a_manifest_that_disagrees_with_the_change_set_is_refused_naming_the_table(
     store: Metastore, tmp_path: Path, edit, problem: str
 ) -> None:
-    from airflow_provider_cdc.lake.change_set import ChangeSetError
+    from airflow_provider_cdc.changesets.reader import ChangeSetError
 
     store.open_window(PIPELINE, STREAM, START, END)
     root = _changeset(tmp_path, ["Orders", "Customers"])
@@ -267,7 +267,7 @@ def test_without_bigquery_watermarks_the_commit_is_unchanged(store: Metastore, t
 
 
 def test_a_null_bigquery_watermark_is_a_warning_not_a_failure(store: Metastore, tmp_path: Path) -> None:
-    from airflow_provider_cdc.domain.contract.locations import WindowLocations
+    from airflow_provider_cdc.core.contract.locations import WindowLocations
     from airflow_provider_cdc.hooks.pipeline import CdcPipelineHook
 
     store.open_window(PIPELINE, STREAM, START, END)

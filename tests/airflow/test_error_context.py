@@ -16,8 +16,8 @@ import grpc
 import pytest
 from support.change_sets import END, WINDOW_ID, write_window
 
-from airflow_provider_cdc.domain.timestamps import format_timestamp, to_micros
-from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.core.timestamps import format_timestamp, to_micros
+from airflow_provider_cdc.core.window import Window
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 FAULT_CODES = [code.name for code in grpc.StatusCode if code is not grpc.StatusCode.OK]
@@ -78,7 +78,7 @@ def test_an_unknown_fault_code_is_refused_listing_the_codes(code: str, spanner_e
 
 
 def test_readme_lists_exactly_the_codes_the_reader_retries() -> None:
-    from airflow_provider_cdc.spanner.window_reader import RETRYABLE
+    from airflow_provider_cdc.sources.spanner.window_reader import RETRYABLE
 
     text = " ".join(README.read_text().split())
     match = re.search(r"\)\. ((?:`[A-Z_]+`,? (?:and )?)+)are retried from the last record received", text)
@@ -101,7 +101,7 @@ def _expect_relative_refused(call: Any, field: str, value: str) -> None:
 def test_read_path_operators_refuse_a_relative_staging_root(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from airflow_provider_cdc.operators.spanner_change_stream import (
+    from airflow_provider_cdc.sources.spanner.change_stream_operators import (
         SpannerChangeStreamOpenWindowOperator,
         SpannerChangeStreamReadWindowOperator,
     )
@@ -121,7 +121,7 @@ def test_read_path_operators_refuse_a_relative_staging_root(
 def test_apply_path_operators_refuse_relative_roots(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
     from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
-    from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
+    from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
 
     monkeypatch.chdir(tmp_path)
     window = {"window_start": "2026-01-01T00:00:00Z", "window_end": "2026-01-01T00:10:00Z"}
@@ -174,7 +174,7 @@ def _corrupt_pages(path: Path) -> None:
 
 
 def _job_error(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
-    from airflow_provider_cdc.jobs import upsert_job
+    from airflow_provider_cdc.targets.delta import upsert_job
 
     code = upsert_job.main(list(args))
     assert code == 2
@@ -186,8 +186,8 @@ def test_a_corrupt_part_after_another_table_committed_names_window_table_and_fil
 ) -> None:
     from deltalake import DeltaTable
 
-    from airflow_provider_cdc.jobs import upsert_job
-    from airflow_provider_cdc.lake.delta import DeltaLakeTarget
+    from airflow_provider_cdc.targets.delta import upsert_job
+    from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
 
     changeset = write_window(tmp_path / "changesets")
     part = next((changeset / "table=Orders").glob("*.parquet"))
@@ -227,7 +227,7 @@ def test_an_os_error_of_delta_rs_names_window_table_and_delta_location(
 ) -> None:
     from deltalake.exceptions import DeltaError
 
-    from airflow_provider_cdc.jobs import upsert_job
+    from airflow_provider_cdc.targets.delta import upsert_job
 
     changeset = write_window(tmp_path / "changesets")
     (tmp_path / "not-a-folder").write_text("a file where the lake's folder would be")
@@ -277,12 +277,12 @@ def test_metastore_failures_name_the_window_and_operation(
 ) -> None:
     from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
     from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
-    from airflow_provider_cdc.operators.spanner_change_stream import (
+    from airflow_provider_cdc.sensors.partitions_drained import SpannerChangeStreamPartitionsDrainedSensor
+    from airflow_provider_cdc.sources.spanner.change_stream_operators import (
         SpannerChangeStreamOpenWindowOperator,
         SpannerChangeStreamReadWindowOperator,
     )
-    from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
-    from airflow_provider_cdc.sensors.partitions_drained import SpannerChangeStreamPartitionsDrainedSensor
+    from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
 
     database = new_spanner_database(SCHEMA, prefix="metastore")
     monkeypatch.setenv("SPANNER_EMULATOR_HOST", spanner_emulator.host)

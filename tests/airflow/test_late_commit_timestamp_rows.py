@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from support.table_sources import metastore_connection, sleep_until, table_hook
 
-from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.core.window import Window
 
 pytestmark = pytest.mark.timeout(600)
 UTC = timezone.utc
@@ -157,9 +157,9 @@ def _open(hook: Any, history: History, table: str, root: Path, **options: Any) -
 
 def _check(hook: Any, history: History, table: str) -> Any:
     """The late-row check of ``table`` at the current window, as the hook runs it."""
-    from airflow_provider_cdc.domain.table_rows import CommitTimestampTable
-    from airflow_provider_cdc.spanner.commit_timestamp import check_late_rows, commit_timestamp_table
-    from airflow_provider_cdc.spanner.table_schema import table_schema
+    from airflow_provider_cdc.sources.spanner.commit_timestamp import check_late_rows, commit_timestamp_table
+    from airflow_provider_cdc.sources.spanner.table_rows import CommitTimestampTable
+    from airflow_provider_cdc.sources.spanner.table_schema import table_schema
 
     with history.database.snapshot(multi_use=True) as snapshot:
         schema = table_schema(snapshot, table)
@@ -175,7 +175,7 @@ def _shown(moment: datetime) -> str:
 def test_an_already_read_row_rewritten_with_a_past_timestamp_fails_the_window(
     history: History, hook_of: Callable[[str], Any], tmp_path: Path
 ) -> None:
-    from airflow_provider_cdc.hooks.spanner_table import LateRowsError
+    from airflow_provider_cdc.sources.spanner.table_hook import LateRowsError
 
     hook = hook_of("Rewritten")
     with pytest.raises(LateRowsError) as raised:
@@ -195,7 +195,7 @@ def test_a_delete_and_a_late_insert_fail_the_window_and_the_delete_is_reported(
     capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from airflow_provider_cdc.hooks.spanner_table import LateRowsError
+    from airflow_provider_cdc.sources.spanner.table_hook import LateRowsError
 
     hook = hook_of("Replaced")
     with pytest.raises(LateRowsError) as raised:
@@ -227,7 +227,7 @@ def test_rows_updated_into_the_current_window_are_not_late(
 def test_a_row_of_every_key_type_rewritten_late_is_named(
     history: History, hook_of: Callable[[str], Any], tmp_path: Path
 ) -> None:
-    from airflow_provider_cdc.hooks.spanner_table import LateRowsError
+    from airflow_provider_cdc.sources.spanner.table_hook import LateRowsError
 
     hook = hook_of("Keyed")
     check = _check(hook, history, "Keyed")

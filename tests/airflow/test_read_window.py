@@ -20,7 +20,7 @@ from support.staged_changes import difference as _difference
 from support.staged_changes import expected_changes as _expected
 from support.staged_changes import staged_changes, staged_row_change
 
-from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.testing.workload import ALL_CHANGES_STREAM, TABLES_BY_NAME, Workload, schema_ddl
 
 
@@ -45,7 +45,7 @@ def airflow_env(spanner_emulator: Any, monkeypatch: pytest.MonkeyPatch, sqlite_u
 
 
 def _hook(database: Any, **kwargs: Any) -> Any:
-    from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
+    from airflow_provider_cdc.sources.spanner.change_stream_hook import SpannerChangeStreamHook
 
     return SpannerChangeStreamHook(
         project_id="test-project",
@@ -147,8 +147,8 @@ def test_backfill_of_a_window_before_the_first_one_read(
 
 def _read_in_subprocess(env: dict, database_id: str, window: tuple[str, str], root: str, marker: str) -> None:
     os.environ.update(env)
-    from airflow_provider_cdc.domain.timestamps import coerce_timestamp
-    from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
+    from airflow_provider_cdc.core.timestamps import coerce_timestamp
+    from airflow_provider_cdc.sources.spanner.change_stream_hook import SpannerChangeStreamHook
 
     hook = SpannerChangeStreamHook(
         project_id="test-project",
@@ -320,7 +320,7 @@ def test_the_drain_check_names_a_reader_that_stopped_reporting(
 ) -> None:
     import sqlalchemy as sa
 
-    from airflow_provider_cdc.hooks.spanner_change_stream import describe_lagging
+    from airflow_provider_cdc.sources.spanner.change_stream_hook import describe_lagging
 
     database, workload, begin = history
     window = _windows(begin)[0]
@@ -345,7 +345,7 @@ def test_the_drain_check_names_a_reader_that_stopped_reporting(
 def test_operators_open_and_read_a_window_through_their_fields(
     history: tuple, airflow_env: str, tmp_path: Path
 ) -> None:
-    from airflow_provider_cdc.operators.spanner_change_stream import (
+    from airflow_provider_cdc.sources.spanner.change_stream_operators import (
         SpannerChangeStreamOpenWindowOperator,
         SpannerChangeStreamReadWindowOperator,
     )
@@ -381,7 +381,7 @@ def test_operators_open_and_read_a_window_through_their_fields(
 )
 def test_hostile_stream_names_are_rejected_before_any_sql(stream: str, airflow_env: str) -> None:
     from airflow_provider_cdc._errors import ChangeStreamConfigError
-    from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
+    from airflow_provider_cdc.sources.spanner.change_stream_hook import SpannerChangeStreamHook
 
     with pytest.raises(ChangeStreamConfigError, match="invalid change stream name"):
         SpannerChangeStreamHook(project_id="p", instance_id="test-instance", database_id="db1", stream=stream)

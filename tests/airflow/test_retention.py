@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.core.window import Window
 
 TABLE = "CREATE TABLE Items (Id INT64 NOT NULL, Name STRING(MAX)) PRIMARY KEY (Id)"
 STREAMS = [
@@ -49,7 +49,7 @@ def airflow_env(emulator: Any, monkeypatch: pytest.MonkeyPatch, sqlite_url: str)
 
 
 def _hook(database_id: str, stream: str = "Weekly", **kwargs: Any) -> Any:
-    from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
+    from airflow_provider_cdc.sources.spanner.change_stream_hook import SpannerChangeStreamHook
 
     return SpannerChangeStreamHook(
         project_id="test-project", instance_id="test-instance", database_id=database_id, stream=stream,
@@ -143,7 +143,7 @@ def test_the_argument_overrides_the_streams_retention(
     ],
 )
 def test_retention_accepts_timedelta_seconds_and_duration_text(value: Any, expected: timedelta) -> None:
-    from airflow_provider_cdc.hooks.spanner_change_stream import parse_retention
+    from airflow_provider_cdc.sources.spanner.change_stream_hook import parse_retention
 
     assert parse_retention(value) == expected
 
@@ -212,7 +212,7 @@ def test_operators_take_retention_as_a_templated_field(
     emulator: Any, database: Any, airflow_env: str, tmp_path: Path
 ) -> None:
     from airflow_provider_cdc._errors import RetentionExpiredError
-    from airflow_provider_cdc.operators.spanner_change_stream import (
+    from airflow_provider_cdc.sources.spanner.change_stream_operators import (
         SpannerChangeStreamOpenWindowOperator,
         SpannerChangeStreamReadWindowOperator,
     )
@@ -305,8 +305,8 @@ def test_a_sensor_looks_the_retention_up_once_for_all_its_pokes(
 ) -> None:
     from google.cloud.spanner_v1 import snapshot
 
-    from airflow_provider_cdc.hooks.spanner_change_stream import RETENTION_QUERY
     from airflow_provider_cdc.sensors.partitions_drained import SpannerChangeStreamPartitionsDrainedSensor
+    from airflow_provider_cdc.sources.spanner.change_stream_hook import RETENTION_QUERY
 
     queries: list[str] = []
     execute_sql = snapshot._SnapshotBase.execute_sql

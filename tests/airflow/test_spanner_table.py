@@ -34,8 +34,8 @@ from support.table_sources import (
     table_hook,
 )
 
-from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND
-from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND
+from airflow_provider_cdc.core.window import Window
 
 pytestmark = pytest.mark.timeout(600)
 W = timedelta(seconds=3)
@@ -51,8 +51,8 @@ def google_env(google_spanner_emulator: Any, monkeypatch: pytest.MonkeyPatch, sq
 def test_snapshot_then_stream_equals_the_database_at_every_window_end(
     new_google_database: Any, google_env: str, tmp_path: Path
 ) -> None:
-    from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
-    from airflow_provider_cdc.spanner.snapshot import snapshot_window
+    from airflow_provider_cdc.sources.spanner.change_stream_hook import SpannerChangeStreamHook
+    from airflow_provider_cdc.sources.spanner.snapshot import snapshot_window
 
     database = new_google_database(SNAPSHOT_DDL, prefix="snap")
     writes = Writes(database, seed=3)
@@ -104,7 +104,7 @@ def _wide_database(new_google_database: Any, rows: int = 120) -> tuple[Any, Wind
     with database.batch() as batch:
         for i in range(3):
             batch.insert(f"T{i}", ["Id", "Payload"], [(k, f"row {k} of T{i}") for k in range(rows)])
-    from airflow_provider_cdc.spanner.snapshot import snapshot_window
+    from airflow_provider_cdc.sources.spanner.snapshot import snapshot_window
 
     window = snapshot_window((now() + timedelta(seconds=1)).replace(microsecond=0))
     sleep_until(window.end + timedelta(milliseconds=100))
@@ -120,7 +120,7 @@ def _assert_each_row_once(hook: Any, root: Path, window: Window, rows: int = 120
 def test_a_snapshot_reader_that_loses_its_lease_changes_nothing(
     new_google_database: Any, google_env: str, tmp_path: Path
 ) -> None:
-    from airflow_provider_cdc.spanner.table_reader import TableReadError
+    from airflow_provider_cdc.sources.spanner.table_reader import TableReadError
 
     database, window = _wide_database(new_google_database)
     hook = table_hook(database)
@@ -163,7 +163,7 @@ def test_a_snapshot_reader_that_loses_its_lease_changes_nothing(
 
 def _killed_snapshot_reader(env: dict, database_id: str, window_id: str, root: str, marker: str) -> None:
     os.environ.update(env)
-    from airflow_provider_cdc.hooks.spanner_table import SpannerTableHook
+    from airflow_provider_cdc.sources.spanner.table_hook import SpannerTableHook
 
     hook = SpannerTableHook(
         project_id=PROJECT, instance_id=INSTANCE, database_id=database_id, source="Snapshot"
@@ -226,7 +226,7 @@ def test_a_snapshot_older_than_the_version_retention_fails_naming_the_option(
     new_google_database: Any, google_env: str, tmp_path: Path
 ) -> None:
     from airflow_provider_cdc._errors import RetentionExpiredError
-    from airflow_provider_cdc.spanner.snapshot import snapshot_window
+    from airflow_provider_cdc.sources.spanner.snapshot import snapshot_window
 
     database = new_google_database(SNAPSHOT_DDL[:1], prefix="old")
     hook = table_hook(database)

@@ -27,9 +27,9 @@ from support.table_sources import (
 )
 
 from airflow_provider_cdc._compat import AirflowFailException
-from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, format_timestamp
-from airflow_provider_cdc.domain.window import Window
-from airflow_provider_cdc.operators.spanner_table import (
+from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, format_timestamp
+from airflow_provider_cdc.core.window import Window
+from airflow_provider_cdc.sources.spanner.table_operators import (
     SpannerTableOpenWindowOperator,
     SpannerTableReadWindowOperator,
     snapshot_window_bounds,
@@ -59,8 +59,8 @@ def test_the_provider_registers_the_hook_and_the_operators() -> None:
     info = get_provider_info()
     hooks = {m for entry in info["hooks"] for m in entry["python-modules"]}
     operators = {m for entry in info["operators"] for m in entry["python-modules"]}
-    assert "airflow_provider_cdc.hooks.spanner_table" in hooks
-    assert "airflow_provider_cdc.operators.spanner_table" in operators
+    assert "airflow_provider_cdc.sources.spanner.table_hook" in hooks
+    assert "airflow_provider_cdc.sources.spanner.table_operators" in operators
     integrations = {entry["integration-name"] for entry in info["integrations"]}
     assert "Google Cloud Spanner tables" in integrations
 
@@ -115,7 +115,7 @@ def test_the_open_operator_refuses_a_bad_mode_and_a_relative_root() -> None:
 
 
 def _delta_tables(lake: Path, types: dict[str, dict]) -> dict[str, dict]:
-    from airflow_provider_cdc.lake.delta import DeltaLakeTarget
+    from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
 
     target, tables = DeltaLakeTarget(str(lake)), {}
     keys = {"Accounts": ("Id",), "Notes": ("Owner", "Seq")}
@@ -140,11 +140,11 @@ def test_a_snapshot_is_applied_as_the_pipelines_first_window_and_the_stream_foll
     from airflow_provider_cdc.metastore import Metastore
     from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
     from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
-    from airflow_provider_cdc.operators.spanner_change_stream import (
+    from airflow_provider_cdc.sources.spanner.change_stream_operators import (
         SpannerChangeStreamOpenWindowOperator,
         SpannerChangeStreamReadWindowOperator,
     )
-    from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
+    from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
 
     monkeypatch.setenv("SPANNER_EMULATOR_HOST", spanner_emulator.host)
     monkeypatch.setenv("AIRFLOW_CONN_CDC_METASTORE_DEFAULT", metastore_connection(sqlite_url))
@@ -251,7 +251,7 @@ def test_a_snapshot_is_applied_as_the_pipelines_first_window_and_the_stream_foll
 
 def test_tables_rendered_as_json_text_reach_the_hook_as_a_list() -> None:
     from airflow_provider_cdc._compat import AirflowFailException
-    from airflow_provider_cdc.operators.spanner_table import tables_argument
+    from airflow_provider_cdc.sources.spanner.table_operators import tables_argument
 
     tables = [{"table": "DocumentHistory", "timestamp_column": "Ts", "entity_key": ["UserId", "DocumentId"]}]
     assert tables_argument(tables) is tables
@@ -276,12 +276,12 @@ def test_a_second_run_reopening_the_snapshot_fences_the_first_and_a_lost_batch_f
     equals the database. B's commit, of an older epoch, is refused after."""
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-    from airflow_provider_cdc.domain.contract.locations import MANIFEST_NAME
+    from airflow_provider_cdc.core.contract.locations import MANIFEST_NAME
     from airflow_provider_cdc.hooks.pipeline import StagedInputMissingError
     from airflow_provider_cdc.metastore import Metastore, WindowState
     from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
     from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
-    from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
+    from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
 
     monkeypatch.setenv("SPANNER_EMULATOR_HOST", spanner_emulator.host)
     monkeypatch.setenv("AIRFLOW_CONN_CDC_METASTORE_DEFAULT", metastore_connection(sqlite_url))
@@ -384,7 +384,7 @@ def test_a_second_run_reopening_the_snapshot_fences_the_first_and_a_lost_batch_f
     ]
     recorded = [p for p in store.window_partitions(stream_key, window.start, window.end) if p.output_files]
     lost = recorded[0]
-    from airflow_provider_cdc.domain.contract.locations import claim_folder, partition_key
+    from airflow_provider_cdc.core.contract.locations import claim_folder, partition_key
 
     folder = Path(claim_folder(str(tmp_path / "staging_root" / "Snapshot" / window.window_id),
                                partition_key(lost.token), lost.claim_id))

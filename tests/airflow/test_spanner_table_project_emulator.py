@@ -27,8 +27,8 @@ from support.table_sources import (
     table_hook,
 )
 
-from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND
-from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND
+from airflow_provider_cdc.core.window import Window
 
 W = timedelta(seconds=10)
 
@@ -54,8 +54,8 @@ def _require_batch_reads(database: Any, table: str, at: Any) -> None:
 def test_snapshot_then_stream_equals_the_database_at_every_window_end(
     new_spanner_database: Any, project_env: Any, tmp_path: Path
 ) -> None:
-    from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
-    from airflow_provider_cdc.spanner.snapshot import snapshot_window
+    from airflow_provider_cdc.sources.spanner.change_stream_hook import SpannerChangeStreamHook
+    from airflow_provider_cdc.sources.spanner.snapshot import snapshot_window
 
     clock = project_env.clock
     database = new_spanner_database(SNAPSHOT_DDL, prefix="snap")
@@ -99,7 +99,7 @@ def test_commit_timestamp_windows_with_shared_timestamps_and_pages(
 ) -> None:
     from google.api_core import exceptions as gexc
 
-    from airflow_provider_cdc.hooks.spanner_table import LateRowsError, SpannerTableError
+    from airflow_provider_cdc.sources.spanner.table_hook import LateRowsError, SpannerTableError
 
     clock = project_env.clock
     database = new_spanner_database(
@@ -166,8 +166,8 @@ def test_commit_timestamp_windows_with_shared_timestamps_and_pages(
 def test_a_snapshot_reads_the_tables_and_columns_its_change_stream_watches(
     new_spanner_database: Any, project_env: Any, tmp_path: Path
 ) -> None:
-    from airflow_provider_cdc.hooks.spanner_table import TableSourceConfigError
-    from airflow_provider_cdc.spanner.snapshot import snapshot_window
+    from airflow_provider_cdc.sources.spanner.snapshot import snapshot_window
+    from airflow_provider_cdc.sources.spanner.table_hook import TableSourceConfigError
 
     clock = project_env.clock
     ddl = [

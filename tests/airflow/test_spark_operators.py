@@ -17,8 +17,7 @@ from deltalake import DeltaTable
 from support.change_sets import END, write_window
 from support.change_sets import interval_context as _context
 
-from airflow_provider_cdc.domain.timestamps import to_micros
-from airflow_provider_cdc.lake.delta import APP_ID_PREFIX, DeltaLakeTarget
+from airflow_provider_cdc.core.timestamps import to_micros
 from airflow_provider_cdc.operators._spark import (
     LOCAL_SPARK_CONF,
     LocalPythonJob,
@@ -26,6 +25,7 @@ from airflow_provider_cdc.operators._spark import (
     local_conf,
     spark_defaults,
 )
+from airflow_provider_cdc.targets.delta.target import APP_ID_PREFIX, DeltaLakeTarget
 
 
 class ListLog:
@@ -165,7 +165,7 @@ def test_local_python_job_kill_stops_a_running_job(tmp_path: Path) -> None:
 
 def test_upsert_operator_runs_locally_only_on_local_masters(monkeypatch) -> None:
     from airflow_provider_cdc.operators._spark import connection_master
-    from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
+    from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
 
     def operator(conn_id: str, **kwargs: object) -> SparkUpsertWindowOperator:
         roots = {"changeset_root": "/c", "lake_root": "/l"}
@@ -183,7 +183,7 @@ def test_upsert_operator_runs_locally_only_on_local_masters(monkeypatch) -> None
 
 
 def test_upsert_operator_applies_a_window_without_spark_submit(tmp_path: Path, monkeypatch, capfd) -> None:
-    from airflow_provider_cdc.operators.upsert import SparkUpsertWindowOperator
+    from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
 
     write_window(tmp_path / "changesets")
     lake = tmp_path / "lake"

@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_cdc.domain.collapse import (
+from airflow_provider_cdc.core.collapse import (
     CollapseError,
     collapse_chain,
     collapse_key,
     collapse_window,
 )
-from airflow_provider_cdc.domain.sequence_number import spanner_change_sequence_number
-from airflow_provider_cdc.domain.timestamps import to_micros
+from airflow_provider_cdc.core.sequence_number import spanner_change_sequence_number
+from airflow_provider_cdc.core.timestamps import to_micros
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
 TYPES_V1 = json.dumps(

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from airflow_provider_cdc.domain.durations import format_duration, parse_duration, spanner_duration
+from airflow_provider_cdc.sources.spanner.durations import format_duration, parse_duration, spanner_duration
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_cdc.domain.farmhash import farm_fingerprint, fingerprint64
+from airflow_provider_cdc.sources.spanner.farmhash import farm_fingerprint, fingerprint64
 
 TEXT = "".join(chr(33 + (i * 7) % 90) for i in range(300))
 BY_LENGTH = [

@@ -11,13 +11,14 @@ import pytest
 from google.cloud.spanner_v1 import PartialResultSet
 from google.cloud.spanner_v1.streamed import StreamedResultSet
 
-from airflow_provider_cdc.domain.columns import ColumnType, SpannerType, SpannerTypeError, parse_column_types
-from airflow_provider_cdc.domain.record_parser import (
+from airflow_provider_cdc.core.columns import ColumnType, SpannerType, SpannerTypeError, parse_column_types
+from airflow_provider_cdc.core.timestamps import format_timestamp, parse_timestamp
+from airflow_provider_cdc.sources.spanner.record_parser import (
     parse_change_record_json,
     parse_change_record_row,
     parse_record_dict,
 )
-from airflow_provider_cdc.domain.records import (
+from airflow_provider_cdc.sources.spanner.records import (
     ChildPartition,
     ChildPartitionsRecord,
     DataChangeRecord,
@@ -26,7 +27,6 @@ from airflow_provider_cdc.domain.records import (
     Mod,
     ModType,
 )
-from airflow_provider_cdc.domain.timestamps import format_timestamp, parse_timestamp
 
 UTC = timezone.utc
 

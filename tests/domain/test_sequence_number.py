@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_provider_cdc.domain.sequence_number import (
+from airflow_provider_cdc.core.sequence_number import (
     ChangeSequenceNumber,
     InvalidSequenceNumberError,
     fingerprint64,

@@ -12,16 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_cdc.domain.columns import (
-    ColumnType,
-    SpannerType,
-    SpannerTypeError,
-    parse_column_types,
-    parse_spanner_type,
-)
-from airflow_provider_cdc.domain.identifiers import InvalidIdentifierError
-from airflow_provider_cdc.domain.spanner_types import SpannerValueError, decode_value, write_json_value
-from airflow_provider_cdc.lake.arrow_values import (
+from airflow_provider_cdc.changesets.arrow_values import (
     _decode_json_objects_fast,
     _decode_json_objects_python,
     arrow_schema,
@@ -29,6 +20,15 @@ from airflow_provider_cdc.lake.arrow_values import (
     decode_column,
     decode_json_objects,
 )
+from airflow_provider_cdc.core.columns import (
+    ColumnType,
+    SpannerType,
+    SpannerTypeError,
+    parse_column_types,
+    parse_spanner_type,
+)
+from airflow_provider_cdc.core.identifiers import InvalidIdentifierError
+from airflow_provider_cdc.core.values import SpannerValueError, decode_value, write_json_value
 
 SCALARS = {
     "BOOL": pa.bool_(),

@@ -7,11 +7,12 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_provider_cdc.domain.collapse import collapse_window
-from airflow_provider_cdc.domain.columns import ColumnType
-from airflow_provider_cdc.domain.contract.staged_rows import STAGED_CHANGE_COLUMNS
-from airflow_provider_cdc.domain.sequence_number import spanner_change_sequence_number
-from airflow_provider_cdc.domain.table_rows import (
+from airflow_provider_cdc.core.collapse import collapse_window
+from airflow_provider_cdc.core.columns import ColumnType
+from airflow_provider_cdc.core.contract.staged_rows import STAGED_CHANGE_COLUMNS
+from airflow_provider_cdc.core.sequence_number import spanner_change_sequence_number
+from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, to_micros
+from airflow_provider_cdc.sources.spanner.table_rows import (
     DELETE,
     INSERT,
     UPDATE,
@@ -22,7 +23,6 @@ from airflow_provider_cdc.domain.table_rows import (
     json_texts,
     table_change_rows,
 )
-from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, to_micros
 
 T = datetime(2026, 1, 1, tzinfo=timezone.utc)
 USERS = [
@@ -297,7 +297,7 @@ def _reference(encoder_args: dict, rows: list[list]) -> list[dict]:
         if config is None:
             stamp, mod = encoder_args["commit_timestamp"], INSERT
         else:
-            from airflow_provider_cdc.domain.timestamps import parse_timestamp
+            from airflow_provider_cdc.core.timestamps import parse_timestamp
 
             stamp = parse_timestamp(row[at[config.timestamp_column]])
             names = [n for n in (config.soft_delete_column, config.change_type_column) if n is not None]

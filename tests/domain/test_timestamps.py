@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_provider_cdc.domain.timestamps import (
+from airflow_provider_cdc.core.timestamps import (
     coerce_timestamp,
     format_timestamp,
     from_micros,

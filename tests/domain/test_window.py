@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_provider_cdc.domain.identifiers import InvalidIdentifierError, validate_pipeline_id
-from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.core.identifiers import InvalidIdentifierError, validate_pipeline_id
+from airflow_provider_cdc.core.window import Window
 
 UTC = timezone.utc
 START = datetime(2022, 9, 27, 12, 0, tzinfo=UTC)
@@ -81,8 +81,8 @@ def test_window_is_immutable():
 
 @pytest.mark.parametrize("pipeline_id", ["spanner_change_stream_to_lake", "orders.v2", "7-eleven", "a" * 250])
 def test_one_pipeline_id_rule_for_the_metastore_and_the_lake(pipeline_id: str) -> None:
-    from airflow_provider_cdc.lake.delta import app_id_for
     from airflow_provider_cdc.metastore.model import validate_pipeline
+    from airflow_provider_cdc.targets.delta.target import app_id_for
 
     assert validate_pipeline_id(pipeline_id) == validate_pipeline(pipeline_id) == pipeline_id
     assert app_id_for(pipeline_id).endswith(":" + pipeline_id)
@@ -90,8 +90,8 @@ def test_one_pipeline_id_rule_for_the_metastore_and_the_lake(pipeline_id: str) -
 
 @pytest.mark.parametrize("pipeline_id", ["", "a b", "-lead", "x/y", "a:b", "a" * 251, None])
 def test_a_bad_pipeline_id_is_refused_by_the_metastore_and_the_lake_alike(pipeline_id: object) -> None:
-    from airflow_provider_cdc.lake.delta import app_id_for
     from airflow_provider_cdc.metastore.model import validate_pipeline
+    from airflow_provider_cdc.targets.delta.target import app_id_for
 
     named = f"invalid pipeline id {re.escape(repr(pipeline_id))}"
     for check in (validate_pipeline_id, validate_pipeline, app_id_for):

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_cdc import __version__
-from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, format_timestamp, to_micros
+from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, format_timestamp, to_micros
 from airflow_provider_cdc.testing.demo import DemoSettings, encoded_state, load_demo
 from airflow_provider_cdc.testing.workload import TABLES_BY_NAME, State
 
@@ -153,7 +153,7 @@ class Backfilled:
 
     def lake_snapshot(self) -> dict[str, tuple[int, int | None, list[str]]]:
         """Per table: Delta version, applied window version and every row (hidden columns included)."""
-        from airflow_provider_cdc.lake.delta import DeltaLakeTarget
+        from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
 
         lake = DeltaLakeTarget(self.lake_root)
         snapshot = {}
@@ -255,7 +255,7 @@ def test_backfill_applies_each_window_and_the_lake_equals_the_history(backfilled
         t: format_timestamp(w) for t, w in watermarks.items()
     }
 
-    from airflow_provider_cdc.lake.delta import DeltaLakeTarget
+    from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
     from airflow_provider_cdc.testing.lake_check import compare_lake_to_truth
 
     comparisons = compare_lake_to_truth(DeltaLakeTarget(backfilled.lake_root), backfilled.truth)

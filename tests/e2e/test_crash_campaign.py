@@ -358,7 +358,7 @@ class CrashPipeline(Pipeline):
     def assert_commits_once_in_order(self, index: int) -> None:
         """Per table: the pipeline's Delta commits are window versions up to ``index``'s, each at most
         once, in window order."""
-        from airflow_provider_cdc.domain.timestamps import to_micros
+        from airflow_provider_cdc.core.timestamps import to_micros
 
         # the initial snapshot's window [T - 1µs, T) first: window 0's run applies it
         versions = [to_micros(self.snapshot_window()[1])] + [self.version(i) for i in range(index + 1)]

@@ -118,7 +118,7 @@ def _create_or_find_runs(scheduler_dag: Any, args: argparse.Namespace) -> list[s
     from airflow.utils.types import DagRunTriggeredByType, DagRunType
     from sqlalchemy import select
 
-    from airflow_provider_cdc.domain.timestamps import parse_timestamp
+    from airflow_provider_cdc.core.timestamps import parse_timestamp
 
     run_ids = list(args.run_id)
     with create_session() as session:
@@ -324,20 +324,20 @@ class Pipeline:
 
     def snapshot_window(self) -> tuple[datetime, datetime]:
         """The initial snapshot's window ``[T - 1µs, T)``."""
-        from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND
+        from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND
 
         start = self.window(0)[0]
         return start - ONE_MICROSECOND, start
 
     def version(self, index: int) -> int:
         """The window's version in Delta (its end in µs)."""
-        from airflow_provider_cdc.domain.timestamps import to_micros
+        from airflow_provider_cdc.core.timestamps import to_micros
 
         return to_micros(self.window(index)[1])
 
     def truth_after(self, index: int) -> dict[str, list[dict[str, Any]]]:
         """The tables' rows once every transaction committed before window ``index``'s end is applied."""
-        from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND
+        from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND
 
         return self.truth_at(self.window(index)[1] - ONE_MICROSECOND)
 
@@ -418,7 +418,7 @@ class Pipeline:
 
     # ----- the lake and the metastore -----
     def lake(self) -> Any:
-        from airflow_provider_cdc.lake.delta import DeltaLakeTarget
+        from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
 
         return DeltaLakeTarget(str(self.home.lake_root))
 
@@ -441,7 +441,7 @@ class Pipeline:
 
     def window_commits(self, table: str) -> list[int]:
         """Window versions of the pipeline's commits to ``table``, in commit order."""
-        from airflow_provider_cdc.lake.delta import (
+        from airflow_provider_cdc.targets.delta.target import (
             COMMIT_METADATA_APP_ID,
             COMMIT_METADATA_WINDOW_VERSION,
             app_id_for,
@@ -456,7 +456,7 @@ class Pipeline:
 
     def changed_tables(self, index: int) -> list[str]:
         """The tables the window's change set holds (its manifest)."""
-        from airflow_provider_cdc.domain.window import Window
+        from airflow_provider_cdc.core.window import Window
 
         window_id = Window(*self.window(index)).window_id
         manifest = json.loads((self.home.changeset_root / window_id / "_manifest.json").read_text())
@@ -514,7 +514,7 @@ def pipeline(example_dag_home: Any) -> Iterator[Pipeline]:
 
 @pytest.mark.timeout(1800)
 def test_ten_windows_apply_the_history_exactly(pipeline: Pipeline) -> None:
-    from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, to_micros
+    from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, to_micros
 
     workload = pipeline.home.workload
     first, last = pipeline.window(0)[0], pipeline.window(FIRST_WINDOWS - 1)[1]

@@ -72,7 +72,7 @@ class BigQueryDag:
 
     def truth_after(self, index: int) -> dict[str, list[dict[str, Any]]]:
         """The tables' rows once every transaction committed before window ``index``'s end is applied."""
-        from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND
+        from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND
         from airflow_provider_cdc.testing.workload import TABLES_BY_NAME
 
         state = self.home.workload.state_at(self.window(index)[1] - ONE_MICROSECOND)
@@ -88,7 +88,7 @@ class BigQueryDag:
 
     def lake_snapshot(self) -> dict[str, tuple[int, list[str]]]:
         """Per Delta table: version and every row (hidden CDC columns included), sorted."""
-        from airflow_provider_cdc.lake.delta import DeltaLakeTarget
+        from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
 
         lake = DeltaLakeTarget(str(self.lake_root))
         return {
@@ -102,7 +102,7 @@ class BigQueryDag:
 
     def apply_watermarks(self) -> dict[str, datetime]:
         """Each fake table's apply watermark (what INFORMATION_SCHEMA.TABLES answers)."""
-        from airflow_provider_cdc.domain.timestamps import from_micros
+        from airflow_provider_cdc.core.timestamps import from_micros
 
         return {
             table: from_micros(self.fake.table(PROJECT, DATASET, table).apply_watermark_us)
@@ -140,7 +140,7 @@ def bigquery_dag(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BigQueryD
 
 def _assert_equal_to_history(dag: BigQueryDag, index: int, when: str) -> None:
     """The BigQuery tables and the Delta tables hold the committed history up to window ``index``'s end."""
-    from airflow_provider_cdc.lake.delta import DeltaLakeTarget
+    from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
     from airflow_provider_cdc.testing.bigquery_fake.compare import compare_bigquery_to_truth
     from airflow_provider_cdc.testing.lake_check import compare_lake_to_truth
 

@@ -59,7 +59,7 @@ class LedgerDag:
         )
 
     def lake(self) -> Any:
-        from airflow_provider_cdc.lake.delta import DeltaLakeTarget
+        from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
 
         return DeltaLakeTarget(str(self.lake_root))
 
@@ -153,7 +153,7 @@ print(json.dumps(report))
 
 
 def _assert_lake_equals(dag: LedgerDag, expected: dict[str, list[dict[str, Any]]], when: str) -> None:
-    from airflow_provider_cdc.lake.compare import compare_lake_to_rows
+    from airflow_provider_cdc.targets.delta.compare import compare_lake_to_rows
 
     assert sorted(expected) == list(TARGETS)
     for result in compare_lake_to_rows(dag.lake(), expected):
@@ -181,7 +181,7 @@ def _assert_applied_through(dag: LedgerDag, index: int) -> dict[datetime, int]:
 def _assert_final_state_of_the_history(dag: LedgerDag) -> None:
     """Soft-deleted performances are gone, live ones hold their last write, and each document is at its
     newest history row (the history has several rows for some documents)."""
-    from airflow_provider_cdc.domain.timestamps import format_timestamp
+    from airflow_provider_cdc.core.timestamps import format_timestamp
 
     history = dag.home.workload
     lake = dag.lake()
@@ -213,7 +213,7 @@ def _assert_final_state_of_the_history(dag: LedgerDag) -> None:
 @pytest.mark.spark
 @pytest.mark.timeout(900)
 def test_windows_equal_the_history_and_a_rerun_changes_nothing(ledger_dag: LedgerDag) -> None:
-    from airflow_provider_cdc.domain.timestamps import format_timestamp
+    from airflow_provider_cdc.core.timestamps import format_timestamp
 
     dag = ledger_dag
     counts = dag.truth["counts"]

@@ -163,7 +163,7 @@ class LakeSnapshot:
 
 def _truth_at(workload: Any, moment: datetime) -> dict[str, list[dict[str, Any]]]:
     """The tables' rows once every transaction committed before ``moment`` is applied (Spanner JSON)."""
-    from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND
+    from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND
     from airflow_provider_cdc.testing.workload import TABLES_BY_NAME
 
     state = workload.state_at(moment - ONE_MICROSECOND)
@@ -179,8 +179,8 @@ def _truth_at(workload: Any, moment: datetime) -> dict[str, list[dict[str, Any]]
 def test_consecutive_windows_against_google_emulator_equal_the_committed_history(
     google_dag: GoogleDag,
 ) -> None:
-    from airflow_provider_cdc.lake.delta import DeltaLakeTarget
     from airflow_provider_cdc.metastore import Metastore
+    from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
     from airflow_provider_cdc.testing.lake_check import compare_lake_to_truth
     from airflow_provider_cdc.testing.workload import TABLES_BY_NAME
 

@@ -25,8 +25,8 @@ from support.staged_changes import difference as _difference
 from support.staged_changes import expected_changes as _expected
 from support.staged_changes import staged_changes as _staged
 
-from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND
-from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND
+from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.testing.workload import (
     ALL_CHANGES_STREAM,
     WORKLOAD_TABLES,
@@ -92,7 +92,7 @@ def google_airflow_env(google_spanner_emulator: Any, monkeypatch: pytest.MonkeyP
 
 
 def _hook(database: Any) -> Any:
-    from airflow_provider_cdc.hooks.spanner_change_stream import SpannerChangeStreamHook
+    from airflow_provider_cdc.sources.spanner.change_stream_hook import SpannerChangeStreamHook
 
     return SpannerChangeStreamHook(
         project_id="test-project",

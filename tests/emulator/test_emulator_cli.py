@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND
+from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND
 from airflow_provider_cdc.testing.lineage_walk import walk_lineage
 from airflow_provider_cdc.testing.workload import (
     ALL_CHANGES_STREAM,

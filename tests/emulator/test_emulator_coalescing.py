@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from google.cloud.spanner_v1 import KeySet
 
-from airflow_provider_cdc.domain.records import DataChangeRecord
-from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, coerce_timestamp
+from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, coerce_timestamp
+from airflow_provider_cdc.sources.spanner.records import DataChangeRecord
 from airflow_provider_cdc.testing.lineage_walk import walk_lineage
 from airflow_provider_cdc.testing.spanner_emulator import ManualClock, SpannerEmulator
 

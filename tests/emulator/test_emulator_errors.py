@@ -17,8 +17,8 @@ from google.cloud.spanner_v1 import (
 )
 from google.protobuf import struct_pb2
 
-from airflow_provider_cdc.domain.records import ChildPartitionsRecord, DataChangeRecord
-from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, format_timestamp
+from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, format_timestamp
+from airflow_provider_cdc.sources.spanner.records import ChildPartitionsRecord, DataChangeRecord
 from airflow_provider_cdc.testing.lineage_walk import change_stream_query, query_partition
 
 SCHEMA = [

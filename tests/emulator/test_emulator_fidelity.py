@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from google.api_core.exceptions import InvalidArgument
 
-from airflow_provider_cdc.domain.records import DataChangeRecord
-from airflow_provider_cdc.domain.spanner_types import decode_value
-from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, coerce_timestamp, format_timestamp
+from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, coerce_timestamp, format_timestamp
+from airflow_provider_cdc.core.values import decode_value
+from airflow_provider_cdc.sources.spanner.records import DataChangeRecord
 from airflow_provider_cdc.testing.lineage_walk import walk_lineage
 from airflow_provider_cdc.testing.spanner_emulator import ManualClock, SpannerEmulator
 from airflow_provider_cdc.testing.workload import (

@@ -17,13 +17,13 @@ import pytest
 from google.api_core import exceptions
 from google.cloud.spanner_v1 import KeySet
 
-from airflow_provider_cdc.domain.records import (
+from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND
+from airflow_provider_cdc.sources.spanner.records import (
     ChangeStreamRecord,
     ChildPartitionsRecord,
     DataChangeRecord,
     HeartbeatRecord,
 )
-from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND
 from airflow_provider_cdc.testing.lineage_walk import query_partition, walk_lineage
 from airflow_provider_cdc.testing.spanner_emulator import ManualClock, SpannerEmulator
 

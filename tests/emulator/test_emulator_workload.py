@@ -16,8 +16,12 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_cdc.domain.records import ChildPartitionsRecord, DataChangeRecord, HeartbeatRecord
-from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, format_timestamp
+from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, format_timestamp
+from airflow_provider_cdc.sources.spanner.records import (
+    ChildPartitionsRecord,
+    DataChangeRecord,
+    HeartbeatRecord,
+)
 from airflow_provider_cdc.testing.lineage_walk import LineageWalker, PartitionRead, walk_lineage
 from airflow_provider_cdc.testing.spanner_emulator import PartitionSchedule
 from airflow_provider_cdc.testing.workload import (

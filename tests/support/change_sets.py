@@ -7,8 +7,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_cdc.domain.timestamps import to_micros
-from airflow_provider_cdc.lake.change_set_writer import Change, change_set_table, write_change_set
+from airflow_provider_cdc.changesets.writer import Change, change_set_table, write_change_set
+from airflow_provider_cdc.core.timestamps import to_micros
 
 ORDERS = [
     {"name": "OrderId", "type": {"code": "STRING"}, "is_primary_key": True, "ordinal_position": 1},

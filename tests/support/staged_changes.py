@@ -10,8 +10,8 @@ from typing import Any
 
 import pyarrow.dataset as ds
 
-from airflow_provider_cdc.domain.contract.staged_rows import DEDUPLICATION_KEY
-from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.core.contract.staged_rows import DEDUPLICATION_KEY
+from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.testing.workload import ALL_CHANGES_STREAM, TABLES_BY_NAME, Workload
 
 

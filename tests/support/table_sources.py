@@ -9,9 +9,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_cdc.domain.collapse import collapse_window
-from airflow_provider_cdc.domain.spanner_types import decode_value
-from airflow_provider_cdc.domain.window import Window
+from airflow_provider_cdc.core.collapse import collapse_window
+from airflow_provider_cdc.core.values import decode_value
+from airflow_provider_cdc.core.window import Window
 
 PROJECT, INSTANCE = "test-project", "test-instance"
 
@@ -32,7 +32,7 @@ def metastore_connection(url: str) -> str:
 
 
 def table_hook(database: Any, source: str = "Snapshot") -> Any:
-    from airflow_provider_cdc.hooks.spanner_table import SpannerTableHook
+    from airflow_provider_cdc.sources.spanner.table_hook import SpannerTableHook
 
     return SpannerTableHook(
         project_id=PROJECT, instance_id=INSTANCE, database_id=database.database_id, source=source
@@ -52,7 +52,7 @@ def staged_rows(hook: Any, root: Path, window: Window, folder: str | None = None
 
 
 def column_types(database: Any, table: str) -> dict[str, Any]:
-    from airflow_provider_cdc.spanner.table_schema import table_schema
+    from airflow_provider_cdc.sources.spanner.table_schema import table_schema
 
     with database.snapshot(multi_use=True) as snapshot:
         return {c.name: c.type for c in table_schema(snapshot, table).columns}
@@ -77,8 +77,8 @@ def apply_window(state: dict[str, dict], rows: list[dict], types: dict[str, dict
 
 def database_tables(database: Any, types: dict[str, dict], at: datetime) -> dict[str, dict]:
     """Every table's rows at ``at``, as :func:`apply_window` keeps them."""
-    from airflow_provider_cdc.spanner.table_schema import table_schema
-    from airflow_provider_cdc.spanner.wire_values import wire_rows
+    from airflow_provider_cdc.sources.spanner.table_schema import table_schema
+    from airflow_provider_cdc.sources.spanner.wire_values import wire_rows
 
     tables: dict[str, dict] = {}
     with database.snapshot(read_timestamp=at, multi_use=True) as snapshot:

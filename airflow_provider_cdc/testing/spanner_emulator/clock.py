@@ -6,7 +6,7 @@ import threading
 import time
 from datetime import datetime, timedelta
 
-from airflow_provider_cdc.domain.timestamps import from_micros, to_micros
+from airflow_provider_cdc.core.timestamps import from_micros, to_micros
 
 
 class Clock:

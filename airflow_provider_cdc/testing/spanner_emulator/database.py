@@ -16,7 +16,7 @@ from datetime import timedelta
 
 import grpc
 
-from airflow_provider_cdc.domain.timestamps import format_timestamp, from_micros
+from airflow_provider_cdc.core.timestamps import format_timestamp, from_micros
 
 from . import ddl, reads
 from .clock import Clock

@@ -8,7 +8,7 @@ from typing import Any
 
 import grpc
 
-from airflow_provider_cdc.domain.timestamps import parse_timestamp, to_micros
+from airflow_provider_cdc.core.timestamps import parse_timestamp, to_micros
 
 from .ddl import split_top_level
 from .model import ChangeStreamQuery, EmulatorError

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from airflow_provider_cdc.domain.timestamps import format_timestamp, from_micros
+from airflow_provider_cdc.core.timestamps import format_timestamp, from_micros
 
 from . import wire
 from .model import (

@@ -11,7 +11,7 @@ import grpc
 from google.cloud.spanner_v1.types import result_set
 from google.protobuf import struct_pb2
 
-from airflow_provider_cdc.domain.timestamps import format_timestamp, from_micros
+from airflow_provider_cdc.core.timestamps import format_timestamp, from_micros
 
 from . import wire
 from .clock import Clock

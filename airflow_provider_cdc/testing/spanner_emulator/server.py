@@ -20,7 +20,7 @@ from google.cloud.spanner_v1.types import commit_response, spanner, transaction
 from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2, timestamp_pb2
 
-from airflow_provider_cdc.domain.timestamps import from_micros
+from airflow_provider_cdc.core.timestamps import from_micros
 
 from .clock import Clock, ManualClock, WallClock
 from .database import Database
@@ -431,7 +431,7 @@ class SpannerEmulator:
 
 
 def parse_clock(kind: str, start: str | None) -> Clock:
-    from airflow_provider_cdc.domain.timestamps import parse_timestamp
+    from airflow_provider_cdc.core.timestamps import parse_timestamp
 
     if kind == "wall":
         return WallClock()

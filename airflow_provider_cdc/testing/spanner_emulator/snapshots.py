@@ -24,7 +24,7 @@ import grpc
 from google.cloud.spanner_v1.types import transaction as transaction_types
 from google.protobuf import timestamp_pb2
 
-from airflow_provider_cdc.domain.timestamps import from_micros
+from airflow_provider_cdc.core.timestamps import from_micros
 
 from .model import EmulatorError
 from .values import display_timestamp

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_cdc.domain.farmhash import farm_fingerprint
-from airflow_provider_cdc.domain.timestamps import parse_timestamp, to_micros
+from airflow_provider_cdc.core.timestamps import parse_timestamp, to_micros
+from airflow_provider_cdc.sources.spanner.farmhash import farm_fingerprint
 
 #: Types ``%T`` renders (the scalar types of Spanner's key columns and values).
 LITERAL_TYPES = frozenset(

@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 from google.protobuf import struct_pb2, text_format
 
-from airflow_provider_cdc.domain.timestamps import format_timestamp, parse_timestamp
+from airflow_provider_cdc.core.timestamps import format_timestamp, parse_timestamp
 
 from .model import EmulatorError
 from .values import SpannerType, ValueError_, decode_cell

@@ -18,7 +18,7 @@ from typing import Any
 
 from google.protobuf import struct_pb2
 
-from airflow_provider_cdc.domain.timestamps import format_timestamp, from_micros, parse_timestamp
+from airflow_provider_cdc.core.timestamps import format_timestamp, from_micros, parse_timestamp
 
 COMMIT_TIMESTAMP_PLACEHOLDER = "spanner.commit_timestamp()"
 #: Room for NUMERIC's 38 digits (29 integer, 9 fractional) and more, so checks never round.

@@ -14,7 +14,7 @@ from typing import Any
 
 from google.cloud.spanner_v1 import KeySet
 
-from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, coerce_timestamp, to_micros
+from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, coerce_timestamp, to_micros
 
 from .schema import BULK_TABLE
 from .truth import EmulatorControl, PartitionEvent, WorkloadSummary

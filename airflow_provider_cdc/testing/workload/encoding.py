@@ -10,7 +10,7 @@ from datetime import date
 from decimal import Decimal
 from typing import Any
 
-from airflow_provider_cdc.domain.timestamps import format_timestamp, parse_timestamp
+from airflow_provider_cdc.core.timestamps import format_timestamp, parse_timestamp
 
 
 def encode_json_value(value: Any, type_json: Mapping[str, Any]) -> Any:

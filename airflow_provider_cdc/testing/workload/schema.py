@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_cdc.domain.identifiers import validate_identifier
+from airflow_provider_cdc.core.identifiers import validate_identifier
 
 from .encoding import decode_json_value, encode_json_value
 

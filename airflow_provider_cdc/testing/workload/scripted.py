@@ -13,7 +13,7 @@ from typing import Any
 
 from google.cloud.spanner_v1 import COMMIT_TIMESTAMP, JsonObject, KeySet
 
-from airflow_provider_cdc.domain.timestamps import ONE_MICROSECOND, coerce_timestamp, format_timestamp
+from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, coerce_timestamp, format_timestamp
 
 from .planner import TransactionPlanner, _Planned, _RowWrites, _TableState
 from .schema import WORKLOAD_TABLES, WorkloadColumn, WorkloadTable

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from airflow_provider_cdc.domain.timestamps import format_timestamp, to_micros
+from airflow_provider_cdc.core.timestamps import format_timestamp, to_micros
 
 from .schema import TABLES_BY_NAME
 

@@ -1,0 +1,206 @@
+"""Per-key collapse of a window's changes into one change-set row (reference semantics).
+
+The merge job folds all changes of one key in one window into a single row of the change set
+(ARCHITECTURE.md, "Change sets"). Rules, applied to the key's changes in sequence-number order
+after de-duplication:
+
+* The chain is cut into segments at every DELETE and before every INSERT; only the last
+  segment (the one after the last DELETE) shapes the image.
+* A chain ending in DELETE gives a ``DELETE`` row (``INSERT → DELETE`` too: an earlier window may
+  hold the key). Its image is empty and counts as full.
+* Otherwise the row is an ``UPSERT`` whose image merges the segment's new values column-wise, the
+  later value winning per column (``UPDATE → UPDATE`` = partial image, ``INSERT → UPDATE`` and
+  ``DELETE → INSERT`` = full image). ``_full_image`` is true when the segment began with INSERT.
+* ``_CHANGE_SEQUENCE_NUMBER`` and ``_commit_timestamp`` are those of the key's newest change.
+* ``_column_types_json`` is the table's column types in the window: the union of the
+  ``column_types_json`` of all its changes, the newest description of each column winning
+  (Spanner's UPDATE records list only the key columns and the changed ones, so no single record
+  need carry every column).
+
+Text passes through unchanged where nothing is merged: a segment of one change keeps its
+``new_values_json`` text; a merged image is compact JSON with sorted column names. The merge job
+produces exactly the rows these functions produce.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from airflow_provider_cdc.core.contract.change_set import (
+    CHANGE_SEQUENCE_NUMBER,
+    CHANGE_TYPE,
+    COLUMN_TYPES_JSON,
+    COMMIT_TIMESTAMP,
+    DELETE,
+    FULL_IMAGE,
+    KEYS_JSON,
+    PRESENT_COLUMNS,
+    UPSERT,
+    VALUES_JSON,
+)
+
+INSERT = "INSERT"
+UPDATE = "UPDATE"
+MOD_TYPES = (INSERT, UPDATE, DELETE)
+
+EMPTY_IMAGE = "{}"
+
+
+class CollapseError(ValueError):
+    """Changes of one key that cannot be collapsed (mixed keys, unknown mod type, bad JSON)."""
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON (Spanner encodes it as the string {name!r})")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+_IMAGE_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def dumps_image(values: Mapping[str, Any]) -> str:
+    """Compact JSON with sorted column names: the text of a merged image."""
+    return _IMAGE_ENCODER.encode(values)
+
+
+def change_order(change: Mapping[str, Any]) -> tuple[str, str, str, int]:
+    """Sort key of a staged change: sequence number (sortable form), then transaction, record, mod."""
+    return (
+        change["change_sequence_number"],
+        change["server_transaction_id"],
+        change["record_sequence"],
+        change["mod_index"],
+    )
+
+
+def deduplicate(changes: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Drop repeated mods, keeping the first of each ``(server_transaction_id, record_sequence,
+    mod_index, table_name, keys_json)`` in input order (a retried read repeats mods; a source
+    may send several mods of one row in one record, told apart by their mod index)."""
+    seen: set[tuple[Any, Any, Any, Any, Any]] = set()
+    unique = []
+    for change in changes:
+        identity = (
+            change["server_transaction_id"],
+            change["record_sequence"],
+            change["mod_index"],
+            change["table_name"],
+            change["keys_json"],
+        )
+        if identity not in seen:
+            seen.add(identity)
+            unique.append(change)
+    return unique
+
+
+def _loads_object(text: Any, position: int) -> dict[str, Any]:
+    try:
+        value = _DECODER.decode(text)
+    except (TypeError, AttributeError, ValueError) as error:
+        raise CollapseError(f"change {position + 1}: new_values_json is not valid JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise CollapseError(f"change {position + 1}: new_values_json is not a JSON object: {text!r}")
+    return value
+
+
+def collapse_chain(mod_types: Sequence[str], new_values: Sequence[str]) -> tuple[str, str, bool]:
+    """Fold one key's ordered, de-duplicated chain of changes, given column by column.
+
+    Returns ``(_CHANGE_TYPE, _values_json, _full_image)``. Errors name the position of the
+    offending change in the chain; callers add the table and key.
+    """
+    if not mod_types:
+        raise CollapseError("no changes to collapse")
+    segment_start = None
+    for position, mod_type in enumerate(mod_types):
+        if mod_type == DELETE:
+            segment_start = None
+        elif mod_type == INSERT:
+            segment_start = position
+        elif mod_type == UPDATE:
+            if segment_start is None:
+                segment_start = position
+        else:
+            raise CollapseError(
+                f"change {position + 1}: unknown mod_type {mod_type!r}; "
+                f"expected one of {', '.join(MOD_TYPES)}"
+            )
+    if segment_start is None:  # the chain ends with DELETE
+        return DELETE, EMPTY_IMAGE, True
+    last = len(mod_types) - 1
+    if segment_start == last:
+        values_json = new_values[last]
+        _loads_object(values_json, last)
+    else:
+        merged: dict[str, Any] = {}
+        for position in range(segment_start, last + 1):
+            merged.update(_loads_object(new_values[position], position))
+        values_json = dumps_image(merged)
+    return UPSERT, values_json, mod_types[segment_start] == INSERT
+
+
+def collapse_key(
+    changes: Iterable[Mapping[str, Any]], column_types_json: str | None = None
+) -> dict[str, Any]:
+    """Collapse one key's changes in a window (staged-row mappings) into one change-set row.
+
+    The changes may come in any order and may hold duplicates: they are ordered by
+    :func:`change_order` and the first of each mod (:func:`deduplicate`) is kept.
+    ``column_types_json`` is the table's (see :func:`collapse_window`); by default the newest
+    change's.
+    """
+    chain = deduplicate(sorted(changes, key=change_order))
+    if not chain:
+        raise CollapseError("no changes to collapse")
+    newest = chain[-1]
+    table, key = newest["table_name"], newest["keys_json"]
+    for change in chain:
+        if change["table_name"] != table or change["keys_json"] != key:
+            raise CollapseError(
+                f"changes of different keys cannot be collapsed together: table {table!r} key {key} and "
+                f"table {change['table_name']!r} key {change['keys_json']}"
+            )
+    try:
+        change_type, values_json, full_image = collapse_chain(
+            [change["mod_type"] for change in chain], [change["new_values_json"] for change in chain]
+        )
+    except CollapseError as error:
+        raise CollapseError(f"table {table!r}, key {key}: {error}") from None
+    return {
+        KEYS_JSON: key,
+        VALUES_JSON: values_json,
+        PRESENT_COLUMNS: sorted(json.loads(values_json)),
+        FULL_IMAGE: full_image,
+        CHANGE_TYPE: change_type,
+        CHANGE_SEQUENCE_NUMBER: newest["change_sequence_number"],
+        COMMIT_TIMESTAMP: newest["commit_timestamp"],
+        COLUMN_TYPES_JSON: newest["column_types_json"] if column_types_json is None else column_types_json,
+    }
+
+
+def collapse_window(changes: Iterable[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Collapse a window's staged changes: table name → change-set rows ordered by ``_keys_json``.
+
+    Reference for the merge job; holds the whole window in memory, so meant for tests and small
+    windows. Window bounds and transaction completeness are the caller's concern.
+    """
+    from airflow_provider_cdc.core.values import column_types_json, union_column_types
+
+    by_key: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    of_table: dict[str, list[Mapping[str, Any]]] = {}
+    for change in changes:
+        table = change["table_name"]
+        by_key.setdefault((table, change["keys_json"]), []).append(change)
+        of_table.setdefault(table, []).append(change)
+    column_types = {
+        table: column_types_json(
+            union_column_types(change["column_types_json"] for change in sorted(rows, key=change_order))
+        )
+        for table, rows in of_table.items()
+    }
+    tables: dict[str, list[dict[str, Any]]] = {}
+    for (table, _key), key_changes in sorted(by_key.items()):
+        tables.setdefault(table, []).append(collapse_key(key_changes, column_types[table]))
+    return tables

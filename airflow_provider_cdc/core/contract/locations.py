@@ -1,0 +1,82 @@
+"""Where a window's data lives, from one set of roots.
+
+Staging (a source's output, the merge's input)::
+
+    {staging_root}/{stream}/{window_id}/partition={partition_key}/claim={claim_id}/part-NNNNN.parquet
+
+A partition of a window is read under a claim; the claim that completes it (recorded in the
+metastore) names the partition's output, and other claims' folders (readers that lost their
+lease) are never read. Change sets (the merge's output, a target's input)::
+
+    {changeset_root}/{window_id}/table={table}/part-*.parquet + {changeset_root}/{window_id}/_manifest.json
+
+Delta tables: ``{lake_root}/{table}``. Roots are absolute local paths or URIs (``gs://bucket/prefix``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from airflow_provider_cdc.core.identifiers import validate_identifier
+from airflow_provider_cdc.core.window import Window
+
+PARTITION_DIR_PREFIX = "partition="
+CLAIM_DIR_PREFIX = "claim="
+TABLE_DIR_PREFIX = "table="
+MANIFEST_NAME = "_manifest.json"
+
+
+def partition_key(partition_token: str) -> str:
+    """Folder key of a partition: the first 16 hex digits of the SHA-256 of its token."""
+    if not isinstance(partition_token, str) or not partition_token:
+        raise ValueError(f"partition token must be a non-empty string, got {partition_token!r}")
+    return hashlib.sha256(partition_token.encode("utf-8")).hexdigest()[:16]
+
+
+def claim_folder(window_folder: str, key: str, claim_id: str) -> str:
+    """The folder of one claim's output within a window's staging folder."""
+    return f"{window_folder.rstrip('/')}/{PARTITION_DIR_PREFIX}{key}/{CLAIM_DIR_PREFIX}{claim_id}"
+
+
+def _root(value: str | None, name: str) -> str:
+    if value is None or not str(value).strip():
+        raise ValueError(f"{name} is not set: give the {name} of the pipeline's locations")
+    return str(value).strip().rstrip("/") or "/"
+
+
+@dataclass(frozen=True)
+class WindowLocations:
+    """The roots of a pipeline's data; every location of a window is derived from them.
+
+    :param staging_root: staged change rows, ``{staging_root}/{stream}/{window_id}``.
+    :param changeset_root: change sets, ``{changeset_root}/{window_id}``.
+    :param lake_root: Delta tables, ``{lake_root}/{table}``.
+    """
+
+    staging_root: str | None = None
+    changeset_root: str | None = None
+    lake_root: str | None = None
+
+    def staging(self, stream: str, window: Window) -> str:
+        """The folder of a window's staged rows of ``stream``."""
+        validate_identifier(stream, "change stream")
+        return f"{_root(self.staging_root, 'staging_root')}/{stream}/{window.window_id}"
+
+    def change_set(self, window: Window) -> str:
+        """The folder of a window's change set (its tables and manifest)."""
+        return f"{_root(self.changeset_root, 'changeset_root')}/{window.window_id}"
+
+    def manifest(self, window: Window) -> str:
+        """The manifest of a window's change set, written last."""
+        return f"{self.change_set(window)}/{MANIFEST_NAME}"
+
+    def lake_table(self, table: str) -> str:
+        """The Delta table of a source table."""
+        validate_identifier(table, "table")
+        return f"{_root(self.lake_root, 'lake_root')}/{table}"
+
+
+def window_of_change_set(location: str) -> Window:
+    """The window a change-set folder belongs to, from its last path segment (the window id)."""
+    return Window.from_window_id(location.rstrip("/").rsplit("/", 1)[-1])

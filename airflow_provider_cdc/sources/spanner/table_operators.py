@@ -1,0 +1,309 @@
+"""Operators that open and read a window of Spanner tables: a snapshot, or commit-timestamp tables.
+
+Thin wrappers over :class:`~airflow_provider_cdc.sources.spanner.table_hook.SpannerTableHook`. A **source**
+name (a plain identifier) names the staging folder and the metastore key
+``projects/{project}/instances/{instance}/databases/{database}/{source}``, which is the merge's
+``stream_key``. The connection fields are declared once here (:class:`TableSourceConnection`); this
+module imports neither the Google provider nor the Spanner client, so DAG files stay quick to parse.
+
+A pipeline that starts on a database with data takes a snapshot as its first window ``[T - 1µs, T)``
+(:func:`snapshot_window_bounds`), merged, applied and committed before the stream's first window
+``[T, T + w)``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_cdc._compat import AirflowFailException, BaseOperator, Context
+from airflow_provider_cdc._errors import metastore_errors, require_absolute
+from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, coerce_timestamp, format_timestamp
+from airflow_provider_cdc.core.window import Window
+from airflow_provider_cdc.hooks.connection_fields import (
+    ConnectionFields,
+    ConnectionFieldsMixin,
+    connection_arguments_of,
+)
+from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+from airflow_provider_cdc.operators._window import EPOCH_XCOM_KEY, WINDOW_END, WINDOW_START, window_of
+from airflow_provider_cdc.sources.spanner.change_stream_operators import reader_owner
+from airflow_provider_cdc.sources.spanner.connection import DEFAULT_GCP_CONN_ID
+
+if TYPE_CHECKING:
+    from airflow_provider_cdc.sources.spanner.table_hook import SpannerTableHook
+
+SNAPSHOT = "snapshot"
+COMMIT_TIMESTAMP = "commit_timestamp"
+
+
+def snapshot_window_bounds(first_window_start: datetime | str) -> dict[str, str]:
+    """``window_start``/``window_end`` of the snapshot window ``[T - 1µs, T)`` before the first stream
+    window starting at ``T`` (RFC 3339 text, for the operators' arguments)."""
+    start = coerce_timestamp(first_window_start)
+    return {"window_start": format_timestamp(start - ONE_MICROSECOND), "window_end": format_timestamp(start)}
+
+
+def tables_argument(tables: Any) -> Any:
+    """``tables`` as given, or parsed when a template rendered it as JSON text (``{{ params.tables |
+    tojson }}``); blank text is no tables."""
+    if not isinstance(tables, str):
+        return tables
+    text = tables.strip()
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AirflowFailException(
+            f"tables must be a list, or its JSON text (render a param with '| tojson'), "
+            f"got {text[:200]!r}: {exc}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class TableSourceConnection(ConnectionFields):
+    """Which database and source a task reads: the arguments :class:`SpannerTableHook` takes.
+
+    :param instance_id: Spanner instance id.
+    :param database_id: Spanner database id.
+    :param source: the source's name (a plain identifier): its staging folder and metastore key.
+    :param project_id: Google Cloud project (default: the connection's project).
+    :param gcp_conn_id: the Google Cloud connection (credentials, project).
+    :param impersonation_chain: a service account, or a chain of them, to impersonate.
+    :param metastore_conn_id: connection of the metastore.
+    """
+
+    instance_id: str
+    database_id: str
+    source: str
+    project_id: str | None = None
+    gcp_conn_id: str = DEFAULT_GCP_CONN_ID
+    impersonation_chain: str | Sequence[str] | None = None
+    metastore_conn_id: str = CdcMetastoreHook.default_conn_name
+
+    def to_hook(self) -> SpannerTableHook:
+        from airflow_provider_cdc.sources.spanner.table_hook import SpannerTableHook
+
+        return SpannerTableHook(**self.arguments())
+
+
+TABLE_SOURCE_FIELDS: tuple[str, ...] = TableSourceConnection.field_names()
+#: Declares an ``__init__`` of a :class:`TableSourceConnectionMixin` class as taking the fields.
+table_source_arguments = connection_arguments_of(TableSourceConnection)
+
+
+class TableSourceConnectionMixin(ConnectionFieldsMixin):
+    """Gives an operator the :class:`TableSourceConnection` fields: keyword arguments, attributes of the
+    same names (templated) and :meth:`to_hook`. Put it before the Airflow base class."""
+
+    connection_class = TableSourceConnection
+    template_fields: Sequence[str] = TABLE_SOURCE_FIELDS
+
+    instance_id: str
+    database_id: str
+    source: str
+    project_id: str | None
+    gcp_conn_id: str
+    impersonation_chain: str | Sequence[str] | None
+    metastore_conn_id: str
+
+    @table_source_arguments
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+
+    if TYPE_CHECKING:
+
+        def to_hook(self) -> SpannerTableHook: ...
+
+
+class _TableWindowOperator(TableSourceConnectionMixin, BaseOperator):
+    """Fields shared by the open and read operators: the connection fields, the window (default the
+    run's data interval), the staging root (a ``gs://`` URI or an absolute path) and the pipeline id
+    (default the DAG id); all templated."""
+
+    template_fields: Sequence[str] = (
+        *TABLE_SOURCE_FIELDS,
+        "staging_root",
+        "window_start",
+        "window_end",
+        "pipeline_id",
+    )
+
+    @table_source_arguments
+    def __init__(
+        self,
+        *,
+        staging_root: str,
+        window_start: Any = WINDOW_START,
+        window_end: Any = WINDOW_END,
+        pipeline_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.staging_root = staging_root
+        self.window_start = window_start
+        self.window_end = window_end
+        self.pipeline_id = pipeline_id
+
+    def window(self) -> Window:
+        require_absolute("staging_root", self.staging_root)
+        return window_of(self.window_start, self.window_end)
+
+    def pipeline(self, context: Context) -> str:
+        return self.pipeline_id or context["ti"].dag_id
+
+
+class SpannerTableOpenWindowOperator(_TableWindowOperator):
+    """Opens a window of a table source: plans its batches once and records them in the metastore.
+
+    :param mode: ``snapshot`` (``tables``: table names, or ``change_stream``; the window is
+        ``[T - 1µs, T)``, see :func:`snapshot_window_bounds`, and becomes the pipeline's first window) or
+        ``commit_timestamp`` (``tables``: :class:`~airflow_provider_cdc.sources.spanner.table_rows.
+        CommitTimestampTable` fields as dicts, e.g. ``{"table": "DocumentHistory", "timestamp_column":
+        "Ts", "entity_key": ["UserId", "DocumentId"], "target_table": "Documents"}``).
+    :param change_stream: ``snapshot`` mode: the change stream the pipeline reads after the snapshot.
+        Without ``tables`` the snapshot reads every table it watches; of each table it reads the key and
+        the columns the stream watches, so the snapshot holds what the stream reports.
+    :param tables: a list, or its JSON text (a rendered ``{{ params.tables | tojson }}``).
+    :param readers: how many mapped readers read the window (the return value is ``range(readers)``).
+    :param first_window_start: ``commit_timestamp`` mode: the pipeline's first window start (default
+        this window's start); a snapshot window is always its pipeline's first.
+    :param max_partitions: a hint of PartitionQuery batches per table (default: Spanner's choice).
+    :param partition_size_bytes: a hint of each batch's size.
+    :param page_rows: ``commit_timestamp`` mode: read each table in keyset pages of this many rows,
+        ordered by ``(timestamp, key)``, instead of in parallel batches.
+    :param on_late_rows: ``fail`` (default, without retries) or ``warn`` when rows were written with a
+        commit timestamp in a window already read.
+    :param max_wait_seconds: how long to wait for the database's clock to pass the read timestamp.
+
+    Returns ``list(range(readers))`` and pushes the opening's epoch as the XCom ``epoch`` for the
+    window's merge, upsert and commit (``epoch=epoch_template(open.task_id)``).
+    """
+
+    template_fields: Sequence[str] = (
+        *_TableWindowOperator.template_fields,
+        "mode",
+        "tables",
+        "change_stream",
+        "readers",
+        "first_window_start",
+        "page_rows",
+        "on_late_rows",
+    )
+    template_fields_renderers = {"tables": "json"}
+
+    def __init__(
+        self,
+        *,
+        mode: str,
+        tables: Sequence[str] | Sequence[Mapping[str, Any]] | None = None,
+        change_stream: str | None = None,
+        readers: int | str = 1,
+        first_window_start: Any = None,
+        max_partitions: int | None = None,
+        partition_size_bytes: int | None = None,
+        page_rows: int | str | None = None,
+        on_late_rows: str = "fail",
+        max_wait_seconds: float = 600.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.mode = mode
+        self.tables = tables
+        self.change_stream = change_stream
+        self.readers = readers
+        self.first_window_start = first_window_start
+        self.max_partitions = max_partitions
+        self.partition_size_bytes = partition_size_bytes
+        self.page_rows = page_rows
+        self.on_late_rows = on_late_rows
+        self.max_wait_seconds = max_wait_seconds
+
+    def execute(self, context: Context) -> list[int]:
+        from airflow_provider_cdc.sources.spanner.table_hook import LateRowsError, TableSourceConfigError
+
+        readers = int(self.readers)
+        if readers < 1:
+            raise ValueError(f"readers must be at least 1, got {readers}")
+        if self.mode not in (SNAPSHOT, COMMIT_TIMESTAMP):
+            raise AirflowFailException(
+                f"mode must be {SNAPSHOT!r} or {COMMIT_TIMESTAMP!r}, got {self.mode!r}"
+            )
+        tables = tables_argument(self.tables)
+        window, pipeline = self.window(), self.pipeline(context)
+        if self.mode == SNAPSHOT:
+            first = window.start
+        else:
+            first = coerce_timestamp(self.first_window_start) if self.first_window_start else window.start
+        with metastore_errors(f"window {window} of pipeline {pipeline!r}: recording the pipeline"):
+            with CdcMetastoreHook(self.metastore_conn_id) as metastore:
+                recorded = metastore.metastore.record_pipeline(pipeline, first)
+                error = metastore.metastore.predecessor_error(pipeline, window.start, window.end)
+        if self.mode == SNAPSHOT and recorded.first_window_start != window.start:
+            raise AirflowFailException(
+                f"pipeline {pipeline!r} starts at {format_timestamp(recorded.first_window_start)}, not at "
+                f"the snapshot window {window}: a snapshot must be the pipeline's first window (open it "
+                "before any other window, and give the stream's open operator first_window_start = the "
+                "snapshot's start)"
+            )
+        if error is not None and error.never_run:
+            raise AirflowFailException(str(error))
+        page_rows = int(self.page_rows) if self.page_rows not in (None, "") else None
+        try:
+            summary = self.to_hook().open_window(
+                pipeline,
+                window,
+                self.staging_root,
+                mode=self.mode,
+                tables=tables,
+                change_stream=self.change_stream or None,
+                max_partitions=self.max_partitions,
+                partition_size_bytes=self.partition_size_bytes,
+                page_rows=page_rows,
+                on_late_rows=self.on_late_rows,
+                max_wait_seconds=self.max_wait_seconds,
+            )
+        except (LateRowsError, TableSourceConfigError) as exc:  # a retry reads the same: fail for good
+            raise AirflowFailException(str(exc)) from exc
+        if summary.get("epoch") is not None:
+            context["ti"].xcom_push(key=EPOCH_XCOM_KEY, value=summary["epoch"])
+        self.log.info("Window %s opened: %s; %d reader(s)", window, summary, readers)
+        return list(range(readers))
+
+
+class SpannerTableReadWindowOperator(_TableWindowOperator):
+    """Reads batches of one window into Parquet staging; several instances share a window.
+
+    Returns a summary for XCom: ``window_id``, ``staging_uri``, ``rows`` (also as ``data_records``
+    and ``transactions``: every row is a change of its own), ``batches``, ``tables`` (rows per target
+    table), ``retries``, ``seconds``, ``rows_per_second`` and ``reader_index``.
+    """
+
+    template_fields: Sequence[str] = (*_TableWindowOperator.template_fields, "reader_index")
+
+    def __init__(
+        self,
+        *,
+        reader_index: int | str = 0,
+        lease_seconds: float = 300.0,
+        retries_per_batch: int = 5,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.reader_index = reader_index
+        self.lease_seconds = lease_seconds
+        self.retries_per_batch = retries_per_batch
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        summary = self.to_hook().read_window(
+            self.window(),
+            self.staging_root,
+            reader_owner(context),
+            lease_seconds=self.lease_seconds,
+            retries=self.retries_per_batch,
+        )
+        return {**summary.to_dict(), "reader_index": self.reader_index}

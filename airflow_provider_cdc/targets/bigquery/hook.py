@@ -1,0 +1,307 @@
+"""Hook for the BigQuery CDC target: the real BigQuery clients built from a Google Cloud connection.
+
+Credentials, project and impersonation come from ``google_cloud_default`` (or any
+``google_cloud_platform`` connection) exactly as for the google provider's ``BigQueryHook``.
+``api_endpoint``/``write_endpoint`` point the clients elsewhere; loopback endpoints
+(``127.0.0.1``, ``localhost``, ``::1``), such as the project's fake, are reached without TLS and
+with anonymous credentials, and no connection is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
+
+from airflow_provider_cdc._compat import BaseHook
+from airflow_provider_cdc.core.contract.locations import WindowLocations
+from airflow_provider_cdc.core.identifiers import validate_pipeline_id
+from airflow_provider_cdc.core.timestamps import format_timestamp
+from airflow_provider_cdc.core.window import Window
+from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET
+from airflow_provider_cdc.targets.bigquery.schema import validate_dataset, validate_project
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+
+
+def is_loopback(endpoint: str | None) -> bool:
+    """Whether an endpoint (``http://host:port`` or ``host:port``) is on this machine."""
+    if not endpoint:
+        return False
+    host = urlsplit(endpoint if "://" in endpoint else f"//{endpoint}").hostname
+    return host in LOOPBACK_HOSTS
+
+
+class BigQueryCdcHook(GoogleBaseHook):
+    """Builds ``google.cloud.bigquery.Client`` and ``BigQueryWriteClient`` and the CDC target on them.
+
+    :param gcp_conn_id: Google Cloud connection (credentials, default project).
+    :param impersonation_chain: service account(s) to impersonate, as for the google provider's hooks.
+    :param api_endpoint: BigQuery REST endpoint, e.g. ``http://127.0.0.1:9050`` for a local fake.
+    :param write_endpoint: Storage Write API ``host:port``.
+    :param location: BigQuery location for queries (``US``, ``EU`` …).
+    """
+
+    conn_name_attr = "gcp_conn_id"
+    default_conn_name = "google_cloud_default"
+    conn_type = "google_cloud_platform"
+    hook_name = "BigQuery CDC"
+
+    def __init__(
+        self,
+        gcp_conn_id: str = default_conn_name,
+        impersonation_chain: str | Sequence[str] | None = None,
+        *,
+        api_endpoint: str | None = None,
+        write_endpoint: str | None = None,
+        location: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.api_endpoint = api_endpoint
+        self.write_endpoint = write_endpoint
+        if is_loopback(api_endpoint) and is_loopback(write_endpoint):
+            # Both clients go to this machine with anonymous credentials: no connection is needed.
+            BaseHook.__init__(self, **kwargs)
+            self.gcp_conn_id = gcp_conn_id
+            self.impersonation_chain = impersonation_chain
+            self.quota_project_id = None
+            self.extras = {}
+            self._cached_credentials = None
+            self._cached_project_id = None
+        else:
+            super().__init__(gcp_conn_id=gcp_conn_id, impersonation_chain=impersonation_chain, **kwargs)
+        self.api_endpoint = api_endpoint
+        self.write_endpoint = write_endpoint
+        self.location = location
+
+    def _credentials(self, endpoint: str | None) -> Any:
+        if is_loopback(endpoint):
+            from google.auth.credentials import AnonymousCredentials
+
+            return AnonymousCredentials()
+        return self.get_credentials()
+
+    def get_bigquery_client(self, project_id: str | None = None) -> Any:
+        from google.cloud import bigquery
+
+        project = project_id or (None if is_loopback(self.api_endpoint) else self.project_id)
+        options = {"api_endpoint": self.api_endpoint} if self.api_endpoint else None
+        return bigquery.Client(
+            project=project,
+            credentials=self._credentials(self.api_endpoint),
+            location=self.location,
+            client_options=options,
+        )
+
+    def get_write_client(self) -> Any:
+        from google.cloud.bigquery_storage_v1 import BigQueryWriteClient
+
+        if is_loopback(self.write_endpoint):
+            import grpc
+            from google.cloud.bigquery_storage_v1.services.big_query_write.transports import (
+                BigQueryWriteGrpcTransport,
+            )
+
+            channel = grpc.insecure_channel(
+                self.write_endpoint, options=[("grpc.max_send_message_length", 32 * 1024 * 1024)]
+            )
+            return BigQueryWriteClient(transport=BigQueryWriteGrpcTransport(channel=channel))
+        options = {"api_endpoint": self.write_endpoint} if self.write_endpoint else None
+        return BigQueryWriteClient(credentials=self.get_credentials(), client_options=options)
+
+    def get_conn(self) -> Any:
+        return self.get_bigquery_client()
+
+    def get_target(
+        self,
+        dataset: str,
+        project_id: str | None = None,
+        *,
+        max_staleness: timedelta | str | None = None,
+        lake: Any | None = None,
+        derived_key: str | Mapping[str, str] | None = "auto",
+        **options: Any,
+    ) -> Any:
+        """A ``BigQueryCdcTarget`` for ``{project_id}.{dataset}`` (the connection's project by default)."""
+        from airflow_provider_cdc.targets.bigquery.target import BigQueryCdcTarget
+
+        project = validate_project(project_id or self.project_id)
+        return BigQueryCdcTarget(
+            self.get_bigquery_client(project),
+            self.get_write_client(),
+            project,
+            validate_dataset(dataset),
+            max_staleness=max_staleness,
+            lake=lake,
+            derived_key=derived_key,
+            **options,
+        )
+
+    def apply_window(
+        self,
+        pipeline: str,
+        window: Window,
+        locations: WindowLocations,
+        dataset: str,
+        project_id: str | None = None,
+        *,
+        max_staleness: timedelta | str | None = None,
+        table_names: Mapping[str, str] | None = None,
+        metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
+        report_watermarks: bool = True,
+        writer_options: Mapping[str, Any] | None = None,
+        derived_key: str | Mapping[str, str] | None = "auto",
+        epoch: int | None = None,
+    ) -> dict[str, Any]:
+        """Send the window's change set to ``{project}.{dataset}``; return a summary per table (with
+        each table's ``upsert_stream_apply_watermark`` when ``report_watermarks``).
+
+        The metastore ledger records each table (target ``bigquery``) as soon as its send completed; a
+        table it records for this window is not sent again (reported ``already_sent``), whatever the run
+        (retry, clear, backfill) and however long after. Every table still to send is checked before
+        the first is sent (``BigQueryCdcTarget.plan_tables``). A table whose Delta table has applied
+        later windows sends only the rows those windows did not supersede.
+
+        ``epoch`` (the opening of the window this run belongs to, the open task's ``epoch`` XCom)
+        fences a stale run: when the window was opened again since, nothing is sent
+        (``StaleEpochError``); it is checked before the first table and again before each next one.
+        """
+        from airflow_provider_cdc.changesets.reader import ChangeSetReader
+        from airflow_provider_cdc.hooks.storage import storage_options
+        from airflow_provider_cdc.targets.bigquery.target import TableResult, staleness_seconds
+        from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
+
+        pipeline = validate_pipeline_id(pipeline)
+        options = storage_options(self.gcp_conn_id) if _has_object_store(locations) else {}
+        reader = ChangeSetReader(locations.change_set(window), options)
+        tables = reader.tables()  # checks the manifest before anything is sent
+        lake = DeltaLakeTarget(str(locations.lake_root), options) if locations.lake_root else None
+        versions: dict[str, int | None] = {}
+        if lake is not None:
+            versions = {t.name: lake.applied_window_version(t.name, pipeline) for t in tables}
+            behind = [
+                t.name
+                for t in tables
+                if t.expected_rows != 0 and (versions[t.name] or -1) < window.end_micros
+            ]
+            if behind:
+                raise LakeBehindError(
+                    f"the Delta tables {behind} under {locations.lake_root!r} have not applied window "
+                    f"{window.window_id} of pipeline {pipeline!r}; run the Delta upsert first (partial row "
+                    "images are completed from them)"
+                )
+        project = project_id or (None if is_loopback(self.api_endpoint) else self.project_id)
+        target = self.get_target(
+            str(dataset),
+            project,
+            max_staleness=max_staleness,
+            lake=lake,
+            table_names=dict(table_names or {}),
+            derived_key=derived_key,
+            **dict(writer_options or {}),
+        )
+        results: list[TableResult] = []
+        with CdcMetastoreHook(metastore_conn_id) as metastore:
+            store = metastore.metastore
+            check_epoch(store, pipeline, window, epoch)
+            this_window = (window.start, window.end)
+            recorded = store.window_tables(pipeline, target=BIGQUERY_TARGET, window=this_window)
+            sent = {r.table for r in recorded}
+            pending = []
+            for table in tables:
+                name = target.table_name(table.name)
+                if name in sent:
+                    self.log.info(
+                        "%s: already sent for window %s (ledger of pipeline %s, target %s); not sent again",
+                        target.table_id(name),
+                        window.window_id,
+                        pipeline,
+                        BIGQUERY_TARGET,
+                    )
+                    results.append(TableResult(table.name, name, already_sent=True))
+                else:
+                    pending.append(table)
+            plans = target.plan_tables(pending)  # every table checked before the first send
+            if lake is None:
+                for plan in plans:
+                    if plan.columns is not None:
+                        _refuse_resend_without_lake(store, pipeline, plan.table, window)
+            self.log.info(
+                "applying change set %s to BigQuery dataset %s.%s (%d table(s), %d already sent)",
+                reader.uri,
+                target.project,
+                dataset,
+                len(plans),
+                len(results),
+            )
+            for plan in plans:
+                check_epoch(store, pipeline, window, epoch)
+                later = plan.columns is not None and (versions.get(plan.source) or -1) > window.end_micros
+                result = target.apply_table(plan, later_windows=later)
+                store.record_window_tables(
+                    pipeline,
+                    window.start,
+                    window.end,
+                    {result.table: (None, result.rows)},
+                    target=BIGQUERY_TARGET,
+                )
+                results.append(result)
+        order = {t.name: i for i, t in enumerate(tables)}
+        results.sort(key=lambda r: order[r.source_table])
+        summary: dict[str, Any] = {"window_id": window.window_id, "tables": {}}
+        for result in results:
+            entry = result.to_dict()
+            if report_watermarks:
+                watermark = target.apply_watermark(result.table)
+                shown = None if watermark is None else format_timestamp(watermark)
+                entry["upsert_stream_apply_watermark"] = shown
+                entry["staleness_seconds"] = staleness_seconds(watermark)
+                self.log.info(
+                    "%s: upsert_stream_apply_watermark %s (%s s behind)",
+                    target.table_id(result.table),
+                    entry["upsert_stream_apply_watermark"],
+                    entry["staleness_seconds"],
+                )
+            summary["tables"][result.table] = entry
+        return summary
+
+
+def check_epoch(store: Any, pipeline: str, window: Window, epoch: int | None) -> None:
+    """``StaleEpochError`` when ``epoch`` is given and is no longer the window's (it was opened again)."""
+    if epoch is not None:
+        from airflow_provider_cdc.hooks.pipeline import require_epoch
+
+        require_epoch(store, pipeline, window, epoch, "send")
+
+
+def _refuse_resend_without_lake(store: Any, pipeline: str, table: str, window: Window) -> None:
+    """Without a lake, rows superseded by later windows cannot be told apart: a table the ledger
+    records for a later window is not sent again (its old images could bring deleted rows back)."""
+    later = [
+        r.window_end
+        for r in store.window_tables(pipeline, target=BIGQUERY_TARGET, table=table, starting_from=window.end)
+    ]
+    if later:
+        raise ResendError(
+            f"table {table!r}: window {window.window_id} is not recorded as sent but later windows (up to "
+            f"{format_timestamp(max(later))}) are; without lake_root the rows they superseded cannot be "
+            "left out, so nothing is sent (pass lake_root)"
+        )
+
+
+class LakeBehindError(RuntimeError):
+    """The Delta tables that complete partial row images have not applied the window yet."""
+
+
+class ResendError(RuntimeError):
+    """A table cannot be sent again safely (names the table and the window)."""
+
+
+def _has_object_store(locations: WindowLocations) -> bool:
+    from airflow_provider_cdc.filesystems import is_local
+
+    return any(root and not is_local(root) for root in (locations.changeset_root, locations.lake_root))

@@ -1,0 +1,235 @@
+"""Full row images for BigQuery's UPSERT, completed from the Delta table the pipeline just applied.
+
+BigQuery CDC's UPSERT replaces the whole row, while a Spanner UPDATE carries only the columns it
+changed (``_present_columns``, ``_full_image`` false). A row whose image lacks a column the
+BigQuery table has is completed from the Delta table of the same source table, which the Delta
+upsert has already brought to (at least) this window, reading only the touched keys:
+
+* Delta's row has the change's sequence number: its values fill the missing columns.
+* Delta's row is newer, or gone (a later window changed or deleted the key): the change is
+  superseded; it is not sent, and the later window's change, which BigQuery orders after it by
+  sequence number, carries the key's state.
+* Delta's row is older, or the Delta table is missing: the Delta upsert has not applied this window
+  yet, which is an error naming the table.
+
+When the Delta table has applied windows after this one (a re-send of a table after a partial
+failure, a backfill), every UPSERT row is checked against Delta this way, full images too: a row a
+later window changed or deleted is superseded and not sent, so that an old image never comes back
+once BigQuery has forgotten the later DELETE (it keeps DELETEs for two days).
+
+Keys match NULL-safely: a NULL key value finds the Delta row whose key column is NULL (the Delta
+upsert matches keys with ``IS NOT DISTINCT FROM``).
+
+Without a lake the rows cannot be completed and the apply fails naming table and keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pa_ds
+
+from airflow_provider_cdc.changesets.reader import (
+    SOURCE_CHANGE_TYPE,
+    SOURCE_FULL_IMAGE,
+    SOURCE_KEYS_JSON,
+    SOURCE_PRESENT,
+    SOURCE_SEQUENCE,
+    TableColumns,
+)
+from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
+
+_ROW = "__row"
+_DELTA_SEQUENCE = "__delta_sequence"
+_LOOKUP_ROW = "__lookup_row"
+_NULL_FLAG = "__null_"
+_SHOWN_KEYS = 5
+
+
+class ImageError(RuntimeError):
+    """Partial row images that cannot be completed (names table and keys)."""
+
+
+def _carried(source: pa.Table, table: TableColumns, column: str) -> pa.Array:
+    """Per row, whether its image carries ``column``."""
+    full = pc.fill_null(source.column(SOURCE_FULL_IMAGE).combine_chunks(), False)
+    if column not in {c.name for c in table.values}:
+        return pa.array([False] * source.num_rows, pa.bool_())
+    present = source.column(SOURCE_PRESENT).combine_chunks()
+    flat = pc.list_flatten(present)
+    parents = pc.list_parent_indices(present)
+    hits = pc.filter(parents, pc.equal(flat, column))
+    named = pc.is_in(pa.array(range(source.num_rows), pa.int64()), value_set=hits.cast(pa.int64()))
+    return pc.or_(full, named)
+
+
+def complete_images(
+    source: pa.Table,
+    table: TableColumns,
+    written: Sequence[str],
+    lake: DeltaLakeTarget | None,
+    *,
+    lake_table: str | None = None,
+    later_windows: bool = False,
+) -> tuple[pa.Table, int]:
+    """``source`` (a decoded change set) with every written column filled, and the count of
+    superseded rows left out (see the module docstring). ``later_windows``: the Delta table has
+    applied windows after this one, so every UPSERT row is checked against it."""
+    keys = [c.name for c in table.keys]
+    values = [name for name in written if name not in keys]
+    known = {c.name for c in table.values}
+    if (
+        not later_windows
+        and all(name in known for name in values)
+        and pc.all(source.column(SOURCE_FULL_IMAGE)).as_py()
+    ):
+        return _with_columns(source, values, None), 0  # full images carry every written column
+    upsert = pc.equal(source.column(SOURCE_CHANGE_TYPE), "UPSERT")
+    carried = {name: _carried(source, table, name) for name in values}
+    complete = pa.array([True] * source.num_rows, pa.bool_())
+    for mask in carried.values():
+        complete = pc.and_(complete, mask)
+    needs = upsert if later_windows else pc.and_(upsert, pc.invert(complete))
+    if isinstance(needs, pa.ChunkedArray):
+        needs = needs.combine_chunks()
+    if not pc.any(needs).as_py():
+        return _with_columns(source, values, None), 0
+    partial_keys = pc.filter(source.column(SOURCE_KEYS_JSON), needs).to_pylist()
+    name = table.table
+    shown = ", ".join(partial_keys[:_SHOWN_KEYS]) + (" …" if len(partial_keys) > _SHOWN_KEYS else "")
+    if lake is None:
+        raise ImageError(
+            f"table {name!r}: {len(partial_keys)} change(s) carry partial row images (keys {shown}) and "
+            "BigQuery's UPSERT replaces whole rows; pass lake_root so the images are completed from the "
+            "Delta table the pipeline applied"
+        )
+    dataset = _delta_dataset(lake, lake_table or name)
+    if dataset is None:
+        raise ImageError(
+            f"table {name!r}: no Delta table at {lake.table_uri(lake_table or name)!r} to complete partial "
+            f"row images (keys {shown}) from; run the Delta upsert for this window first"
+        )
+    partial = source.filter(needs)
+    partial = partial.append_column(_ROW, pa.array(range(partial.num_rows), pa.int64()))
+    delta_columns = [c for c in (*keys, *values, SOURCE_SEQUENCE) if c in dataset.schema.names]
+    unknown = [c for c in values if c not in dataset.schema.names]
+    first = keys[0]
+    wanted = pc.unique(partial.column(first))
+    scan = _key_field(dataset, first).isin(wanted.drop_null())
+    if wanted.null_count:
+        scan = scan | pc.field(first).is_null()
+    lookup = dataset.to_table(columns=delta_columns, filter=scan).rename_columns(
+        [
+            _DELTA_SEQUENCE if c == SOURCE_SEQUENCE else f"__delta_{c}" if c not in keys else c
+            for c in delta_columns
+        ]
+    )
+    # Join on the keys (NULL-safe) and a row number only (Arrow joins carry no list columns), then take.
+    lookup = lookup.append_column(_LOOKUP_ROW, pa.array(range(lookup.num_rows), pa.int64()))
+    join_keys = [*keys, *(_NULL_FLAG + k for k in keys)]
+    matched = (
+        _null_safe(partial.select([*keys, _ROW]), keys)
+        .join(_null_safe(lookup.select([*keys, _LOOKUP_ROW]), keys), keys=join_keys, join_type="left outer")
+        .sort_by(_ROW)
+    )
+    joined = lookup.drop_columns(keys).take(matched.column(_LOOKUP_ROW))
+    change_sequence = partial.column(SOURCE_SEQUENCE)
+    delta_sequence = joined.column(_DELTA_SEQUENCE)
+    behind = pc.fill_null(pc.less(delta_sequence, change_sequence), False)
+    if pc.any(behind).as_py():
+        late = pc.filter(partial.column(SOURCE_KEYS_JSON), behind).to_pylist()
+        raise ImageError(
+            f"table {name!r}: the Delta table holds older images than this window for keys "
+            f"{', '.join(late[:_SHOWN_KEYS])}; run the Delta upsert for this window before the BigQuery apply"
+        )
+    current = pc.fill_null(pc.equal(delta_sequence, change_sequence), False)
+    for column in unknown:
+        missing = pc.and_(current, pc.invert(carried[column].filter(needs)))
+        if pc.any(missing).as_py():
+            raise ImageError(
+                f"table {name!r}: column {column!r} is in the BigQuery table but neither in the change set's "
+                "images nor in the Delta table; refusing to write rows without it"
+            )
+    filled = {}
+    for column in values:
+        if column in unknown:
+            continue
+        from_delta = joined.column(f"__delta_{column}").combine_chunks()
+        if column in partial.column_names:
+            own = partial.column(column).combine_chunks()
+            if own.type != from_delta.type:
+                from_delta = from_delta.cast(own.type)
+            filled[column] = pc.if_else(carried[column].filter(needs), own, from_delta)
+        else:
+            filled[column] = from_delta
+    completed = _with_columns(partial.drop_columns([_ROW]), values, filled).filter(current)
+    superseded = partial.num_rows - completed.num_rows
+    ready = _with_columns(source.filter(pc.invert(needs)), values, None, like=completed)
+    return pa.concat_tables([ready, completed]), superseded
+
+
+def _with_columns(
+    source: pa.Table, values: Sequence[str], filled: dict[str, pa.Array] | None, like: pa.Table | None = None
+) -> pa.Table:
+    """``source`` with ``filled`` columns replaced/added and missing written columns as NULLs."""
+    for column in values:
+        array = None if filled is None else filled.get(column)
+        if array is None and column in source.column_names:
+            if like is not None and source.schema.field(column).type != like.schema.field(column).type:
+                source = source.set_column(
+                    source.column_names.index(column),
+                    column,
+                    source.column(column).cast(like.schema.field(column).type),
+                )
+            continue
+        if array is None:
+            kind = like.schema.field(column).type if like is not None else pa.null()
+            array = pa.nulls(source.num_rows, kind)
+        if column in source.column_names:
+            source = source.set_column(source.column_names.index(column), column, array)
+        else:
+            source = source.append_column(column, array)
+    if like is not None:
+        source = source.select(like.column_names)
+    return source
+
+
+def _null_safe(rows: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """``rows`` with each key column's NULLs replaced by a placeholder and a flag column telling
+    them apart, so that an equi-join on both matches NULL with NULL (Arrow joins never match NULLs)."""
+    for key in keys:
+        column = rows.column(key)
+        flag = pc.is_null(column)
+        if column.null_count:
+            column = pc.fill_null(column, _placeholder(column.type))
+        rows = rows.set_column(rows.column_names.index(key), key, column)
+        rows = rows.append_column(_NULL_FLAG + key, flag)
+    return rows
+
+
+def _placeholder(kind: pa.DataType) -> pa.Scalar:
+    """Some non-NULL value of ``kind``."""
+    if pa.types.is_boolean(kind):
+        return pa.scalar(False, kind)
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind):
+        return pa.scalar("", kind)
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or pa.types.is_binary_view(kind):
+        return pa.scalar(b"", kind)
+    if pa.types.is_date32(kind):
+        return pa.scalar(0, pa.int32()).cast(kind)
+    return pa.scalar(0, pa.int64()).cast(kind)
+
+
+def _key_field(dataset: pa_ds.Dataset, column: str) -> pc.Expression:
+    """The key column in a scan filter. Files that delta-rs's MERGE wrote store strings and binaries
+    as views, which pyarrow cannot compare with the table's type when it prunes files by their
+    statistics; the cast to the table's type keeps the filter exact."""
+    kind = dataset.schema.field(column).type
+    viewable = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
+    return pc.field(column).cast(kind) if any(test(kind) for test in viewable) else pc.field(column)
+
+
+def _delta_dataset(lake: DeltaLakeTarget, table: str) -> pa_ds.Dataset | None:
+    return lake.open(table).to_pyarrow_dataset() if lake.exists(table) else None

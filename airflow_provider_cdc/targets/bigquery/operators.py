@@ -1,0 +1,150 @@
+"""Operator that applies a window's change set to BigQuery CDC tables (Storage Write API default stream)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from airflow_provider_cdc._compat import AirflowFailException, BaseOperator
+from airflow_provider_cdc.core.identifiers import validate_pipeline_id
+from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+from airflow_provider_cdc.hooks.pipeline import StaleEpochError
+from airflow_provider_cdc.operators._window import WINDOW_END, WINDOW_START, epoch_of, locations_of, window_of
+from airflow_provider_cdc.targets.bigquery.hook import BigQueryCdcHook
+
+
+class BigQueryCdcUpsertOperator(BaseOperator):
+    """Apply a window's change set ``{changeset_root}/{window_id}`` to ``{project_id}.{dataset}.{table}``.
+
+    Run it after the Delta upsert of the same window (and before the commit): partial row images are
+    completed from the Delta tables under ``lake_root``. Each table is recorded in the metastore
+    ledger (pipeline, target ``bigquery``, table) as soon as its rows are sent, and a table recorded
+    for the window is never sent again (retry, clear, backfill; reported ``already_sent``); a table
+    sent again after a partial failure while its Delta table holds later windows sends only the rows
+    those windows did not supersede. The return value (per table: rows sent,
+    ``upsert_stream_apply_watermark`` and staleness) is what the commit's ``bigquery_watermarks``
+    takes.
+
+    :param locations: the pipeline's roots (templated), as for the merge, upsert and commit:
+        ``changeset_root`` (required) and ``lake_root`` (the Delta tables the pipeline applied, needed
+        to complete partial row images).
+    :param dataset: BigQuery dataset of the target tables. Templated.
+    :param project_id: BigQuery project (default: the connection's). Templated.
+    :param pipeline_id: names the window in the metastore; the sends are recorded under it with the
+        target ``bigquery``. Templated.
+    :param window_start: inclusive window start (templated; default the data interval start).
+    :param window_end: exclusive window end (templated; default the data interval end).
+    :param max_staleness: the tables' ``max_staleness`` (set on create and kept in line).
+    :param table_names: source table → BigQuery table, where they differ.
+    :param gcp_conn_id: Google Cloud connection; ``impersonation_chain`` as for the google provider.
+    :param api_endpoint: BigQuery REST endpoint override; ``write_endpoint`` the Storage Write API's
+        (both templated; blank means unset). Loopback endpoints (a local fake) are reached with
+        anonymous credentials and no connection.
+    :param report_watermarks: read each table's ``upsert_stream_apply_watermark`` after the apply
+        (one INFORMATION_SCHEMA query per table) and return it with the staleness.
+    :param metastore_conn_id: the metastore that records the sends.
+    :param derived_key: ``"auto"`` (default), ``"always"`` or ``"never"``, or a mapping of source table
+        to one of them (tables not named: ``"auto"``): whether a table's BigQuery primary key is the
+        derived STRING column ``_cdc_key`` (the Spanner key's canonical JSON, the key columns kept as
+        ordinary columns). ``"auto"`` uses it for keys of types BigQuery refuses as primary keys
+        (BYTES, FLOAT64, FLOAT32) and for tables already keyed on it; use ``"always"`` for tables with
+        nullable key columns; ``"never"`` refuses a table BigQuery cannot key, before anything of the
+        window is sent.
+    :param writer_options: ``BigQueryCdcTarget`` options (``max_request_bytes``, ``max_in_flight``,
+        ``max_attempts``, ``backoff_seconds``, ``schema_wait_seconds``, ``batch_rows``).
+    """
+
+    template_fields: Sequence[str] = (
+        "dataset",
+        "project_id",
+        "pipeline_id",
+        "window_start",
+        "window_end",
+        "locations",
+        "gcp_conn_id",
+        "impersonation_chain",
+        "api_endpoint",
+        "write_endpoint",
+        "epoch",
+    )
+    template_fields_renderers = {"locations": "json"}
+    ui_color = "#e8f0fe"
+
+    def __init__(
+        self,
+        *,
+        locations: Mapping[str, str],
+        dataset: str,
+        pipeline_id: str,
+        project_id: str | None = None,
+        window_start: Any = WINDOW_START,
+        window_end: Any = WINDOW_END,
+        max_staleness: timedelta | str | None = timedelta(minutes=15),
+        table_names: Mapping[str, str] | None = None,
+        gcp_conn_id: str = "google_cloud_default",
+        impersonation_chain: str | Sequence[str] | None = None,
+        api_endpoint: str | None = None,
+        write_endpoint: str | None = None,
+        location: str | None = None,
+        metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
+        report_watermarks: bool = True,
+        writer_options: Mapping[str, Any] | None = None,
+        derived_key: str | Mapping[str, str] = "auto",
+        epoch: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.locations = locations
+        self.dataset = dataset
+        self.project_id = project_id
+        self.pipeline_id = pipeline_id
+        self.window_start = window_start
+        self.window_end = window_end
+        self.max_staleness = max_staleness
+        self.table_names = dict(table_names or {})
+        self.gcp_conn_id = gcp_conn_id
+        self.impersonation_chain = impersonation_chain
+        self.api_endpoint = api_endpoint
+        self.write_endpoint = write_endpoint
+        self.location = location
+        self.metastore_conn_id = metastore_conn_id
+        self.report_watermarks = report_watermarks
+        self.writer_options = dict(writer_options or {})
+        self.derived_key = derived_key if isinstance(derived_key, str) else dict(derived_key)
+        self.epoch = epoch
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        hook = BigQueryCdcHook(
+            self.gcp_conn_id,
+            self.impersonation_chain,
+            api_endpoint=_unless_blank(self.api_endpoint),
+            write_endpoint=_unless_blank(self.write_endpoint),
+            location=self.location,
+        )
+        try:
+            return self._apply(hook)
+        except StaleEpochError as exc:  # the window was opened again: a retry cannot change that
+            raise AirflowFailException(str(exc)) from exc
+
+    def _apply(self, hook: BigQueryCdcHook) -> dict[str, Any]:
+        return hook.apply_window(
+            validate_pipeline_id(str(self.pipeline_id)),
+            window_of(self.window_start, self.window_end),
+            locations_of(self.locations, "changeset_root"),
+            str(self.dataset),
+            _unless_blank(self.project_id),
+            max_staleness=self.max_staleness,
+            table_names=self.table_names,
+            metastore_conn_id=self.metastore_conn_id,
+            report_watermarks=self.report_watermarks,
+            writer_options=self.writer_options,
+            derived_key=self.derived_key,
+            epoch=epoch_of(self.epoch),
+        )
+
+
+def _unless_blank(value: Any) -> str | None:
+    """A rendered optional text argument: ``None`` when unset or blank."""
+    text = "" if value is None else str(value).strip()
+    return text or None

@@ -1,0 +1,152 @@
+"""Operator that applies a window's change set to the Delta Lake target through spark-submit."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+from airflow_provider_cdc._compat import AirflowFailException
+from airflow_provider_cdc.core.window import Window
+from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+from airflow_provider_cdc.hooks.pipeline import CdcPipelineHook, StaleEpochError
+from airflow_provider_cdc.hooks.storage import storage_environment
+from airflow_provider_cdc.operators._spark import (
+    LocalPythonJob,
+    connection_master,
+    is_local,
+    local_environment,
+    refuse_remote_credentials,
+    spark_defaults,
+)
+from airflow_provider_cdc.operators._window import WINDOW_END, WINDOW_START, epoch_of, locations_of, window_of
+
+UPSERT_JOB_PATH = str(Path(__file__).resolve().parent / "upsert_job.py")
+
+
+class SparkUpsertWindowOperator(SparkSubmitOperator):
+    """Apply one window's change set to the Delta Lake target (``jobs/upsert_job.py``).
+
+    The change set ``{changeset_root}/{window_id}`` is applied to ``{lake_root}/{table}``, one Delta
+    commit per table tagged with the pipeline and the window version (the window end in µs), so a
+    re-run skips what is applied.
+
+    :param locations: the pipeline's roots (templated): ``changeset_root`` and ``lake_root``; the same
+        argument as the merge's and the commit's.
+    :param pipeline_id: names the pipeline in the Delta tables' app transactions. Templated.
+    :param window_start: inclusive window start (templated; default the data interval start).
+    :param window_end: exclusive window end (templated; default the data interval end).
+    :param gcp_conn_id: optional Google Cloud connection whose credentials reach the job as
+        storage options in its environment (never in its arguments, never in rendered fields).
+    :param metastore_conn_id: the metastore; before the job runs, the window must be able to apply
+        (the pipeline's previous window applied) and the job is given what the metastore says
+        each table holds, which it checks before applying anything. ``None`` skips both.
+    :param epoch: the opening of the window this run applies (templated: the open task's ``epoch``
+        XCom, see ``epoch_template``). With a metastore the upsert refuses to start when the window was
+        opened again since; the job refuses a change set merged in another epoch.
+    :param local_python: on a local master (or without the Spark connection) run the job with the
+        worker's Python instead of ``spark-submit`` (default ``True``). The job starts no
+        SparkSession, so ``spark-submit`` would only add a JVM start (10-20 s) before the same
+        Python runs; ``False`` submits it anyway. Other masters always use ``spark-submit``.
+
+    Other keyword arguments go to :class:`SparkSubmitOperator` (``conn_id``, ``conf``,
+    ``env_vars``, ``py_files`` …); ``application`` defaults to the job shipped in this package.
+    """
+
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields,
+        "locations",
+        "pipeline_id",
+        "window_start",
+        "window_end",
+        "gcp_conn_id",
+        "epoch",
+    )
+    template_fields_renderers = {"locations": "json"}
+    ui_color = "#d6f5e3"
+
+    def __init__(
+        self,
+        *,
+        locations: Mapping[str, str],
+        pipeline_id: str,
+        window_start: Any = WINDOW_START,
+        window_end: Any = WINDOW_END,
+        gcp_conn_id: str | None = None,
+        metastore_conn_id: str | None = CdcMetastoreHook.default_conn_name,
+        local_python: bool = True,
+        epoch: Any = None,
+        application: str = UPSERT_JOB_PATH,
+        name: str = "cdc-upsert-window",
+        conn_id: str = "spark_default",
+        **kwargs: Any,
+    ) -> None:
+        if kwargs.get("application_args"):
+            raise ValueError("application_args are built by SparkUpsertWindowOperator; do not pass them")
+        super().__init__(application=application, name=name, conn_id=conn_id, **kwargs)
+        self.locations = locations
+        self.pipeline_id = pipeline_id
+        self.window_start = window_start
+        self.window_end = window_end
+        self.gcp_conn_id = gcp_conn_id
+        self.metastore_conn_id = metastore_conn_id
+        self.local_python = local_python
+        self.epoch = epoch
+        self.spark_conn_id = conn_id
+        self._local_job: LocalPythonJob | None = None
+
+    def build_application_args(self) -> list[str]:
+        """The job's arguments from the rendered fields; with a metastore, after checking the window
+        may apply, with what each table holds (``--expected-versions``)."""
+        window = window_of(self.window_start, self.window_end)
+        locations = locations_of(self.locations, "changeset_root", "lake_root")
+        args = [
+            "--changeset",
+            locations.change_set(window),
+            "--lake-root",
+            str(locations.lake_root),
+            "--pipeline-id",
+            str(self.pipeline_id),
+            "--window-version",
+            str(window.end_micros),
+        ]
+        epoch = epoch_of(self.epoch)
+        if epoch is not None:
+            args += ["--epoch", str(epoch)]
+        if self.metastore_conn_id:
+            hook = CdcPipelineHook(self.metastore_conn_id, self.gcp_conn_id)
+            args += ["--expected-versions", hook.expected_versions(str(self.pipeline_id), window, epoch)]
+        return args
+
+    def runs_locally(self, master: str | None) -> bool:
+        """Whether the job runs with this worker's Python: ``local_python`` and a local ``master``
+        (the Spark connection's, as :func:`connection_master` gives it)."""
+        return self.local_python and is_local(master)
+
+    def execute(self, context: Any) -> None:
+        try:
+            arguments = self.build_application_args()
+        except StaleEpochError as exc:  # the window was opened again: a retry cannot change that
+            raise AirflowFailException(str(exc)) from exc
+        window: Window = window_of(self.window_start, self.window_end)
+        env = storage_environment(self.gcp_conn_id)
+        master = connection_master(self.spark_conn_id)
+        if self.runs_locally(master):
+            self._local_job = LocalPythonJob(
+                self.application, arguments, {**local_environment(self.env_vars), **env}, self.py_files
+            )
+            self.log.info("Applying window %s with arguments %s locally", window, arguments)
+            self._local_job.run(self.log)
+            return None
+        refuse_remote_credentials(master, env)
+        with spark_defaults(self, self.spark_conn_id, master, application_args=arguments, env=env) as used:
+            self.log.info("Applying window %s with arguments %s on Spark master %s", window, arguments, used)
+            return super().execute(context)
+
+    def on_kill(self) -> None:
+        if self._local_job is not None:
+            self._local_job.kill()
+        else:
+            super().on_kill()
