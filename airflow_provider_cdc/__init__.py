@@ -29,6 +29,10 @@ def get_provider_info() -> dict:
                 "external-doc-url": "https://cloud.google.com/spanner/docs/reads#read_data_in_parallel",
                 "tags": ["gcp"],
             },
+            {
+                "integration-name": "CDC metastore",
+                "tags": ["software"],
+            },
         ],
         "hooks": [
             {
@@ -70,13 +74,21 @@ def get_provider_info() -> dict:
             {
                 "integration-name": "Google Cloud Spanner change streams",
                 "python-modules": ["airflow_provider_cdc.sensors.partitions_drained"],
-            }
+            },
+            {
+                "integration-name": "CDC metastore",
+                "python-modules": ["airflow_provider_cdc.sensors.window_complete"],
+            },
         ],
         "triggers": [
             {
                 "integration-name": "Google Cloud Spanner change streams",
                 "python-modules": ["airflow_provider_cdc.triggers.partitions_drained"],
-            }
+            },
+            {
+                "integration-name": "CDC metastore",
+                "python-modules": ["airflow_provider_cdc.triggers.window_complete"],
+            },
         ],
         "connection-types": [
             {

@@ -116,8 +116,8 @@ def status(args: argparse.Namespace) -> int:
             for p in lagging:
                 print(f"  holding back {_ts(last)}: {p.token} drained to {_ts(p.watermark)}")
     marks = store.table_watermarks(args.pipeline)
-    bigquery = _bigquery_watermarks(store, args.pipeline)
-    if not bigquery:
+    reported = _reported_watermarks(store, args.pipeline)
+    if not reported:
         print(f"\nApply watermarks of {args.pipeline} (upsert_stream_apply_watermark):")
         print(
             _table(
@@ -126,20 +126,20 @@ def status(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    print(
-        f"\nApply watermarks of {args.pipeline}: the Delta tables' (committed window ends) and the BigQuery "
-        "tables' (upsert_stream_apply_watermark, as the commit recorded it)"
-    )
-    print(
-        _table(
-            ["table", "Delta watermark", "lag behind now", "BigQuery watermark", "lag behind now"],
-            [
-                [t, _ts(marks.get(t)), _lag(now, marks.get(t)), _ts(bigquery.get(t)),
-                 _lag(now, bigquery.get(t))]
-                for t in sorted(set(marks) | set(bigquery))
-            ],  # fmt: skip
-        )
-    )
+    named = " and ".join(f"the {kind.title} tables' ({kind.watermark}, as the commit recorded it)"
+                         for kind, _marks in reported)
+    print(f"\nApply watermarks of {args.pipeline}: the Delta tables' (committed window ends) and {named}")
+    headers = ["table", "Delta watermark", "lag behind now"]
+    for kind, _marks in reported:
+        headers += [f"{kind.title} watermark", "lag behind now"]
+    tables = sorted(set(marks).union(*(set(m) for _kind, m in reported)))
+    rows = []
+    for t in tables:
+        row = [t, _ts(marks.get(t)), _lag(now, marks.get(t))]
+        for _kind, target_marks in reported:
+            row += [_ts(target_marks.get(t)), _lag(now, target_marks.get(t))]
+        rows.append(row)
+    print(_table(headers, rows))
     return 0
 
 
@@ -147,20 +147,25 @@ def _lag(now: datetime, mark: datetime | None) -> str:
     return f"{(now - mark).total_seconds():.0f}s" if mark else "-"
 
 
-def _bigquery_watermarks(store: Any, pipeline: str) -> dict[str, datetime]:
-    """The BigQuery tables' watermarks the commit recorded for the pipeline (target ``bigquery``)."""
-    from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET
+def _reported_watermarks(store: Any, pipeline: str) -> list[tuple[Any, dict[str, datetime]]]:
+    """Per registered target that reports its own watermarks (BigQuery), the watermarks the commit
+    recorded for the pipeline; targets without any are left out."""
+    from airflow_provider_cdc.targets.registry import target_kind, target_names
 
-    return store.table_watermarks(pipeline, target=BIGQUERY_TARGET)
+    kinds = [target_kind(name) for name in target_names()]
+    found = [(kind, store.table_watermarks(pipeline, target=kind.name))
+             for kind in kinds if not kind.watermark_is_window_end]
+    return [(kind, marks) for kind, marks in found if marks]
 
 
 def tables(args: argparse.Namespace) -> int:
     """Each Delta table under the lake root: row count and a few rows."""
     from pyarrow import fs
 
-    from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
+    from airflow_provider_cdc.metastore.model import DELTA_TARGET
+    from airflow_provider_cdc.targets.registry import open_target
 
-    lake = DeltaLakeTarget(args.lake_root)
+    lake: Any = open_target(DELTA_TARGET, args.lake_root)
     filesystem, root = fs.FileSystem.from_uri(
         args.lake_root if "://" in args.lake_root else f"file://{args.lake_root}"
     )
@@ -234,13 +239,15 @@ def _keys_of(rows: list[dict[str, Any]], columns: list[str]) -> set[str]:
 
 def compare(args: argparse.Namespace) -> int:
     """Do the Delta tables equal the ground truth written by the demo emulator?"""
+    from airflow_provider_cdc.metastore.model import DELTA_TARGET
     from airflow_provider_cdc.targets.delta.compare import compare_lake_to_rows
-    from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
+    from airflow_provider_cdc.targets.registry import open_target
 
     with open(args.truth) as handle:
         recorded = json.load(handle)
     truth = recorded["state"] if args.windows is None else recorded["state_after_window"][args.windows - 1]
-    results = compare_lake_to_rows(DeltaLakeTarget(args.lake_root), truth)
+    lake: Any = open_target(DELTA_TARGET, args.lake_root)
+    results = compare_lake_to_rows(lake, truth)
     before = recorded.get("state_before_first_window") or {}
     keys = recorded.get("key_columns") or {}
     for r in results:

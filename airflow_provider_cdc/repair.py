@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from airflow_provider_cdc.changesets.reader import ChangeSetError, ChangeSetReader
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.metastore import Metastore, WindowState
-from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
+from airflow_provider_cdc.metastore.model import DELTA_TARGET
+from airflow_provider_cdc.targets.registry import open_target
 
 
 @dataclass
@@ -45,17 +46,18 @@ def repair_pipeline(
     dry_run: bool = False,
     log: Callable[[str], None] = print,
 ) -> list[TableRepair]:
-    """Re-apply what each of the pipeline's tables lacks; return one report per table that disagreed."""
-    target = DeltaLakeTarget(lake_root, storage_options)
+    """Re-apply what each of the pipeline's Delta tables lacks; return one report per table that
+    disagreed."""
+    target = open_target(DELTA_TARGET, lake_root, storage_options)
     applied = {(w.start, w.end) for w in store.list_windows(pipeline, state=WindowState.APPLIED)}
     by_table: dict[str, list[Window]] = {}
-    for record in store.window_tables(pipeline):
+    for record in store.window_tables(pipeline, target=target.name):
         if (record.window_start, record.window_end) in applied:
             by_table.setdefault(record.table, []).append(Window(record.window_start, record.window_end))
     reports = []
     for table, windows in sorted(by_table.items()):
         expected = windows[-1].end_micros
-        found = target.applied_window_version(table, pipeline)
+        found = target.applied_window(table, pipeline)
         if found == expected:
             continue
         report = TableRepair(table, expected, found)
@@ -87,13 +89,11 @@ def repair_pipeline(
             continue
         for window in lacking:
             change_set = sets[window.window_id]
-            result = target.apply_change_set(
-                table, change_set.dataset, change_set.column_types(), pipeline, window.end_micros
-            )
+            result = target.apply_window(change_set, pipeline, window)
             store.record_window_tables(
-                pipeline, window.start, window.end, {table: (result.table_version, change_set.expected_rows)},
-                replace=True,
+                pipeline, window.start, window.end, {table: (result.version, change_set.expected_rows)},
+                target=result.target, replace=True,
             )
             report.reapplied.append(window.window_id)
-            log(f"table {table}: window {window.window_id} {result.status} as version {result.table_version}")
+            log(f"table {table}: window {window.window_id} {result.outcome} as version {result.version}")
     return reports

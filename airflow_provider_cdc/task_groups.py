@@ -19,6 +19,7 @@ from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, coerce_timesta
 from airflow_provider_cdc.operators._window import epoch_template
 from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
 from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
+from airflow_provider_cdc.sources.operators import window_template
 from airflow_provider_cdc.sources.spanner.table_operators import (
     SNAPSHOT,
     SpannerTableOpenWindowOperator,
@@ -36,7 +37,7 @@ except ImportError:  # Airflow 2.11
 
 log = logging.getLogger(__name__)
 
-__all__ = ["epoch_template", "initial_snapshot", "is_first_window", "snapshot_start"]
+__all__ = ["epoch_template", "initial_snapshot", "is_first_window", "snapshot_start", "window_template"]
 
 _TRUE = {"true", "1", "yes", "on"}
 
@@ -140,7 +141,8 @@ def initial_snapshot(
         merge = SparkMergeWindowOperator(
             task_id="merge",
             locations=locations,
-            stream_key=f"projects/{project_id}/instances/{instance_id}/databases/{database_id}/{source}",
+            # the source's metastore key as the opening recorded it (its window handle)
+            stream_key=window_template(open_snapshot.task_id, "source_key"),
             pipeline_id=pipeline_id,
             epoch=epoch,
             **bounds,

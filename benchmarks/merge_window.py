@@ -94,21 +94,21 @@ def generate_staging(directory: Path, changes: int, seed: int = 7) -> None:
             values = f'{{"Amount":"{amount}"}}' if coin[index] < 0.75 else f'{{"Score":{coin[index]:.4f}}}'
         else:
             values = "{}"
-        rows["partition_token"].append(f"token-{txn % PARTITIONS}")
+        rows["unit"].append(f"token-{txn % PARTITIONS}")
         rows["commit_timestamp"].append(commit)
-        rows["server_transaction_id"].append(tx_id)
-        rows["record_sequence"].append(record_sequence)
-        rows["mod_index"].append(0)
+        rows["transaction_id"].append(tx_id)
+        rows["transaction_record"].append(record_sequence)
+        rows["transaction_record_count"].append(size)
         rows["table_name"].append(TABLES[table_of[index]])
-        rows["mod_type"].append(mod_type)
+        rows["operation"].append(mod_type)
         rows["keys_json"].append(f'{{"Id":"{key_of[index]}"}}')
-        rows["new_values_json"].append(values)
-        rows["old_values_json"].append("{}")
+        rows["after_json"].append(values)
+        rows["before_json"].append("{}")
         rows["column_types_json"].append(COLUMN_TYPES)
-        rows["value_capture_type"].append("OLD_AND_NEW_VALUES")
-        rows["number_of_records_in_transaction"].append(size)
-        rows["number_of_partitions_in_transaction"].append(1)
-        rows["is_last_record_in_transaction_in_partition"].append(position == size - 1)
+        rows["source_metadata_json"].append(
+            '{"is_last_record_in_transaction_in_partition":%s,"number_of_partitions_in_transaction":1,'
+            '"value_capture_type":"OLD_AND_NEW_VALUES"}' % ("true" if position == size - 1 else "false")
+        )
         rows["change_sequence_number"].append(
             spanner_change_sequence_number(commit, tx_id, record_sequence, 0)
         )
@@ -118,7 +118,7 @@ def generate_staging(directory: Path, changes: int, seed: int = 7) -> None:
     table = pa.table({name: arrays[name] for name in STAGED_CHANGE_SCHEMA.names}, schema=STAGED_CHANGE_SCHEMA)
     duplicates = table.take(rng.choice(changes, size=changes // 100, replace=False))
     table = pa.concat_tables([table, duplicates])
-    tokens = table.column("partition_token").to_pylist()
+    tokens = table.column("unit").to_pylist()
     partition = np.array([int(token.rsplit("-", 1)[1]) for token in tokens])
     for number in range(PARTITIONS):
         folder = directory / f"partition={number:04x}"

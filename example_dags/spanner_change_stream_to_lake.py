@@ -42,7 +42,7 @@ from airflow_provider_cdc.sources.spanner.change_stream_operators import (
     SpannerChangeStreamReadWindowOperator,
 )
 from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
-from airflow_provider_cdc.task_groups import epoch_template, initial_snapshot, snapshot_start
+from airflow_provider_cdc.task_groups import epoch_template, initial_snapshot, snapshot_start, window_template
 
 DAG_ID = "spanner_change_stream_to_lake"
 
@@ -149,8 +149,8 @@ with DAG(
         task_id="merge",
         locations=locations,
         # Read only each partition's recorded output (the claim that completed it).
-        stream_key="projects/{{ params.project_id }}/instances/{{ params.instance_id }}"
-        "/databases/{{ params.database_id }}/{{ params.stream }}",
+        # The stream's metastore key as the opening recorded it (the window handle it pushed).
+        stream_key=window_template(open_window.task_id),
         pipeline_id="{{ params.pipeline_id }}",
         # This run's opening of the window: a run whose window was opened again since changes nothing.
         epoch=epoch_template(open_window.task_id),

@@ -2,23 +2,23 @@
 
 The merge job folds all changes of one key in one window into a single row of the change set
 (ARCHITECTURE.md, "Change sets"). Rules, applied to the key's changes in sequence-number order
-after de-duplication:
+after de-duplication (a change is identified by table, key and sequence number):
 
 * The chain is cut into segments at every DELETE and before every INSERT; only the last
   segment (the one after the last DELETE) shapes the image.
 * A chain ending in DELETE gives a ``DELETE`` row (``INSERT → DELETE`` too: an earlier window may
   hold the key). Its image is empty and counts as full.
-* Otherwise the row is an ``UPSERT`` whose image merges the segment's new values column-wise, the
+* Otherwise the row is an ``UPSERT`` whose image merges the segment's after images column-wise, the
   later value winning per column (``UPDATE → UPDATE`` = partial image, ``INSERT → UPDATE`` and
   ``DELETE → INSERT`` = full image). ``_full_image`` is true when the segment began with INSERT.
 * ``_CHANGE_SEQUENCE_NUMBER`` and ``_commit_timestamp`` are those of the key's newest change.
 * ``_column_types_json`` is the table's column types in the window: the union of the
   ``column_types_json`` of all its changes, the newest description of each column winning
-  (Spanner's UPDATE records list only the key columns and the changed ones, so no single record
-  need carry every column).
+  (a source may list only the key columns and the changed ones, as Spanner's UPDATE records do,
+  so no single change need carry every column).
 
 Text passes through unchanged where nothing is merged: a segment of one change keeps its
-``new_values_json`` text; a merged image is compact JSON with sorted column names. The merge job
+``after_json`` text; a merged image is compact JSON with sorted column names. The merge job
 produces exactly the rows these functions produce.
 """
 
@@ -33,23 +33,19 @@ from airflow_provider_cdc.core.contract.change_set import (
     CHANGE_TYPE,
     COLUMN_TYPES_JSON,
     COMMIT_TIMESTAMP,
-    DELETE,
     FULL_IMAGE,
     KEYS_JSON,
     PRESENT_COLUMNS,
     UPSERT,
     VALUES_JSON,
 )
-
-INSERT = "INSERT"
-UPDATE = "UPDATE"
-MOD_TYPES = (INSERT, UPDATE, DELETE)
+from airflow_provider_cdc.core.contract.staged_rows import DELETE, INSERT, OPERATIONS, UPDATE
 
 EMPTY_IMAGE = "{}"
 
 
 class CollapseError(ValueError):
-    """Changes of one key that cannot be collapsed (mixed keys, unknown mod type, bad JSON)."""
+    """Changes of one key that cannot be collapsed (mixed keys, unknown operation, bad JSON)."""
 
 
 def _reject_constant(name: str) -> Any:
@@ -65,30 +61,20 @@ def dumps_image(values: Mapping[str, Any]) -> str:
     return _IMAGE_ENCODER.encode(values)
 
 
-def change_order(change: Mapping[str, Any]) -> tuple[str, str, str, int]:
-    """Sort key of a staged change: sequence number (sortable form), then transaction, record, mod."""
-    return (
-        change["change_sequence_number"],
-        change["server_transaction_id"],
-        change["record_sequence"],
-        change["mod_index"],
-    )
+def change_order(change: Mapping[str, Any]) -> str:
+    """Sort key of a staged change: its sequence number (sortable form)."""
+    return change["change_sequence_number"]
 
 
 def deduplicate(changes: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """Drop repeated mods, keeping the first of each ``(server_transaction_id, record_sequence,
-    mod_index, table_name, keys_json)`` in input order (a retried read repeats mods; a source
-    may send several mods of one row in one record, told apart by their mod index)."""
-    seen: set[tuple[Any, Any, Any, Any, Any]] = set()
+    """Drop repeated changes, keeping the first of each ``(table_name, keys_json,
+    change_sequence_number)`` in input order (a retried read repeats changes; a source numbers
+    each change of a key apart, e.g. Spanner's several mods of one row in one record by their
+    mod index)."""
+    seen: set[tuple[Any, Any, Any]] = set()
     unique = []
     for change in changes:
-        identity = (
-            change["server_transaction_id"],
-            change["record_sequence"],
-            change["mod_index"],
-            change["table_name"],
-            change["keys_json"],
-        )
+        identity = (change["table_name"], change["keys_json"], change["change_sequence_number"])
         if identity not in seen:
             seen.add(identity)
             unique.append(change)
@@ -99,46 +85,46 @@ def _loads_object(text: Any, position: int) -> dict[str, Any]:
     try:
         value = _DECODER.decode(text)
     except (TypeError, AttributeError, ValueError) as error:
-        raise CollapseError(f"change {position + 1}: new_values_json is not valid JSON: {error}") from None
+        raise CollapseError(f"change {position + 1}: after_json is not valid JSON: {error}") from None
     if not isinstance(value, dict):
-        raise CollapseError(f"change {position + 1}: new_values_json is not a JSON object: {text!r}")
+        raise CollapseError(f"change {position + 1}: after_json is not a JSON object: {text!r}")
     return value
 
 
-def collapse_chain(mod_types: Sequence[str], new_values: Sequence[str]) -> tuple[str, str, bool]:
+def collapse_chain(operations: Sequence[str], after_images: Sequence[str]) -> tuple[str, str, bool]:
     """Fold one key's ordered, de-duplicated chain of changes, given column by column.
 
     Returns ``(_CHANGE_TYPE, _values_json, _full_image)``. Errors name the position of the
     offending change in the chain; callers add the table and key.
     """
-    if not mod_types:
+    if not operations:
         raise CollapseError("no changes to collapse")
     segment_start = None
-    for position, mod_type in enumerate(mod_types):
-        if mod_type == DELETE:
+    for position, operation in enumerate(operations):
+        if operation == DELETE:
             segment_start = None
-        elif mod_type == INSERT:
+        elif operation == INSERT:
             segment_start = position
-        elif mod_type == UPDATE:
+        elif operation == UPDATE:
             if segment_start is None:
                 segment_start = position
         else:
             raise CollapseError(
-                f"change {position + 1}: unknown mod_type {mod_type!r}; "
-                f"expected one of {', '.join(MOD_TYPES)}"
+                f"change {position + 1}: unknown operation {operation!r}; "
+                f"expected one of {', '.join(OPERATIONS)}"
             )
     if segment_start is None:  # the chain ends with DELETE
         return DELETE, EMPTY_IMAGE, True
-    last = len(mod_types) - 1
+    last = len(operations) - 1
     if segment_start == last:
-        values_json = new_values[last]
+        values_json = after_images[last]
         _loads_object(values_json, last)
     else:
         merged: dict[str, Any] = {}
         for position in range(segment_start, last + 1):
-            merged.update(_loads_object(new_values[position], position))
+            merged.update(_loads_object(after_images[position], position))
         values_json = dumps_image(merged)
-    return UPSERT, values_json, mod_types[segment_start] == INSERT
+    return UPSERT, values_json, operations[segment_start] == INSERT
 
 
 def collapse_key(
@@ -147,7 +133,7 @@ def collapse_key(
     """Collapse one key's changes in a window (staged-row mappings) into one change-set row.
 
     The changes may come in any order and may hold duplicates: they are ordered by
-    :func:`change_order` and the first of each mod (:func:`deduplicate`) is kept.
+    :func:`change_order` and the first of each change (:func:`deduplicate`) is kept.
     ``column_types_json`` is the table's (see :func:`collapse_window`); by default the newest
     change's.
     """
@@ -164,7 +150,7 @@ def collapse_key(
             )
     try:
         change_type, values_json, full_image = collapse_chain(
-            [change["mod_type"] for change in chain], [change["new_values_json"] for change in chain]
+            [change["operation"] for change in chain], [change["after_json"] for change in chain]
         )
     except CollapseError as error:
         raise CollapseError(f"table {table!r}, key {key}: {error}") from None

@@ -1,55 +1,48 @@
-"""A table's columns as a change stream describes them: names, Spanner types, keys and positions.
+"""A table's columns: names, logical types, key flags and positions.
 
-A data change record lists its table's columns as ``column_types`` entries
-``{"name", "type", "is_primary_key", "ordinal_position"}`` whose ``type`` is Spanner's type JSON,
-such as ``{"code": "INT64"}`` or ``{"code": "ARRAY", "array_element_type": {"code": "STRING"}}``.
-:class:`ColumnType` is one entry, keeping the type JSON as the stream sent it (so staged rows carry
-it unchanged); :class:`SpannerType` is the parsed type. :func:`parse_column_types` validates entries
-(names, supported types) and :func:`union_column_types` joins the entries of a window's records.
+A table's columns travel as ``column_types`` entries ``{"name", "type", "is_primary_key",
+"ordinal_position"}`` whose ``type`` is a logical type's JSON form (:mod:`.types`), such as
+``{"code": "INT64"}`` or ``{"code": "ARRAY", "array_element_type": {"code": "STRING"}}``: the form a
+Spanner change stream sends its column types in, so Spanner's entries are staged unchanged.
+:class:`ColumnType` is one entry; :func:`parse_column_types` validates entries (names, supported
+types) and :func:`union_column_types` joins the entries of a window's changes. A source whose type
+descriptions differ passes its own type parser (``parse_type``), e.g.
+:func:`airflow_provider_cdc.sources.spanner.types.parse_spanner_type`.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 from airflow_provider_cdc.core.identifiers import validate_identifier
-
-#: Scalar type codes a column may have (``ARRAY`` of any of them as well).
-SCALAR_TYPE_CODES = frozenset(
-    {"BOOL", "INT64", "FLOAT32", "FLOAT64", "NUMERIC", "STRING", "JSON", "BYTES", "DATE", "TIMESTAMP", "UUID"}
+from airflow_provider_cdc.core.types import (
+    SCALAR_TYPE_CODES,
+    SUPPORTED_TYPE_CODES,
+    LogicalType,
+    LogicalTypeError,
+    parse_logical_type,
 )
-SUPPORTED_TYPE_CODES = SCALAR_TYPE_CODES | {"ARRAY"}
 
-_TEXT_TYPE = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(?:\(\s*(?:MAX|\d+)\s*\))?\s*$", re.IGNORECASE)
-_ARRAY_TEXT_TYPE = re.compile(r"^\s*ARRAY\s*<(.*)>\s*$", re.IGNORECASE | re.DOTALL)
+#: Deprecated names of :class:`LogicalType`, :class:`LogicalTypeError` and
+#: :func:`parse_logical_type`, kept for modules not yet moved to the logical names.
+SpannerType = LogicalType
+SpannerTypeError = LogicalTypeError
+parse_spanner_type = parse_logical_type
 
-
-class SpannerTypeError(ValueError):
-    """A column type that is unknown, malformed or not representable."""
-
-
-@dataclass(frozen=True)
-class SpannerType:
-    """A Spanner type code; ``element`` is set for ``ARRAY``."""
-
-    code: str
-    element: SpannerType | None = None
-
-    def __str__(self) -> str:
-        return f"ARRAY<{self.element}>" if self.code == "ARRAY" else self.code
+#: Parses one column's type description (``value``, ``column``) into a logical type.
+TypeParser = Callable[[Any, str], LogicalType]
 
 
 @dataclass(frozen=True)
 class ColumnType:
     """One ``column_types`` entry: name, type JSON, key flag and schema position of a column.
 
-    ``type`` is Spanner's type JSON as the change stream sent it (a :class:`SpannerType` given
-    instead is stored as its JSON); :attr:`spanner_type` is the parsed, validated type.
+    ``type`` is the type's JSON form as the source sent it (a :class:`LogicalType` given instead
+    is stored as its JSON); :attr:`logical_type` is the parsed, validated type.
     """
 
     name: str
@@ -58,20 +51,25 @@ class ColumnType:
     ordinal_position: int
 
     def __post_init__(self) -> None:
-        if isinstance(self.type, SpannerType):
-            object.__setattr__(self, "type", spanner_type_to_json(self.type))
+        if isinstance(self.type, LogicalType):
+            object.__setattr__(self, "type", self.type.to_json())
 
     def __hash__(self) -> int:
         type_text = json.dumps(self.type, sort_keys=True, default=str)
         return hash((self.name, type_text, self.is_primary_key, self.ordinal_position))
 
     @cached_property
-    def spanner_type(self) -> SpannerType:
-        """The column's type, parsed; an unsupported type raises :class:`SpannerTypeError`."""
-        return parse_spanner_type(self.type, self.name)
+    def logical_type(self) -> LogicalType:
+        """The column's type, parsed; an unsupported type raises :class:`LogicalTypeError`."""
+        return parse_logical_type(self.type, self.name)
+
+    @property
+    def spanner_type(self) -> LogicalType:
+        """Deprecated name of :attr:`logical_type`."""
+        return self.logical_type
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The entry as the change stream describes it (``name``, ``type``, ``is_primary_key``, ...)."""
+        """The entry as sources describe it (``name``, ``type``, ``is_primary_key``, ...)."""
         return {
             "name": self.name,
             "type": self.type,
@@ -80,124 +78,67 @@ class ColumnType:
         }
 
 
-def spanner_type_to_json(spanner_type: SpannerType) -> dict[str, Any]:
-    """The change-stream JSON form of a type (``{"code": ..., "array_element_type": ...}``)."""
-    if spanner_type.element is None:
-        return {"code": spanner_type.code}
-    return {"code": "ARRAY", "array_element_type": spanner_type_to_json(spanner_type.element)}
-
-
-def parse_spanner_type(value: Any, column: str = "?") -> SpannerType:
-    """Parse a type given as a change-stream dict, its JSON text, or text such as ``ARRAY<INT64>``.
-
-    Unknown codes raise :class:`SpannerTypeError` naming the column and the type.
-    """
-    if isinstance(value, SpannerType):
-        return value
-    if isinstance(value, str):
-        text = value.strip()
-        if text.startswith("{"):
-            try:
-                value = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise SpannerTypeError(f"column {column!r}: malformed type JSON {value!r}") from exc
-        else:
-            return _parse_type_text(text, column)
-    if isinstance(value, Mapping):
-        code = value.get("code")
-        if not isinstance(code, str):
-            raise SpannerTypeError(f"column {column!r}: type {value!r} has no 'code'")
-        code = code.upper()
-        if code == "ARRAY":
-            element = value.get("array_element_type", value.get("arrayElementType"))
-            if element is None:
-                raise SpannerTypeError(f"column {column!r}: ARRAY type {value!r} has no element type")
-            try:
-                element_type = parse_spanner_type(element, column)
-            except SpannerTypeError as exc:
-                raise SpannerTypeError(
-                    f"column {column!r}: unsupported Spanner type {value!r}: {exc}"
-                ) from None
-            return _array_of(element_type, column, value)
-        return _scalar(code, column, value)
-    raise SpannerTypeError(f"column {column!r}: unsupported type description {value!r}")
-
-
-def _parse_type_text(text: str, column: str) -> SpannerType:
-    array = _ARRAY_TEXT_TYPE.match(text)
-    if array:
-        return _array_of(_parse_type_text(array.group(1), column), column, text)
-    match = _TEXT_TYPE.match(text)
-    if not match:
-        raise SpannerTypeError(f"column {column!r}: unsupported Spanner type {text!r}")
-    return _scalar(match.group(1).upper(), column, text)
-
-
-def _scalar(code: str, column: str, original: Any) -> SpannerType:
-    if code not in SCALAR_TYPE_CODES:
-        raise SpannerTypeError(f"column {column!r}: unsupported Spanner type {original!r} (code {code})")
-    return SpannerType(code)
-
-
-def _array_of(element: SpannerType, column: str, original: Any) -> SpannerType:
-    if element.code == "ARRAY":
-        raise SpannerTypeError(f"column {column!r}: nested arrays are not Spanner types: {original!r}")
-    return SpannerType("ARRAY", element)
-
-
-def parse_column_types(value: str | Iterable[Mapping[str, Any] | ColumnType]) -> list[ColumnType]:
+def parse_column_types(
+    value: str | Iterable[Mapping[str, Any] | ColumnType], parse_type: TypeParser = parse_logical_type
+) -> list[ColumnType]:
     """Parse ``column_types`` (JSON text or a list of entries), validate names and types, order by
-    ordinal position. Types come out in their canonical JSON form (see :func:`spanner_type_to_json`)."""
+    ordinal position. Types come out in their canonical JSON form (see :meth:`LogicalType.to_json`);
+    ``parse_type`` reads each type description (default: the logical forms)."""
     entries: Any = value
     if isinstance(value, str):
         try:
             entries = json.loads(value)
         except json.JSONDecodeError as exc:
-            raise SpannerTypeError(f"column_types is not valid JSON: {exc}") from exc
+            raise LogicalTypeError(f"column_types is not valid JSON: {exc}") from exc
     if not isinstance(entries, Iterable) or isinstance(entries, (str, bytes, Mapping)):
-        raise SpannerTypeError(f"column_types must be a list of column entries, got {type(entries).__name__}")
+        raise LogicalTypeError(f"column_types must be a list of column entries, got {type(entries).__name__}")
     columns: list[ColumnType] = []
     seen: set[str] = set()
     for index, entry in enumerate(entries):
         if isinstance(entry, ColumnType):
-            column = _canonical_column(entry)
+            column = _canonical_column(entry, parse_type)
         else:
             if not isinstance(entry, Mapping) or "name" not in entry or "type" not in entry:
-                raise SpannerTypeError(f"column_types[{index}] needs 'name' and 'type': {entry!r}")
+                raise LogicalTypeError(f"column_types[{index}] needs 'name' and 'type': {entry!r}")
             name = validate_identifier(entry["name"], "column")
             position = entry.get("ordinal_position", index + 1)
             if isinstance(position, bool) or not isinstance(position, int):
-                raise SpannerTypeError(
+                raise LogicalTypeError(
                     f"column {name!r}: ordinal_position must be an integer, got {position!r}"
                 )
             column = ColumnType(
                 name=name,
-                type=spanner_type_to_json(parse_spanner_type(entry["type"], name)),
+                type=parse_type(entry["type"], name).to_json(),
                 is_primary_key=bool(entry.get("is_primary_key", False)),
                 ordinal_position=position,
             )
         folded = column.name.lower()
         if folded in seen:
-            raise SpannerTypeError(f"column {column.name!r} appears twice in column_types")
+            raise LogicalTypeError(f"column {column.name!r} appears twice in column_types")
         seen.add(folded)
         columns.append(column)
     return sorted(columns, key=lambda c: (c.ordinal_position, c.name))
 
 
-def _canonical_column(column: ColumnType) -> ColumnType:
+def _canonical_column(column: ColumnType, parse_type: TypeParser) -> ColumnType:
     """``column`` validated, with its type in canonical JSON form (itself when it already is)."""
-    canonical = spanner_type_to_json(column.spanner_type)
+    if parse_type is parse_logical_type:
+        logical = column.logical_type
+    else:
+        logical = parse_type(column.type, column.name)
+    canonical = logical.to_json()
     if canonical == column.type:
         return column
     return ColumnType(column.name, canonical, column.is_primary_key, column.ordinal_position)
 
 
 def union_column_types(texts: Iterable[str | Iterable[Mapping[str, Any] | ColumnType]]) -> list[ColumnType]:
-    """A table's columns as every record of a window describes them, oldest record first.
+    """A table's columns as every change of a window describes them, oldest change first.
 
-    Spanner's UPDATE records list only the key columns and the columns the mods change; INSERT and
-    DELETE records list every column. The union (by name, case-insensitively) holds every column any
-    record names, each as the newest record naming it describes it (type, key flag, ordinal position),
+    A change may list only some columns (Spanner's UPDATE records list only the key columns and the
+    columns the mods change; INSERT and DELETE records list every column). The union (by name,
+    case-insensitively) holds every column any change names, each as the newest change naming it
+    describes it (type, key flag, ordinal position),
     so a column whose type changed in the window has its newest type. Ordered by ordinal position.
     """
     union: dict[str, ColumnType] = {}
@@ -212,21 +153,29 @@ def column_types_json(columns: Iterable[ColumnType]) -> str:
     return json.dumps([column.to_json_dict() for column in columns], sort_keys=True, separators=(",", ":"))
 
 
-def canonical_spanner_json(columns: Iterable[ColumnType]) -> str:
+def canonical_column_types_json(columns: Iterable[ColumnType]) -> str:
     """``column_types`` as compact JSON text (inverse of :func:`parse_column_types`)."""
     return json.dumps([c.to_json_dict() for c in columns], separators=(",", ":"))
+
+
+#: Deprecated name of :func:`canonical_column_types_json`.
+canonical_spanner_json = canonical_column_types_json
 
 
 __all__ = [
     "SCALAR_TYPE_CODES",
     "SUPPORTED_TYPE_CODES",
     "ColumnType",
+    "LogicalType",
+    "LogicalTypeError",
     "SpannerType",
     "SpannerTypeError",
+    "TypeParser",
+    "canonical_column_types_json",
     "canonical_spanner_json",
     "column_types_json",
     "parse_column_types",
+    "parse_logical_type",
     "parse_spanner_type",
-    "spanner_type_to_json",
     "union_column_types",
 ]

@@ -1,9 +1,9 @@
 """Hook for a pipeline's windows: what the merge reads, what the upsert may apply, the commit.
 
 Operators stay thin: the metastore reads and compare-and-sets of a window step, and the checks of
-the change set and the lake around them, happen here. The commit also records the BigQuery
-tables' ``upsert_stream_apply_watermark`` the BigQuery upsert read, under the pipeline and the
-target ``bigquery``.
+the change set and the lake around them, happen here. The commit takes the targets' results
+(``targets.protocol.TableApplyResult``) and the watermarks they reported (BigQuery's
+``upsert_stream_apply_watermark``) and records each under the pipeline, its target and its table.
 
 Every opening of a window is an **epoch** (the window's ``attempt`` in the metastore, counted up by
 each opening). The open operator hands it to the window's merge, upsert and commit; a step whose
@@ -13,7 +13,7 @@ epoch is no longer the window's changes nothing (:class:`StaleEpochError`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -25,7 +25,9 @@ from airflow_provider_cdc.core.timestamps import coerce_timestamp, format_timest
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.hooks.storage import storage_options
-from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET
+from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET, DELTA_TARGET, validate_target
+from airflow_provider_cdc.targets.protocol import APPLIED, TableApplyResult
+from airflow_provider_cdc.targets.registry import TargetKind, open_target, target_kind
 
 
 class WindowStepError(RuntimeError):
@@ -79,7 +81,7 @@ class StaleTablesError(WindowStepError):
 
 
 #: The key of a table's entry in the BigQuery upsert's return value that carries its watermark.
-BIGQUERY_WATERMARK = "upsert_stream_apply_watermark"
+BIGQUERY_WATERMARK = target_kind(BIGQUERY_TARGET).watermark
 
 
 def stale_tables(
@@ -112,28 +114,60 @@ def parse_bigquery_watermarks(value: Any) -> dict[str, datetime | None] | None:
     asked for its watermark and is left out) or a mapping ``{table: timestamp or None}``; ``None``
     gives ``None``. Anything else fails naming what is wrong.
     """
+    return parse_watermarks(value, target_kind(BIGQUERY_TARGET), "bigquery_watermarks")
+
+
+def parse_watermarks(value: Any, kind: TargetKind, argument: str) -> dict[str, datetime | None] | None:
+    """Table → the watermark a target reported (``None``: it has applied nothing to the table yet),
+    from the target's upsert return value (``{"tables": {table: {..., kind.watermark: …}}}``) or a
+    mapping ``{table: timestamp or None}``; ``None`` gives ``None``. ``argument`` names the value in
+    errors."""
     if value is None:
         return None
     if not isinstance(value, Mapping):
         raise TypeError(
-            "bigquery_watermarks must be the BigQuery upsert's return value or a mapping of table to "
-            f"upsert_stream_apply_watermark, got {type(value).__name__}"
+            f"{argument} must be the {kind.title} upsert's return value or a mapping of table to "
+            f"{kind.watermark}, got {type(value).__name__}"
         )
     tables = value["tables"] if isinstance(value.get("tables"), Mapping) else value
     marks: dict[str, datetime | None] = {}
     for table, entry in tables.items():
-        name = validate_identifier(table, "BigQuery table")
+        name = validate_identifier(table, f"{kind.title} table")
         if isinstance(entry, Mapping):
-            if BIGQUERY_WATERMARK not in entry:
+            if kind.watermark not in entry:
                 continue
-            entry = entry[BIGQUERY_WATERMARK]
+            entry = entry[kind.watermark]
         try:
             marks[name] = None if entry is None else coerce_timestamp(entry)
         except (TypeError, ValueError) as exc:
-            raise ValueError(
-                f"bigquery_watermarks: table {table!r} has no valid {BIGQUERY_WATERMARK} ({exc})"
-            ) from None
+            raise ValueError(f"{argument}: table {table!r} has no valid {kind.watermark} ({exc})") from None
     return marks
+
+
+def reported_watermarks(
+    watermarks: Mapping[str, Any] | None, bigquery_watermarks: Any = None
+) -> dict[str, dict[str, datetime | None]]:
+    """Target → table → the watermark the target reported, each target's value read by
+    :func:`parse_watermarks`; ``bigquery_watermarks`` is the value of the target ``bigquery``. A target
+    whose watermarks are its committed window ends (Delta), or one given twice, is refused."""
+    given: dict[str, Any] = dict(watermarks or {})
+    if bigquery_watermarks is not None:
+        if given.get(BIGQUERY_TARGET) is not None:
+            raise ValueError("the watermarks of target 'bigquery' are given twice (bigquery_watermarks too)")
+        given[BIGQUERY_TARGET] = bigquery_watermarks
+    reported = {}
+    for target, value in sorted(given.items()):
+        kind = target_kind(validate_target(target))
+        if kind.watermark_is_window_end:
+            raise ValueError(
+                f"the {kind.title} target's watermarks are the ends of the windows the commit records; "
+                "they are not reported"
+            )
+        argument = "bigquery_watermarks" if target == BIGQUERY_TARGET else f"watermarks[{target!r}]"
+        marks = parse_watermarks(value, kind, argument)
+        if marks is not None:
+            reported[target] = marks
+    return reported
 
 
 class CdcPipelineHook(BaseHook):
@@ -141,21 +175,25 @@ class CdcPipelineHook(BaseHook):
 
     :param metastore_conn_id: the metastore (see :class:`CdcMetastoreHook`).
     :param gcp_conn_id: Google Cloud connection whose credentials open ``gs://`` locations.
+    :param impersonation_chain: service account(s) to impersonate with ``gcp_conn_id``.
     """
 
     def __init__(
         self,
         metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
         gcp_conn_id: str | None = None,
+        *,
+        impersonation_chain: str | Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.metastore_conn_id = metastore_conn_id
         self.gcp_conn_id = gcp_conn_id
+        self.impersonation_chain = impersonation_chain
 
     def storage_options(self) -> dict[str, str]:
         """Storage options of ``gcp_conn_id`` (masked in logs; empty without a connection)."""
-        return storage_options(self.gcp_conn_id)
+        return storage_options(self.gcp_conn_id, self.impersonation_chain)
 
     def partition_claims(self, stream_key: str, window: Window) -> dict[str, str]:
         """Partition key → the claim whose staged files are the partition's output.
@@ -277,30 +315,38 @@ class CdcPipelineHook(BaseHook):
         log: Any = None,
         bigquery_watermarks: Any = None,
         epoch: int | None = None,
+        results: Iterable[Any] | None = None,
+        watermarks: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Mark the window applied and advance its tables' apply watermarks to the window end.
+        """Mark the window applied, record per target and table what applied it, and advance the
+        tables' apply watermarks.
 
         ``epoch`` (the opening of the window this run belongs to; default the epoch the change
         set's manifest records) fences the commit: a window opened again since changes nothing and
         the commit fails with :class:`StaleEpochError`, as does a change set of another epoch.
 
         The change set's manifest (with ``locations.changeset_root``) names the window's tables;
-        with ``locations.lake_root`` each must hold the window, and the Delta version that applied
-        it is recorded. Idempotent: a window already applied only refreshes the watermarks.
+        with ``locations.lake_root`` each must hold the window in the Delta target, whose result (the
+        version that applied it) is recorded with the ``results`` the targets returned
+        (``TableApplyResult`` or its ``to_dict``), each under its target and table. The apply
+        watermarks of the Delta target advance to the window end. Idempotent: a window already applied
+        only refreshes the watermarks.
 
-        ``bigquery_watermarks`` (see :func:`parse_bigquery_watermarks`) gives the BigQuery tables'
-        ``upsert_stream_apply_watermark``: each is recorded (only forward) under the pipeline and
-        the target ``bigquery`` and checked against ``max_staleness``; a table BigQuery has applied
-        nothing to yet is logged as a warning.
+        ``watermarks`` (target → the watermarks that target reported, see
+        :func:`reported_watermarks`) are recorded only forward under the pipeline and their target and
+        checked against ``max_staleness``; a table the target has applied nothing to yet is logged as a
+        warning. ``bigquery_watermarks`` (the BigQuery upsert's return value, see
+        :func:`parse_bigquery_watermarks`) are the watermarks of the target ``bigquery``.
         """
         log = log or self.log
         # A malformed value fails before anything is written.
-        marks = parse_bigquery_watermarks(bigquery_watermarks)
+        reported = reported_watermarks(watermarks, bigquery_watermarks)
+        given = [TableApplyResult.from_dict(result) for result in results or ()]
         with metastore_errors(f"window {window} of pipeline {pipeline!r}: committing the window"):
             with CdcMetastoreHook(self.metastore_conn_id) as metastore:
                 return self._commit(
                     metastore.metastore, pipeline, window, locations, read_summaries(summaries),
-                    max_staleness, now, log, marks, epoch,
+                    max_staleness, now, log, reported, epoch, given,
                 )
 
     def _commit(
@@ -313,8 +359,9 @@ class CdcPipelineHook(BaseHook):
         max_staleness: timedelta | None,
         now: datetime | None,
         log: Any,
-        bigquery: Mapping[str, datetime | None] | None = None,
+        reported: Mapping[str, Mapping[str, datetime | None]],
         epoch: int | None = None,
+        results: Sequence[TableApplyResult] = (),
     ) -> dict[str, Any]:
         from airflow_provider_cdc.metastore import WindowState
 
@@ -338,8 +385,8 @@ class CdcPipelineHook(BaseHook):
             )
         if record.state is not WindowState.APPLIED:
             store.require_predecessor_applied(pipeline, window.start, window.end)
-            versions = self._table_versions(locations, pipeline, window, changed)
-            store.record_window_tables(pipeline, window.start, window.end, versions)
+            held = self._window_results(locations, pipeline, window, changed)
+            record_results(store, pipeline, window, [*held, *results])
         rows = sum(int(s.get("rows", 0)) for s in summaries)
         transactions = round(sum(float(s.get("transactions", 0.0)) for s in summaries))
         if record.state is WindowState.APPLIED:
@@ -362,9 +409,9 @@ class CdcPipelineHook(BaseHook):
                     f"{current.attempt}) while it was being committed"
                 )
             log.info("Window %s of %s was applied by another run meanwhile", window, pipeline)
-        for table in sorted(set(store.table_watermarks(pipeline)) | set(changed)):
-            store.advance_table_watermark(pipeline, table, window.end)
-        watermarks = store.table_watermarks(pipeline)
+        for table in sorted(set(store.table_watermarks(pipeline, target=DELTA_TARGET)) | set(changed)):
+            store.advance_table_watermark(pipeline, table, window.end, target=DELTA_TARGET)
+        watermarks = store.table_watermarks(pipeline, target=DELTA_TARGET)
         log.info(
             "Window %s applied: %d change rows, %d transactions; apply watermarks: %s",
             window,
@@ -378,50 +425,28 @@ class CdcPipelineHook(BaseHook):
             "transactions": transactions,
             "watermarks": {t: format_timestamp(w) for t, w in sorted(watermarks.items())},
         }
-        checked: dict[str, datetime] = {}
-        if bigquery is not None:
-            recorded = self._record_bigquery_watermarks(store, pipeline, bigquery, log)
-            checked = {t: recorded[t] for t, mark in bigquery.items() if mark is not None}
-            summary["bigquery_watermarks"] = {
+        checked: dict[str, dict[str, datetime]] = {}
+        for target, marks in sorted(reported.items()):
+            recorded = record_watermarks(store, pipeline, target, marks, log)
+            checked[target] = {t: recorded[t] for t, mark in marks.items() if mark is not None}
+            summary[f"{target}_watermarks"] = {
                 t: format_timestamp(recorded[t]) if t in recorded else None
-                for t in sorted(set(recorded) | set(bigquery))
+                for t in sorted(set(recorded) | set(marks))
             }
         if max_staleness is not None:
             moment = now or datetime.now(timezone.utc)
             stale = [f"{t} lags {lag}" for t, lag in stale_tables(watermarks, moment, max_staleness).items()]
-            stale += [
-                f"BigQuery table {t} lags {lag} "
-                f"(upsert_stream_apply_watermark {format_timestamp(checked[t])})"
-                for t, lag in stale_tables(checked, moment, max_staleness).items()
-            ]
+            for target, marks in sorted(checked.items()):
+                kind = target_kind(target)
+                stale += [
+                    f"{kind.title} table {t} lags {lag} ({kind.watermark} {format_timestamp(marks[t])})"
+                    for t, lag in stale_tables(marks, moment, max_staleness).items()
+                ]
             if stale:
                 raise StaleTablesError(
                     f"apply watermark older than max_staleness={max_staleness}: {', '.join(stale)}"
                 )
         return summary
-
-    @staticmethod
-    def _record_bigquery_watermarks(
-        store: Any, pipeline: str, marks: Mapping[str, datetime | None], log: Any
-    ) -> dict[str, datetime]:
-        """Advance the BigQuery tables' recorded watermarks (target ``bigquery``) to what BigQuery
-        reported; returns every recorded BigQuery watermark of the pipeline."""
-        for table, mark in sorted(marks.items()):
-            if mark is None:
-                log.warning(
-                    "BigQuery table %s has no upsert_stream_apply_watermark yet: BigQuery has not applied "
-                    "any of its row modifications (staleness is not checked for it)",
-                    table,
-                )
-            else:
-                store.advance_table_watermark(pipeline, table, mark, target=BIGQUERY_TARGET)
-        recorded = store.table_watermarks(pipeline, target=BIGQUERY_TARGET)
-        log.info(
-            "BigQuery apply watermarks of %s (upsert_stream_apply_watermark): %s",
-            pipeline,
-            ", ".join(f"{t}={format_timestamp(w)}" for t, w in sorted(recorded.items())) or "none",
-        )
-        return recorded
 
     def _change_set(
         self, locations: WindowLocations, window: Window
@@ -438,23 +463,69 @@ class CdcPipelineHook(BaseHook):
         epoch = reader.manifest().get("epoch")
         return changed, epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
 
-    def _table_versions(
+    def _window_results(
         self, locations: WindowLocations, pipeline: str, window: Window, changed: Mapping[str, int | None]
-    ) -> dict[str, tuple[int | None, int | None]]:
-        """Per changed table: the Delta version that applied the window (checked to exist) and rows."""
+    ) -> list[TableApplyResult]:
+        """Per changed table, what the Delta target (``lake_root``) records about the window (checked
+        to hold it), with the change set's rows; without a lake, the change set's tables and rows."""
         if not locations.lake_root:
-            return {table: (None, rows) for table, rows in changed.items()}
-        from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
-
-        target = DeltaLakeTarget(str(locations.lake_root), self.storage_options())
-        versions = {}
+            return [
+                TableApplyResult(DELTA_TARGET, table, window.end_micros, APPLIED, rows or 0)
+                for table, rows in sorted(changed.items())
+            ]
+        target = open_target(DELTA_TARGET, str(locations.lake_root), self.storage_options())
+        results = []
         for table, rows in sorted(changed.items()):
-            version = target.window_commit_version(table, pipeline, window.end_micros)
-            if version is None:
-                held = target.applied_window_version(table, pipeline)
+            result = target.window_result(table, pipeline, window)
+            if result is None:
+                held = target.applied_window(table, pipeline)
                 raise LakeNotAppliedError(
                     f"window {window} of pipeline {pipeline!r}: table {table!r} does not hold it (its last "
                     f"applied window version is {held}); the upsert must apply the window before it commits"
                 )
-            versions[table] = (version, rows)
-        return versions
+            results.append(replace(result, rows=rows or 0))
+        return results
+
+
+def record_results(store: Any, pipeline: str, window: Window, results: Iterable[TableApplyResult]) -> None:
+    """Record each result in the ledger under its target and table (a table the ledger already records
+    for the window keeps its record)."""
+    by_target: dict[str, dict[str, tuple[int | None, int | None]]] = {}
+    for result in results:
+        if result.window != window.end_micros:
+            raise WindowStepError(
+                f"window {window} of pipeline {pipeline!r}: the {result.target} result of table "
+                f"{result.table!r} is of window version {result.window}, not {window.end_micros}"
+            )
+        by_target.setdefault(result.target, {})[result.table] = result.ledger_entry()
+    for target, tables in sorted(by_target.items()):
+        store.record_window_tables(pipeline, window.start, window.end, tables, target=target)
+
+
+def record_watermarks(
+    store: Any, pipeline: str, target: str, marks: Mapping[str, datetime | None], log: Any
+) -> dict[str, datetime]:
+    """Advance the recorded watermarks of ``target``'s tables to what the target reported (only
+    forward); returns every recorded watermark of the pipeline's ``target``."""
+    kind = target_kind(target)
+    for table, mark in sorted(marks.items()):
+        if mark is None:
+            log.warning(
+                "%s table %s has no %s yet: %s has not applied any of its row modifications (staleness is "
+                "not checked for it)",
+                kind.title,
+                table,
+                kind.watermark,
+                kind.title,
+            )
+        else:
+            store.advance_table_watermark(pipeline, table, mark, target=target)
+    recorded = store.table_watermarks(pipeline, target=target)
+    log.info(
+        "%s apply watermarks of %s (%s): %s",
+        kind.title,
+        pipeline,
+        kind.watermark,
+        ", ".join(f"{t}={format_timestamp(w)}" for t, w in sorted(recorded.items())) or "none",
+    )
+    return recorded

@@ -3,15 +3,24 @@
 Staging, change sets, the Delta tables and the Spark jobs all open their locations with the
 storage options built here (:mod:`airflow_provider_cdc.filesystems`), so a pipeline reads and
 writes with one identity: the DAG's ``gcp_conn_id``.
+
+The default connection (:data:`DEFAULT_GCP_CONN_ID`) is only read for a location on an object store
+(``gs://``, ``s3://`` …), and when it is not defined the storage clients use Application Default
+Credentials: a pipeline on local paths needs no Google connection. A connection named otherwise is
+always read, and must exist.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from airflow_provider_cdc._compat import mask_secret
+from airflow_provider_cdc._compat import AirflowNotFoundException, mask_secret
+
+#: The Google Cloud connection every window step uses unless given another ``gcp_conn_id``.
+DEFAULT_GCP_CONN_ID = "google_cloud_default"
+ImpersonationChain = str | Sequence[str] | None
 
 _EXTRA_PREFIX = "extra__google_cloud_platform__"
 _UNSUPPORTED_GCP_FIELDS = (
@@ -23,13 +32,31 @@ _UNSUPPORTED_GCP_FIELDS = (
 )
 
 
-def gcp_storage_options(extras: Mapping[str, Any]) -> dict[str, str]:
+def on_object_store(locations: Iterable[str | None]) -> bool:
+    """Whether any of ``locations`` (absolute paths or URIs; ``None`` skipped) is on an object store."""
+    from airflow_provider_cdc.filesystems import is_local
+
+    return any(location and not is_local(str(location)) for location in locations)
+
+
+def storage_connection(gcp_conn_id: str | None, locations: Iterable[str | None]) -> str | None:
+    """The connection whose credentials open ``locations``: ``gcp_conn_id``, except the default
+    connection for locations that are all local (``None``: no connection is read)."""
+    if not gcp_conn_id or (gcp_conn_id == DEFAULT_GCP_CONN_ID and not on_object_store(locations)):
+        return None
+    return gcp_conn_id
+
+
+def gcp_storage_options(
+    extras: Mapping[str, Any], impersonation_chain: ImpersonationChain = None
+) -> dict[str, str]:
     """Storage options from a Google Cloud connection's extras.
 
     ``keyfile_dict`` becomes ``google_service_account_key`` (the key JSON), ``key_path``
     becomes ``google_service_account`` (a key file path on the worker); with neither, Application
     Default Credentials (e.g. workload identity) are used and no option is set. Other credential
-    sources of the connection are refused with the field's name.
+    sources of the connection, and an ``impersonation_chain`` (the storage clients take no
+    short-lived token), are refused with the field's name.
     """
 
     def field(name: str) -> Any:
@@ -37,10 +64,13 @@ def gcp_storage_options(extras: Mapping[str, Any]) -> dict[str, str]:
         return extras.get(_EXTRA_PREFIX + name) if value in (None, "") else value
 
     unsupported = [name for name in _UNSUPPORTED_GCP_FIELDS if field(name) not in (None, "", False)]
+    if impersonation_chain and "impersonation_chain" not in unsupported:
+        unsupported.append("impersonation_chain")
     if unsupported:
         raise ValueError(
             f"Google Cloud connection field(s) {unsupported} cannot be passed to the storage clients; "
-            "use 'keyfile_dict', 'key_path' or Application Default Credentials"
+            "use 'keyfile_dict', 'key_path' or Application Default Credentials (to act as another "
+            "service account on an object store, give the worker that identity, e.g. workload identity)"
         )
     keyfile_dict, key_path = field("keyfile_dict"), field("key_path")
     if keyfile_dict and key_path:
@@ -61,14 +91,25 @@ def gcp_storage_options(extras: Mapping[str, Any]) -> dict[str, str]:
     return {}
 
 
-def storage_options(gcp_conn_id: str | None) -> dict[str, str]:
-    """Storage options of an Airflow Google connection (empty without one); every secret in them is
-    masked in task logs."""
+def storage_options(
+    gcp_conn_id: str | None, impersonation_chain: ImpersonationChain = None
+) -> dict[str, str]:
+    """Storage options of an Airflow Google connection (empty without one, or when the default
+    connection is not defined: Application Default Credentials); every secret in them is masked in
+    task logs. The connection is read as the google provider's hooks read it, with
+    ``impersonation_chain``; a chain (given, or in the connection) is refused, see
+    :func:`gcp_storage_options`."""
     if not gcp_conn_id:
         return {}
     from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
 
-    options = gcp_storage_options(GoogleBaseHook(gcp_conn_id=gcp_conn_id).extras)
+    try:
+        hook = GoogleBaseHook(gcp_conn_id=gcp_conn_id, impersonation_chain=impersonation_chain)
+    except AirflowNotFoundException:
+        if gcp_conn_id != DEFAULT_GCP_CONN_ID:
+            raise
+        return {}
+    options = gcp_storage_options(hook.extras, hook.impersonation_chain)
     for value in options.values():
         mask_secret(value)
     key = options.get("google_service_account_key")
@@ -79,11 +120,13 @@ def storage_options(gcp_conn_id: str | None) -> dict[str, str]:
     return options
 
 
-def storage_environment(gcp_conn_id: str | None) -> dict[str, str]:
+def storage_environment(
+    gcp_conn_id: str | None, impersonation_chain: ImpersonationChain = None
+) -> dict[str, str]:
     """The connection's storage options as a job's environment (masked; empty without options)."""
     from airflow_provider_cdc.filesystems import storage_environment as environment
 
-    env = environment(storage_options(gcp_conn_id))
+    env = environment(storage_options(gcp_conn_id, impersonation_chain))
     for value in env.values():
         mask_secret(value)
     return env

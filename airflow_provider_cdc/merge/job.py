@@ -8,9 +8,10 @@
         --window-start 2023-11-14T22:13:20Z --window-end 2023-11-14T22:14:20Z
 
 Steps: read the staged Parquet rows; drop rows whose commit timestamp is outside ``[start, end)``;
-check that every transaction is complete (its distinct records across all partitions number
-``number_of_records_in_transaction``), failing before anything is written otherwise; de-duplicate
-repeated mods; order each key's changes by ``change_sequence_number`` and collapse them exactly as
+check that every transaction the source counted is complete (its distinct ``transaction_record``
+values across all units number ``transaction_record_count``), failing before anything is written
+otherwise; de-duplicate repeated changes (same table, key and ``change_sequence_number``); order
+each key's changes by ``change_sequence_number`` and collapse them exactly as
 ``airflow_provider_cdc.core.collapse`` does; write one Parquet change set per table under
 ``table={name}/`` and ``_manifest.json`` last. A re-run replaces the previous output.
 

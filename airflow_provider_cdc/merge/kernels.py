@@ -16,12 +16,11 @@ from collections.abc import Iterable, Iterator, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_cdc.core.collapse import EMPTY_IMAGE, MOD_TYPES, UPDATE, CollapseError, collapse_chain
+from airflow_provider_cdc.core.collapse import EMPTY_IMAGE, CollapseError, collapse_chain
 from airflow_provider_cdc.core.contract.change_set import (
     CHANGE_SEQUENCE_NUMBER,
     CHANGE_TYPE,
     COMMIT_TIMESTAMP,
-    DELETE,
     FULL_IMAGE,
     KEYS_JSON,
     UPSERT,
@@ -29,29 +28,26 @@ from airflow_provider_cdc.core.contract.change_set import (
     change_set_schema,
 )
 from airflow_provider_cdc.core.contract.locations import TABLE_DIR_PREFIX
-from airflow_provider_cdc.core.contract.staged_rows import DEDUPLICATION_KEY
+from airflow_provider_cdc.core.contract.staged_rows import DEDUPLICATION_KEY, DELETE, OPERATIONS, UPDATE
 
 #: The column Spark partitions the change set by: it writes the ``table={name}/`` folders.
 TABLE_PARTITION_COLUMN = TABLE_DIR_PREFIX.removesuffix("=")
 
 #: A key of the change set: one row per (table, key).
 KEY_COLUMNS = ("table_name", "keys_json")
-#: A mod's identity within its key (staging may repeat a mod; the first is kept).
-MOD_COLUMNS = tuple(column for column in DEDUPLICATION_KEY if column not in KEY_COLUMNS)
-#: The order the collapse needs: by key, then by change order (sequence number, then mod identity).
-SORT_COLUMNS = (*KEY_COLUMNS, "change_sequence_number", *MOD_COLUMNS)
+#: The order the collapse needs: by key, then by sequence number (which tells a key's changes
+#: apart, so a repeated change, a retried read's, is adjacent to the first and dropped).
+SORT_COLUMNS = DEDUPLICATION_KEY
+assert SORT_COLUMNS[: len(KEY_COLUMNS)] == KEY_COLUMNS
 
 #: Staged columns the collapse needs, in the order it receives them.
 COLLAPSE_INPUT_COLUMNS = (
     "table_name",
     "keys_json",
-    "mod_type",
-    "new_values_json",
+    "operation",
+    "after_json",
     "change_sequence_number",
     "commit_timestamp",
-    "server_transaction_id",
-    "record_sequence",
-    "mod_index",
 )
 
 #: Change-set columns the collapse computes; ``_present_columns`` and the table's
@@ -85,31 +81,31 @@ def _differs_from_previous(rows: pa.Table, columns: Sequence[str]) -> pa.Array:
 
 
 def _check_changes(rows: pa.Table) -> None:
-    """Refuse changes without a key or with an unknown mod type, naming the first one."""
+    """Refuse changes without a key or with an unknown operation, naming the first one."""
     if rows.column("keys_json").null_count:
         bad = rows.filter(pc.is_null(rows.column("keys_json"))).slice(0, 1).to_pylist()[0]
         raise CollapseError(
             f"table {bad['table_name']!r}: change {bad['change_sequence_number']} has no keys_json"
         )
-    known = pc.is_in(rows.column("mod_type"), value_set=pa.array(MOD_TYPES)).fill_null(False)
+    known = pc.is_in(rows.column("operation"), value_set=pa.array(OPERATIONS)).fill_null(False)
     if not pc.all(known).as_py():
         bad = rows.filter(pc.invert(known)).slice(0, 1).to_pylist()[0]
         raise CollapseError(
             f"table {bad['table_name']!r}, key {bad['keys_json']}: change {bad['change_sequence_number']} "
-            f"has unknown mod_type {bad['mod_type']!r}; expected one of {', '.join(MOD_TYPES)}"
+            f"has unknown operation {bad['operation']!r}; expected one of {', '.join(OPERATIONS)}"
         )
 
 
 def _collapse_singletons(rows: pa.Table) -> pa.Table:
     """Rows of keys with exactly one change: same result as ``collapse_key``, with Arrow kernels."""
-    mod_type = rows.column("mod_type")
-    is_delete = pc.equal(mod_type, DELETE)
+    operation = rows.column("operation")
+    is_delete = pc.equal(operation, DELETE)
     return pa.table(
         [
             rows.column("table_name"),
             rows.column("keys_json"),
-            pc.if_else(is_delete, pa.scalar(EMPTY_IMAGE), rows.column("new_values_json")),
-            pc.not_equal(mod_type, UPDATE),
+            pc.if_else(is_delete, pa.scalar(EMPTY_IMAGE), rows.column("after_json")),
+            pc.not_equal(operation, UPDATE),
             pc.if_else(is_delete, pa.scalar(DELETE), pa.scalar(UPSERT)),
             rows.column("change_sequence_number"),
             rows.column("commit_timestamp").cast(_TIMESTAMP),
@@ -119,33 +115,24 @@ def _collapse_singletons(rows: pa.Table) -> pa.Table:
 
 
 def _collapse_chains(rows: pa.Table, starts: pa.Array) -> pa.Table:
-    """Rows of keys with several changes (contiguous, ordered): folded by ``collapse_chain``."""
-    mod_types = rows.column("mod_type").to_pylist()
-    new_values = rows.column("new_values_json").to_pylist()
-    identities = list(zip(*(rows.column(name).to_pylist() for name in MOD_COLUMNS), strict=True))
+    """Rows of keys with several changes (contiguous, ordered, repeats dropped): folded by
+    ``collapse_chain``."""
+    operations = rows.column("operation").to_pylist()
+    after_images = rows.column("after_json").to_pylist()
     bounds = pc.indices_nonzero(starts).to_pylist() + [rows.num_rows]
     newest: list[int] = []
     change_types: list[str] = []
     images: list[str] = []
     full_images: list[bool] = []
     for begin, end in zip(bounds[:-1], bounds[1:], strict=True):
-        kept: Sequence[int] = range(begin, end)
-        # Adjacent repeats are gone already; with three or more changes a repeat could remain.
-        if end - begin > 2 and len(set(identities[begin:end])) < end - begin:
-            seen: set[tuple[object, ...]] = set()
-            kept = [i for i in kept if identities[i] not in seen and not seen.add(identities[i])]
-        if isinstance(kept, range):
-            chain_types, chain_values = mod_types[begin:end], new_values[begin:end]
-        else:
-            chain_types, chain_values = [mod_types[i] for i in kept], [new_values[i] for i in kept]
         try:
-            change_type, image, full_image = collapse_chain(chain_types, chain_values)
+            change_type, image, full_image = collapse_chain(operations[begin:end], after_images[begin:end])
         except CollapseError as error:
             raise CollapseError(
                 f"table {rows.column('table_name')[begin].as_py()!r}, key "
                 f"{rows.column('keys_json')[begin].as_py()}: {error}"
             ) from None
-        newest.append(kept[-1])
+        newest.append(end - 1)
         change_types.append(change_type)
         images.append(image)
         full_images.append(full_image)
@@ -169,9 +156,10 @@ def _collapse_complete_groups(rows: pa.Table) -> Iterator[pa.RecordBatch]:
     if rows.num_rows == 0:
         return
     _check_changes(rows)
-    first_of_mod = _differs_from_previous(rows, DEDUPLICATION_KEY)
-    if not pc.all(first_of_mod).as_py():
-        rows = rows.filter(first_of_mod)  # adjacent repeats of one mod (retried reads)
+    # Sorted by (table, key, sequence number), the repeats of a change (retried reads) are adjacent.
+    first_of_change = _differs_from_previous(rows, DEDUPLICATION_KEY)
+    if not pc.all(first_of_change).as_py():
+        rows = rows.filter(first_of_change)
     starts = _differs_from_previous(rows, KEY_COLUMNS)
     single = pc.and_(starts, pa.concat_arrays([starts[1:], pa.array([True])]))
     singles = rows.filter(single)

@@ -31,7 +31,7 @@ from airflow_provider_cdc.core.contract.locations import MANIFEST_NAME, claim_fo
 from airflow_provider_cdc.core.contract.staged_rows import STAGED_SCHEMA_DDL
 from airflow_provider_cdc.core.identifiers import InvalidIdentifierError, validate_identifier
 from airflow_provider_cdc.core.timestamps import format_timestamp
-from airflow_provider_cdc.core.values import SpannerTypeError, column_types_json, union_column_types
+from airflow_provider_cdc.core.values import LogicalTypeError, column_types_json, union_column_types
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.merge.kernels import (
     COLLAPSE_INPUT_COLUMNS,
@@ -49,15 +49,17 @@ INCOMPLETE_TRANSACTIONS_SHOWN = 5
 CHANGES_PER_COLLAPSE_TASK = 200_000
 
 #: Checked for NULLs before anything is written (``keys_json`` is checked by the collapse, and
-#: the column types of each table's newest change by their lookup).
+#: the column types of each table's newest change by their lookup); the transaction columns only
+#: where the source counted the transaction's records (``transaction_record_count`` is set).
 REQUIRED_COLUMNS = (
-    "server_transaction_id",
-    "record_sequence",
+    "transaction_id",
+    "transaction_record",
     "commit_timestamp",
-    "mod_type",
+    "operation",
     "change_sequence_number",
-    "number_of_records_in_transaction",
 )
+_TRANSACTION_COLUMNS = frozenset({"transaction_id", "transaction_record"})
+_RECORD_COUNT = "transaction_record_count"
 
 _SPARK_TYPES = {pa.string(): "STRING", pa.bool_(): "BOOLEAN", pa.timestamp("us", tz="UTC"): "TIMESTAMP"}
 #: :data:`~airflow_provider_cdc.merge.kernels.COLLAPSED_ARROW_SCHEMA` as Spark DDL.
@@ -152,7 +154,7 @@ class TableStats:
         ordered = sorted(self.type_texts, key=lambda text: (self.type_texts[text], text == newest_text))
         try:
             return column_types_json(union_column_types(ordered))
-        except SpannerTypeError as error:
+        except LogicalTypeError as error:
             raise MergeJobError(
                 f"table {self.table_name!r}: bad column_types_json in staging: {error}"
             ) from None
@@ -177,7 +179,7 @@ def _table_stats(staged: Any, window: Window) -> list[TableStats]:
         .agg(
             F.count(F.lit(1)).alias("staged_rows"),
             F.count_if(in_window).alias("window_rows"),
-            *[F.count_if(F.col(column).isNull()).alias(f"null_{column}") for column in REQUIRED_COLUMNS],
+            *[F.count_if(_lacks(column)).alias(f"null_{column}") for column in REQUIRED_COLUMNS],
             F.max(F.when(in_window, F.unix_micros("commit_timestamp"))).alias("newest_micros"),
         )
         .collect()
@@ -187,6 +189,15 @@ def _table_stats(staged: Any, window: Window) -> list[TableStats]:
         name = group["table_name"]
         tables.setdefault(name, TableStats(name)).add(group)
     return [tables[name] for name in sorted(tables, key=lambda name: (name is None, name or ""))]
+
+
+def _lacks(column: str) -> Any:
+    """True where a row lacks a required value of ``column``."""
+    from pyspark.sql import functions as F
+
+    if column in _TRANSACTION_COLUMNS:
+        return F.col(_RECORD_COUNT).isNotNull() & F.col(column).isNull()
+    return F.col(column).isNull()
 
 
 def _table_column_types(staged: Any, tables: Sequence[str], window: Window) -> dict[str, str | None]:
@@ -228,21 +239,22 @@ def _check_tables(tables: list[TableStats]) -> None:
 def _check_transactions(staged: Any, window: Window) -> tuple[int, int]:
     """Fail naming incomplete transactions; return (transactions, records) inside the window.
 
-    A transaction is complete when the distinct records staged for it (over all partitions and
-    tables) number its ``number_of_records_in_transaction``. One shuffle by transaction, then
-    records and transactions are counted with hash aggregations (no sets of records).
+    A transaction is complete when the distinct ``transaction_record`` values staged for it (over
+    all units and tables) number its ``transaction_record_count``. Only changes whose source
+    counted their transaction's records are checked (and counted). One shuffle by transaction,
+    then records and transactions are counted with hash aggregations (no sets of records).
     """
     from pyspark.sql import functions as F
 
-    expected = "number_of_records_in_transaction"
+    expected = _RECORD_COUNT
     records = (
-        staged.filter(_in_window(window))
-        .select("server_transaction_id", "record_sequence", expected)
-        .repartition("server_transaction_id")
-        .groupBy("server_transaction_id", "record_sequence")
+        staged.filter(_in_window(window) & F.col(expected).isNotNull())
+        .select("transaction_id", "transaction_record", expected)
+        .repartition("transaction_id")
+        .groupBy("transaction_id", "transaction_record")
         .agg(F.min(expected).alias("expected_min"), F.max(expected).alias("expected_max"))
     )
-    transactions = records.groupBy("server_transaction_id").agg(
+    transactions = records.groupBy("transaction_id").agg(
         F.count(F.lit(1)).alias("records"),
         F.min("expected_min").alias("expected_min"),
         F.max("expected_max").alias("expected_max"),
@@ -258,12 +270,12 @@ def _check_transactions(staged: Any, window: Window) -> tuple[int, int]:
     if summary["incomplete"]:
         shown = (
             transactions.filter(incomplete)
-            .orderBy("server_transaction_id")
+            .orderBy("transaction_id")
             .limit(INCOMPLETE_TRANSACTIONS_SHOWN)
             .collect()
         )
         listed = ", ".join(
-            f"{row['server_transaction_id']} ({row['records']} of {row['expected_max']} records)"
+            f"{row['transaction_id']} ({row['records']} of {row['expected_max']} records)"
             for row in shown
         )
         more = summary["incomplete"] - len(shown)

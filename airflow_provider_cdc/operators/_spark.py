@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_cdc._compat import AirflowNotFoundException, BaseHook
+from airflow_provider_cdc.hooks.storage import DEFAULT_GCP_CONN_ID
 
 LOCAL_MASTER = "local[*]"
 #: Spark settings for a local master that the operator's own ``conf`` has not set. A window's merge
@@ -118,10 +119,37 @@ def spark_defaults(
         operator.application_args, operator.env_vars, operator.conf = user_args, user_env, user_conf
 
 
+def puts_environment_on_command_line(master: str | None) -> bool:
+    """Whether ``spark-submit`` to ``master`` carries the job's environment as ``--conf`` values on
+    its command line (YARN, Kubernetes): credentials must not reach such a job that way."""
+    return bool(master) and ("yarn" in str(master) or "k8s" in str(master))
+
+
+def job_credentials(
+    master: str | None, env: Mapping[str, str], gcp_conn_id: str | None, log: Any = None
+) -> Mapping[str, str]:
+    """The storage environment ``env`` (built for ``gcp_conn_id``) a job on ``master`` gets.
+
+    ``env`` is empty unless credentials would be used (a location on an object store, or a
+    connection named explicitly). A master that would put it on the command line gets none of the
+    default connection's credentials (the cluster uses its own identity) and refuses any other's
+    (:func:`refuse_remote_credentials`).
+    """
+    if env and puts_environment_on_command_line(master) and gcp_conn_id == DEFAULT_GCP_CONN_ID:
+        if log is not None:
+            log.info(
+                "Spark master %s gets no credentials of %s: the cluster opens the locations with its own "
+                "Google identity", master, gcp_conn_id,
+            )
+        return {}
+    refuse_remote_credentials(master, env)
+    return env
+
+
 def refuse_remote_credentials(master: str | None, env: Mapping[str, str]) -> None:
     """Credentials in a job's environment only reach a driver this worker starts: on YARN or
     Kubernetes spark-submit would carry them as ``--conf`` values on its command line."""
-    if env and master and ("yarn" in master or "k8s" in master):
+    if env and puts_environment_on_command_line(master):
         raise ValueError(
             f"gcp_conn_id credentials can only reach a driver started by this worker; master {master!r} "
             "would put them on the spark-submit command line. Drop gcp_conn_id and give the cluster "

@@ -3,19 +3,21 @@ staleness check."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
 from airflow_provider_cdc._compat import AirflowFailException, BaseOperator
-from airflow_provider_cdc.core.identifiers import validate_pipeline_id
 from airflow_provider_cdc.core.timestamps import coerce_timestamp
-from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-from airflow_provider_cdc.hooks.pipeline import CdcPipelineHook, StaleEpochError
-from airflow_provider_cdc.operators._window import WINDOW_END, WINDOW_START, epoch_of, locations_of, window_of
+from airflow_provider_cdc.hooks.pipeline import StaleEpochError
+from airflow_provider_cdc.operators.window_step import (
+    WINDOW_STEP_FIELDS,
+    WindowStepMixin,
+    window_step_arguments,
+)
 
 
-class CdcCommitWindowOperator(BaseOperator):
+class CdcCommitWindowOperator(WindowStepMixin, BaseOperator):
     """Marks a window applied and advances each table's apply watermark to the window end.
 
     The apply watermark is the analog of BigQuery's ``upsert_stream_apply_watermark``: every change
@@ -41,7 +43,11 @@ class CdcCommitWindowOperator(BaseOperator):
     :param bigquery_watermarks: the BigQuery upsert's return value (``{"tables": {table: {...,
         "upsert_stream_apply_watermark": ...}}}``) or a mapping of BigQuery table to its
         ``upsert_stream_apply_watermark`` (RFC 3339 text, datetime or ``None``). Templated.
-    :param gcp_conn_id: Google Cloud connection for ``gs://`` locations.
+    :param gcp_conn_id: Google Cloud connection for ``gs://`` locations (default
+        ``google_cloud_default``, only read for object-store locations); ``impersonation_chain`` as
+        for the google provider.
+    :param metastore_conn_id: the metastore of the pipeline's windows.
+    :param pipeline_id: the pipeline (templated; default the DAG id).
     :param epoch: the opening of the window this run commits (templated: the open task's ``epoch``
         XCom, see ``epoch_template``; default the epoch the change set's manifest records). The
         compare-and-set that marks the window applied is on it: a window opened again since, or a
@@ -49,53 +55,35 @@ class CdcCommitWindowOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = (
-        "pipeline_id",
-        "window_start",
-        "window_end",
+        *WINDOW_STEP_FIELDS,
         "read_summaries",
         "bigquery_watermarks",
-        "locations",
         "staleness_reference",
-        "gcp_conn_id",
-        "epoch",
     )
     template_fields_renderers = {"locations": "json", "bigquery_watermarks": "json"}
 
+    @window_step_arguments
     def __init__(
         self,
         *,
-        pipeline_id: str | None = None,
-        window_start: Any = WINDOW_START,
-        window_end: Any = WINDOW_END,
         read_summaries: Any = None,
         bigquery_watermarks: Any = None,
-        locations: Mapping[str, str] | None = None,
-        gcp_conn_id: str | None = None,
-        metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
         max_staleness: timedelta | None = None,
         staleness_reference: Any = None,
-        epoch: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.pipeline_id = pipeline_id
-        self.window_start = window_start
-        self.window_end = window_end
         self.read_summaries = read_summaries
         self.bigquery_watermarks = bigquery_watermarks
-        self.locations = locations
-        self.gcp_conn_id = gcp_conn_id
-        self.metastore_conn_id = metastore_conn_id
         self.max_staleness = max_staleness
         self.staleness_reference = staleness_reference
-        self.epoch = epoch
 
     def execute(self, context: Any) -> dict[str, Any]:
-        pipeline = validate_pipeline_id(str(self.pipeline_id or context["ti"].dag_id))
-        window = window_of(self.window_start, self.window_end)
-        locations = locations_of(self.locations)
+        pipeline = str(self.pipeline_of(context))
+        window = self.window()
+        locations = self.window_locations()
         now = coerce_timestamp(self.staleness_reference) if self.staleness_reference else None
-        hook = CdcPipelineHook(self.metastore_conn_id, self.gcp_conn_id)
+        hook = self.pipeline_hook()
         try:
             return hook.commit_window(
                 pipeline,
@@ -106,7 +94,7 @@ class CdcCommitWindowOperator(BaseOperator):
                 now=now,
                 log=self.log,
                 bigquery_watermarks=self.bigquery_watermarks,
-                epoch=epoch_of(self.epoch),
+                epoch=self.window_epoch(),
             )
         except StaleEpochError as exc:  # the window was opened again: a retry cannot change that
             raise AirflowFailException(str(exc)) from exc

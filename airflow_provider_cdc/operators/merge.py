@@ -13,20 +13,18 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from airflow_provider_cdc._compat import AirflowFailException
-from airflow_provider_cdc.core.identifiers import validate_pipeline_id
 from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.core.window import Window
-from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-from airflow_provider_cdc.hooks.pipeline import (
-    CdcPipelineHook,
-    MergeInput,
-    StaleEpochError,
-    pending_manifest_name,
-)
-from airflow_provider_cdc.hooks.storage import storage_environment
+from airflow_provider_cdc.hooks.connection_fields import connection_arguments_of
+from airflow_provider_cdc.hooks.pipeline import MergeInput, StaleEpochError, pending_manifest_name
 from airflow_provider_cdc.merge.input import units_json
-from airflow_provider_cdc.operators._spark import connection_master, refuse_remote_credentials, spark_defaults
-from airflow_provider_cdc.operators._window import WINDOW_END, WINDOW_START, epoch_of, locations_of, window_of
+from airflow_provider_cdc.operators._spark import connection_master, job_credentials, spark_defaults
+from airflow_provider_cdc.operators._window import locations_of, window_of
+from airflow_provider_cdc.operators.window_step import (
+    WINDOW_STEP_FIELDS,
+    LocatedWindowStepFields,
+    WindowStepMixin,
+)
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 #: The ``spark-submit`` application this operator runs.
@@ -60,7 +58,7 @@ def build_domain_zip(directory: str | os.PathLike[str]) -> str:
     return str(target)
 
 
-class SparkMergeWindowOperator(SparkSubmitOperator):
+class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
     """Merge one window's staged changes into per-table change sets with Spark.
 
     Runs ``airflow_provider_cdc/merge/job.py`` through ``spark-submit``: staged rows outside
@@ -95,8 +93,9 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
         templated); its last segment names the staging folder.
     :param window_start: inclusive window start, RFC 3339 (templated; default the data interval start).
     :param window_end: exclusive window end, RFC 3339 (templated; default the data interval end).
-    :param gcp_conn_id: Google Cloud connection whose credentials reach the job in its environment
-        (never its arguments) for ``gs://`` locations.
+    :param gcp_conn_id: Google Cloud connection (default ``google_cloud_default``) whose credentials
+        reach the job in its environment (never its arguments) for ``gs://`` locations.
+    :param impersonation_chain: service account(s) to impersonate with ``gcp_conn_id``.
     :param metastore_conn_id: the metastore holding the window's partitions (``None``: read every
         claim's files in the staging folder, for staging written without a metastore).
     :param pipeline_id: the pipeline whose window this is (templated; default none: no epoch check,
@@ -107,46 +106,29 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
     :param kwargs: passed to ``SparkSubmitOperator`` (``conf``, ``driver_memory``, ``py_files``, ...).
     """
 
+    connection_class = LocatedWindowStepFields
     template_fields: Sequence[str] = (
         *SparkSubmitOperator.template_fields,
-        "locations",
+        *WINDOW_STEP_FIELDS,
         "stream_key",
-        "window_start",
-        "window_end",
-        "gcp_conn_id",
-        "pipeline_id",
-        "epoch",
     )
     template_fields_renderers = {"locations": "json"}
     ui_color = "#f4a460"
 
+    @connection_arguments_of(LocatedWindowStepFields)
     def __init__(
         self,
         *,
-        locations: Mapping[str, str],
         stream_key: str,
-        window_start: str = WINDOW_START,
-        window_end: str = WINDOW_END,
         conn_id: str = "spark_default",
         name: str = "cdc-merge-window",
-        gcp_conn_id: str | None = None,
-        metastore_conn_id: str | None = CdcMetastoreHook.default_conn_name,
-        pipeline_id: str | None = None,
-        epoch: Any = None,
         **kwargs: Any,
     ) -> None:
         if "application" in kwargs:
             raise TypeError("SparkMergeWindowOperator runs its bundled merge job; do not pass 'application'")
         super().__init__(application=MERGE_JOB_PATH, conn_id=conn_id, name=name, **kwargs)
-        self.locations = locations
         self.stream_key = stream_key
-        self.window_start = window_start
-        self.window_end = window_end
         self.spark_conn_id = conn_id
-        self.gcp_conn_id = gcp_conn_id
-        self.metastore_conn_id = metastore_conn_id
-        self.pipeline_id = pipeline_id
-        self.epoch = epoch
 
     def _window_and_folders(self) -> tuple[Window, str, str]:
         window = window_of(self.window_start, self.window_end)
@@ -154,8 +136,7 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
         stream_key = str(self.stream_key or "").strip().rstrip("/")
         if not stream_key:
             raise ValueError("stream_key must name the stream (projects/…/databases/<db>/<stream>)")
-        stream = stream_key.rsplit("/", 1)[-1]
-        return window, locations.staging(stream, window), locations.change_set(window)
+        return window, locations.staging_of(stream_key, window), locations.change_set(window)
 
     def merge_arguments(
         self, claims: Mapping[str, str] | None = None, *, merge_input: MergeInput | None = None
@@ -187,12 +168,10 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
         return args
 
     def _pipeline(self, context: Any) -> str | None:
-        if self.pipeline_id:
-            return validate_pipeline_id(str(self.pipeline_id))
-        ti = context.get("ti") if isinstance(context, Mapping) else None
-        if epoch_of(self.epoch) is None or ti is None:
+        """``pipeline_id``; without it the DAG id when ``epoch`` is given, else none (no epoch check)."""
+        if not self.pipeline_id and self.window_epoch() is None:
             return None
-        return validate_pipeline_id(ti.dag_id)
+        return self.pipeline_of(context, required=False)
 
     def execute(self, context: Any) -> None:
         try:
@@ -205,9 +184,9 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
         merge_input = None
         pipeline = self._pipeline(context)
         if self.metastore_conn_id:
-            hook = CdcPipelineHook(self.metastore_conn_id, self.gcp_conn_id)
+            hook = self.pipeline_hook()
             merge_input = hook.merge_input(
-                str(self.stream_key).rstrip("/"), window, pipeline, epoch_of(self.epoch)
+                str(self.stream_key).rstrip("/"), window, pipeline, self.window_epoch()
             )
             rows = hook.check_staging(staging, window, merge_input.units)
             self.log.info(
@@ -218,9 +197,8 @@ class SparkMergeWindowOperator(SparkSubmitOperator):
                 rows,
             )
         arguments = self.merge_arguments(merge_input=merge_input)
-        env = storage_environment(self.gcp_conn_id)
         master = connection_master(self.spark_conn_id)
-        refuse_remote_credentials(master, env)
+        env = job_credentials(master, self.storage_environment(), self.gcp_conn_id, self.log)
         user_py_files = self.py_files
         with tempfile.TemporaryDirectory(prefix="cdc-merge-") as workdir:
             self.py_files = ",".join(filter(None, [user_py_files, build_domain_zip(workdir)]))

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_cdc._compat import AirflowFailException, BaseSensorOperator, Context, default_deferrable
-from airflow_provider_cdc._errors import DrainWaitError, metastore_errors
+from airflow_provider_cdc._compat import Context
 from airflow_provider_cdc.core.timestamps import coerce_timestamp
 from airflow_provider_cdc.core.window import Window
-from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+from airflow_provider_cdc.sensors.window_complete import WindowCompleteSensor
 from airflow_provider_cdc.sources.spanner.connection import (
     ChangeStreamConnectionMixin,
     connection_arguments,
@@ -19,10 +18,10 @@ from airflow_provider_cdc.sources.spanner.connection import (
 from airflow_provider_cdc.triggers.partitions_drained import PartitionsDrainedTrigger
 
 if TYPE_CHECKING:  # imported where used, so that parsing a DAG stays quick
-    from airflow_provider_cdc.sources.spanner.change_stream_hook import SpannerChangeStreamHook
+    from airflow_provider_cdc.sources.completion import LaggingPartition
 
 
-class SpannerChangeStreamPartitionsDrainedSensor(ChangeStreamConnectionMixin, BaseSensorOperator):
+class SpannerChangeStreamPartitionsDrainedSensor(ChangeStreamConnectionMixin, WindowCompleteSensor):
     """Waits until every partition alive at ``timestamp`` has been read (drained) up to it.
 
     Used twice per window: with ``timestamp`` = the window start before reading (every parent
@@ -30,6 +29,8 @@ class SpannerChangeStreamPartitionsDrainedSensor(ChangeStreamConnectionMixin, Ba
     ``window_end`` set before merging (every partition of the window read to its end). While waiting
     it logs which partition tokens hold it back and how far behind they are. ``deferrable=True``
     hands the wait to the triggerer; by default it follows Airflow's ``[operators] default_deferrable``.
+    The check before merging is :class:`~airflow_provider_cdc.sensors.window_complete.WindowCompleteSensor`'s,
+    which any source uses without its connection; this sensor adds the retention check.
 
     With ``pipeline_id`` it first requires the run's window (``window_start``/``window_end``, else the
     run's data interval) to be able to apply: the pipeline's window before it must be applied. A
@@ -53,7 +54,7 @@ class SpannerChangeStreamPartitionsDrainedSensor(ChangeStreamConnectionMixin, Ba
         "window_end",
         "pipeline_id",
     )
-    ui_color = "#e8f0fe"
+    done_status = PartitionsDrainedTrigger.done_status
 
     @connection_arguments
     def __init__(
@@ -66,67 +67,58 @@ class SpannerChangeStreamPartitionsDrainedSensor(ChangeStreamConnectionMixin, Ba
         pipeline_id: str | None = None,
         **kwargs: Any,
     ) -> None:
-        kwargs.setdefault("poke_interval", 5.0)
-        super().__init__(**kwargs)
-        self.timestamp = timestamp
-        self.window_start = window_start
-        self.window_end = window_end
-        self.deferrable = default_deferrable() if deferrable is None else deferrable
-        self.pipeline_id = pipeline_id
+        # The stream's key needs its project resolved: the hook gives it (see lagging).
+        super().__init__(
+            source_key="",
+            timestamp=timestamp,
+            window_start=window_start,
+            window_end=window_end,
+            deferrable=deferrable,
+            pipeline_id=pipeline_id,
+            **kwargs,
+        )
 
     def _window(self) -> Window | None:
         if self.window_start is None and self.window_end is None:
             return None
         return Window(coerce_timestamp(self.window_start), coerce_timestamp(self.window_end))
 
-    def _require_predecessor_applied(self, context: Context) -> None:
-        window = self._window() or Window(
+    def _checked_window(self, context: Context) -> Window:
+        return self._window() or Window(
             coerce_timestamp(self.timestamp), coerce_timestamp(context["data_interval_end"])
         )
-        with metastore_errors(f"window {window} of pipeline {self.pipeline_id!r}: checking its predecessor"):
-            with CdcMetastoreHook(self.metastore_conn_id) as metastore:
-                error = metastore.metastore.predecessor_error(str(self.pipeline_id), window.start, window.end)
-        if error is not None:
-            raise AirflowFailException(str(error)) if error.never_run else error
 
-    def poke(self, context: Context) -> bool:
-        from airflow_provider_cdc.sources.spanner.change_stream_hook import describe_lagging
+    def _timestamp(self) -> datetime:
+        return coerce_timestamp(self.timestamp)
 
-        if self.pipeline_id:
-            self._require_predecessor_applied(context)
-        hook, timestamp, window = self.to_hook(), coerce_timestamp(self.timestamp), self._window()
+    def waited_for(self) -> str:
+        return f"{self.timestamp} to be drained"
+
+    def lagging(self) -> list[LaggingPartition]:
+        hook, timestamp, window = self.to_hook(), self._timestamp(), self._window()
         lagging = hook.lagging_partitions(timestamp, window)
         if lagging:
             hook.check_retention(window or timestamp)  # changes past retention can never be drained
-            self.log.info("Waiting for %s to be drained: %s", self.timestamp, describe_lagging(lagging))
-            return False
+        return lagging
+
+    def log_done(self) -> None:
         self.log.info("Every partition of %s alive at %s is drained to it", self.stream, self.timestamp)
-        return True
 
-    def execute(self, context: Context) -> Any:
-        if not self.deferrable:
-            return super().execute(context)
-        if self.poke(context):
-            return None
-        self.defer(
-            trigger=self._trigger(self.to_hook()),
-            method_name="execute_complete",
-            timeout=timedelta(seconds=float(self.timeout)),
-        )
-
-    def _trigger(self, hook: SpannerChangeStreamHook) -> PartitionsDrainedTrigger:
+    def trigger(self) -> PartitionsDrainedTrigger:
         """The trigger that goes on waiting: every field, the project resolved, times as text."""
         window = self._window()
-        connection = dataclasses.replace(self.connection, project_id=hook.resolved_project_id)
+        connection = dataclasses.replace(self.connection, project_id=self.to_hook().resolved_project_id)
         return PartitionsDrainedTrigger(
             **connection.serialize(),
-            timestamp=coerce_timestamp(self.timestamp).isoformat(),
+            timestamp=self._timestamp().isoformat(),
             window_start=window.start.isoformat() if window else None,
             window_end=window.end.isoformat() if window else None,
             poll_interval=float(self.poke_interval),
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> None:
-        if event.get("status") != "drained":
+        from airflow_provider_cdc._errors import DrainWaitError
+
+        if event.get("status") != self.done_status:
             raise DrainWaitError(f"waiting for drained partitions failed: {event.get('message')}")
         self.log.info("Every partition alive at %s is drained to it", event.get("timestamp"))

@@ -3,7 +3,8 @@
 ``pa.array`` and ``RecordBatch.from_pydict`` look for pandas objects among their input, which
 imports pandas (tens of MB) into a process that never uses it. Staged columns have four simple
 types, built here from their buffers instead, with the same checks: a value of the wrong type
-raises ``TypeError``, an out-of-range integer ``OverflowError``, a missing value ``ValueError``.
+raises ``TypeError``, an out-of-range integer ``OverflowError``, a missing value ``ValueError``
+(``None`` is a NULL in the columns the contract declares nullable).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def record_batch(columns: Mapping[str, list[Any]]) -> pa.RecordBatch:
 
 def _array(values: list[Any], field: pa.Field) -> pa.Array:
     type_, count = field.type, len(values)
+    if field.nullable and None in values:  # a column a source may leave NULL
+        return _with_nulls(values, field)
     if type_ == pa.string() and count and type(values[0]) is str and values.count(values[0]) == count:
         # One value in every row (a table read's source, table and column types): its bytes repeated.
         data = values[0].encode("utf-8")
@@ -80,6 +83,25 @@ def _array(values: list[Any], field: pa.Field) -> pa.Array:
     else:
         buffer = array(_ARRAY_CODES[type_], values)
     return pa.Array.from_buffers(type_, count, [None, pa.py_buffer(buffer)])
+
+
+_PLACEHOLDERS = {pa.string(): "", pa.int32(): 0, pa.int64(): 0, pa.bool_(): False}
+
+
+def _with_nulls(values: list[Any], field: pa.Field) -> pa.Array:
+    """A nullable column holding NULLs: the values with placeholders for the NULLs, and a validity
+    bitmap marking where the values are."""
+    placeholder = _PLACEHOLDERS[field.type]
+    bits = bytearray((len(values) + 7) // 8)
+    filled = []
+    for index, value in enumerate(values):
+        if value is None:
+            filled.append(placeholder)
+        else:
+            bits[index >> 3] |= 1 << (index & 7)
+            filled.append(value)
+    dense = _array(filled, pa.field(field.name, field.type, nullable=False))
+    return pa.Array.from_buffers(field.type, len(values), [pa.py_buffer(bits), *dense.buffers()[1:]])
 
 
 def _ascii_strings(values: list[Any]) -> pa.Array | None:

@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 from airflow_provider_cdc import filesystems
 from airflow_provider_cdc.core.contract.locations import WindowLocations, partition_key
 from airflow_provider_cdc.core.contract.staged_rows import (
+    NULLABLE_COLUMNS,
     STAGED_CHANGE_COLUMNS,
     STAGED_CHANGE_FIELDS,
     arrow_type,
@@ -61,9 +62,9 @@ from airflow_provider_cdc.staging.reading import (
     staged_files,
 )
 
-_TYPES: dict[str, pa.DataType] = {name: arrow_type(kind) for name, kind in STAGED_CHANGE_FIELDS}
+_TYPES: dict[str, pa.DataType] = {name: arrow_type(kind) for name, kind, _ in STAGED_CHANGE_FIELDS}
 
-#: Arrow schema of a staged change row (every column is always set).
+#: Arrow schema of a staged change row (only ``NULLABLE_COLUMNS`` may be null).
 STAGED_CHANGE_SCHEMA = staged_change_schema()
 
 # Python types a row's values must have (checked per row, so a bad row is refused where it is written).
@@ -87,7 +88,7 @@ BATCH_ROWS = 4_096
 _DICTIONARY_COLUMNS = [
     name
     for name in STAGED_CHANGE_COLUMNS
-    if name not in ("keys_json", "new_values_json", "old_values_json", "change_sequence_number", "mod_index")
+    if name not in ("keys_json", "after_json", "before_json", "change_sequence_number")
 ]
 
 
@@ -275,6 +276,8 @@ class StagingWriter:
         for name, python_type in _PYTHON_TYPES.items():
             value = row[name]
             if value is None:
+                if name in NULLABLE_COLUMNS:
+                    continue
                 raise ValueError(f"staged change column {name!r} must not be null")
             if not isinstance(value, python_type) or (python_type is int and isinstance(value, bool)):
                 raise ValueError(
@@ -283,10 +286,9 @@ class StagingWriter:
                 )
         if row["commit_timestamp"].tzinfo is None:
             raise ValueError("staged change column 'commit_timestamp' must be timezone-aware")
-        if row["partition_token"] != self.partition_token:
+        if row["unit"] != self.partition_token:
             raise ValueError(
-                f"row of partition {row['partition_token']!r} written to the staging of "
-                f"partition {self.partition_token!r}"
+                f"row of unit {row['unit']!r} written to the staging of unit {self.partition_token!r}"
             )
         for name, values in self._columns.items():
             values.append(row[name])

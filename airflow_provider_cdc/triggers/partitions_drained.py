@@ -2,30 +2,31 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_cdc._compat import BaseTrigger, TriggerEvent
 from airflow_provider_cdc.core.timestamps import coerce_timestamp
-from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.sources.spanner.connection import (
     ChangeStreamConnectionMixin,
     connection_arguments,
 )
+from airflow_provider_cdc.triggers.window_complete import WindowCompleteTrigger
 
 if TYPE_CHECKING:  # imported where used: the sensor's DAG file imports this module
-    from airflow_provider_cdc.sources.spanner.change_stream_hook import LaggingPartition
+    from airflow_provider_cdc.sources.completion import LaggingPartition
 
 
-class PartitionsDrainedTrigger(ChangeStreamConnectionMixin, BaseTrigger):
+class PartitionsDrainedTrigger(ChangeStreamConnectionMixin, WindowCompleteTrigger):
     """Fires once every partition alive at ``timestamp`` (and every partition of the window) is drained.
 
-    Takes the change stream's connection fields
-    (:class:`~airflow_provider_cdc.sources.spanner.connection.ChangeStreamConnection`) and serializes
-    every one of them. ``retention`` (seconds or Spanner duration text; default the stream's
-    ``retention_period``) makes it fire an error when the partitions lag and the window is older than that.
+    The :class:`~airflow_provider_cdc.triggers.window_complete.WindowCompleteTrigger` of a change stream
+    named by its connection fields
+    (:class:`~airflow_provider_cdc.sources.spanner.connection.ChangeStreamConnection`, every one of them
+    serialized); the window is optional. ``retention`` (seconds or Spanner duration text; default the
+    stream's ``retention_period``) makes it fire an error when the partitions lag and the window is older
+    than that.
     """
+
+    done_status = "drained"
 
     @connection_arguments
     def __init__(
@@ -37,11 +38,15 @@ class PartitionsDrainedTrigger(ChangeStreamConnectionMixin, BaseTrigger):
         poll_interval: float = 5.0,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
-        self.timestamp = timestamp
-        self.window_start = window_start
-        self.window_end = window_end
-        self.poll_interval = poll_interval
+        # The stream's key needs its project resolved: the hook gives it (see _check).
+        super().__init__(
+            source_key="",
+            window_start=window_start,
+            window_end=window_end,
+            timestamp=timestamp,
+            poll_interval=poll_interval,
+            **kwargs,
+        )
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -55,28 +60,17 @@ class PartitionsDrainedTrigger(ChangeStreamConnectionMixin, BaseTrigger):
             },
         )
 
+    def waited_for(self) -> str:
+        return f"{self.timestamp} to be drained"
+
     def _check(self) -> list[LaggingPartition]:
         hook = self.to_hook()  # one client, metastore and retention lookup for every poll
-        window = None
-        if self.window_start and self.window_end:
-            window = Window(coerce_timestamp(self.window_start), coerce_timestamp(self.window_end))
-        timestamp = coerce_timestamp(self.timestamp)
+        window = self.window()
+        timestamp = coerce_timestamp(str(self.timestamp))
         lagging = hook.lagging_partitions(timestamp, window)
         if lagging:
             hook.check_retention(window or timestamp)  # changes past retention can never be drained
         return lagging
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        from airflow_provider_cdc.sources.spanner.change_stream_hook import describe_lagging
-
-        while True:
-            try:
-                lagging = await asyncio.to_thread(self._check)
-            except Exception as exc:  # reported to the task, which fails with the message
-                yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
-                return
-            if not lagging:
-                yield TriggerEvent({"status": "drained", "timestamp": self.timestamp})
-                return
-            self.log.info("Waiting for %s to be drained: %s", self.timestamp, describe_lagging(lagging))
-            await asyncio.sleep(self.poll_interval)
+    def _event(self) -> dict[str, Any]:
+        return {"status": self.done_status, "timestamp": self.timestamp}

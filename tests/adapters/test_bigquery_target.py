@@ -31,7 +31,6 @@ from airflow_provider_cdc.changesets.writer import Change, change_set_table, wri
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.metastore import Metastore
 from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET
-from airflow_provider_cdc.targets.bigquery.images import ImageError
 from airflow_provider_cdc.targets.bigquery.operators import BigQueryCdcUpsertOperator
 from airflow_provider_cdc.targets.bigquery.schema import (
     BigQueryColumn,
@@ -41,6 +40,7 @@ from airflow_provider_cdc.targets.bigquery.schema import (
 )
 from airflow_provider_cdc.targets.bigquery.writer import AppendError, DefaultStreamWriter, default_stream
 from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
+from airflow_provider_cdc.targets.images import ImageError
 from airflow_provider_cdc.testing.bigquery_fake import FakeBigQuery
 
 PROJECT = "demo-project"

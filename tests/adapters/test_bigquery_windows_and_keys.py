@@ -28,7 +28,7 @@ from airflow_provider_cdc.core.values import parse_column_types
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.metastore import Metastore
 from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET
-from airflow_provider_cdc.targets.bigquery import images
+from airflow_provider_cdc.targets import images
 from airflow_provider_cdc.targets.bigquery.keys import DERIVED_KEY_COLUMN, canonical_key
 from airflow_provider_cdc.targets.bigquery.schema import BigQuerySchemaError
 from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
@@ -173,7 +173,8 @@ def test_a_resend_never_sends_an_image_a_later_window_superseded(
     _write(tmp_path, second, {"Orders": (columns, [_upsert({"Id": 1}, 3, ["Qty"], Qty=10)])})
     lake_root = str(tmp_path / "lake")
     lake = DeltaLakeTarget(lake_root)
-    with mock.patch.object(images, "_delta_dataset", wraps=images._delta_dataset) as lookups:
+    lookup = DeltaLakeTarget.current_rows
+    with mock.patch.object(DeltaLakeTarget, "current_rows", autospec=True, side_effect=lookup) as lookups:
         for window in (first, second):
             _apply_delta(lake, tmp_path, window)
             _operator(fake, tmp_path, lake_root, window).execute({})

@@ -639,12 +639,11 @@ def _staged(mod: dict) -> dict:
     return {
         "table_name": "Employees",
         "keys_json": json.dumps({"ID": str(mod["key"])}, separators=(",", ":")),
-        "mod_type": mod["mod_type"],
-        "new_values_json": json.dumps(mod["values"]),
+        "operation": mod["mod_type"],
+        "after_json": json.dumps(mod["values"]),
         "change_sequence_number": seq(step + 1),
-        "server_transaction_id": f"tx{step}",
-        "record_sequence": "00000000",
-        "mod_index": 0,
+        "transaction_id": f"tx{step}",
+        "transaction_record": "00000000",
         "commit_timestamp": at(step + 1),
         "column_types_json": json.dumps(EMPLOYEES),
     }

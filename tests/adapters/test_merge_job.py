@@ -27,12 +27,12 @@ from airflow_provider_cdc.core.collapse import CollapseError, collapse_window
 from airflow_provider_cdc.core.contract.change_set import CHANGE_SET_COLUMNS, change_set_schema
 from airflow_provider_cdc.core.contract.locations import MANIFEST_NAME
 from airflow_provider_cdc.core.contract.staged_rows import DEDUPLICATION_KEY
-from airflow_provider_cdc.core.sequence_number import spanner_change_sequence_number
 from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, format_timestamp, to_micros
 from airflow_provider_cdc.core.values import column_types_json, parse_column_types
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.merge import kernels as merge_kernels
 from airflow_provider_cdc.staging import STAGED_CHANGE_SCHEMA
+from tests.support.staged_changes import spanner_staged_row
 
 START = datetime(2024, 6, 1, 12, 0, tzinfo=timezone.utc)
 END = START + timedelta(minutes=10)
@@ -95,27 +95,26 @@ def mod(
     types: str = ACCOUNTS,
 ) -> dict[str, Any]:
     """One staged change row (one mod of a data change record), as the read side writes it."""
-    record_sequence = f"{record:08d}"
-    return {
-        "partition_token": f"token-{partition}",
-        "commit_timestamp": commit,
-        "server_transaction_id": transaction,
-        "record_sequence": record_sequence,
-        "mod_index": index,
-        "table_name": table,
-        "mod_type": mod_type,
-        "keys_json": json.dumps({"Id": key}, separators=(",", ":")),
-        "new_values_json": values if isinstance(values, str) else json.dumps(values or {}),
-        "old_values_json": "{}",
-        "column_types_json": types,
-        "value_capture_type": "OLD_AND_NEW_VALUES",
-        "number_of_records_in_transaction": records,
-        "number_of_partitions_in_transaction": partitions,
-        "is_last_record_in_transaction_in_partition": True,
-        "change_sequence_number": spanner_change_sequence_number(
-            to_micros(commit), transaction, record_sequence, index
-        ),
-    }
+    return spanner_staged_row(
+        operation=mod_type,
+        table=table,
+        keys_json=json.dumps({"Id": key}, separators=(",", ":")),
+        after_json=values if isinstance(values, str) else json.dumps(values or {}),
+        commit_timestamp=commit,
+        transaction=transaction,
+        column_types_json=types,
+        record_sequence=f"{record:08d}",
+        mod_index=index,
+        records_in_transaction=records,
+        unit=f"token-{partition}",
+        partitions_in_transaction=partitions,
+    )
+
+
+def uncounted(row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` as a source without transaction record counts stages it (no transaction, no before)."""
+    return {**row, "transaction_id": None, "transaction_record": None, "transaction_record_count": None,
+            "before_json": None, "source_metadata_json": "{}"}
 
 
 # Staging as a faulty writer could leave it: any value may be NULL.
@@ -219,16 +218,26 @@ def test_arrow_batch_collapse_equals_the_reference(seed: int) -> None:
                 assert produced[column] == row[column], (table, row["_keys_json"], column)
 
 
-def test_arrow_batch_collapse_drops_a_repeated_mod_that_sorts_apart() -> None:
-    # Staging whose sequence numbers disagree with its ids: the repeat of (t1, 0) sorts last.
+def test_arrow_batch_collapse_drops_a_repeated_change_wherever_it_was_staged() -> None:
+    # A change is its table, key and sequence number: a retried read's copy, staged in another
+    # unit and in any order, is dropped; another sequence number is another change.
     first = mod(START, "t1", "Accounts", "UPDATE", "k1", {"Name": "first"})
     middle = mod(START + ONE_MICROSECOND, "t2", "Accounts", "UPDATE", "k1", {"Balance": "2"})
-    repeat = {**first, "new_values_json": '{"Name": "repeat"}',
-              "change_sequence_number": middle["change_sequence_number"] + "/1"}
-    expected = collapse_window([first, middle, repeat])["Accounts"][0]
-    got = run_batches([first, middle, repeat], random.Random(1))
-    assert expected["_values_json"] == '{"Balance":"2","Name":"first"}'
-    assert [row["_values_json"] for row in got] == [expected["_values_json"]]
+    repeat = {**first, "unit": "token-p9"}
+    for seed in range(4):
+        rows = [first, middle, repeat, dict(middle)]
+        random.Random(seed).shuffle(rows)
+        expected = collapse_window(rows)["Accounts"][0]
+        got = run_batches(rows, random.Random(seed))
+        assert expected["_values_json"] == '{"Balance":"2","Name":"first"}'
+        assert [row["_values_json"] for row in got] == [expected["_values_json"]]
+    later = {**first, "after_json": '{"Name": "later"}',
+             "change_sequence_number": middle["change_sequence_number"] + "/1"}
+    expected = collapse_window([first, middle, later])["Accounts"][0]
+    assert expected["_values_json"] == '{"Balance":"2","Name":"later"}'
+    assert [row["_values_json"] for row in run_batches([later, middle, first], random.Random(1))] == [
+        expected["_values_json"]
+    ]
 
 
 def test_several_mods_of_one_row_in_one_record_keep_the_last() -> None:
@@ -254,11 +263,11 @@ def test_arrow_batch_collapse_of_nothing_is_nothing() -> None:
 
 
 @pytest.mark.parametrize("chained", [False, True])
-def test_arrow_batch_collapse_names_an_unknown_mod_type(chained: bool) -> None:
+def test_arrow_batch_collapse_names_an_unknown_operation(chained: bool) -> None:
     rows = [mod(START, "t1", "Accounts", "MERGE", "k9", {"Name": "x"})]
     if chained:
         rows.append(mod(START + ONE_MICROSECOND, "t2", "Accounts", "UPDATE", "k9", {"Name": "y"}))
-    problem = r"""table 'Accounts', key \{"Id":"k9"\}.*unknown mod_type 'MERGE'"""
+    problem = r"""table 'Accounts', key \{"Id":"k9"\}.*unknown operation 'MERGE'"""
     with pytest.raises(CollapseError, match=problem):
         run_batches(rows, random.Random(0))
 
@@ -266,7 +275,7 @@ def test_arrow_batch_collapse_names_an_unknown_mod_type(chained: bool) -> None:
 def test_arrow_batch_collapse_names_bad_json_in_a_chain() -> None:
     rows = [mod(START, "t1", "Accounts", "INSERT", "k1", {"Name": "x"}),
             mod(START + ONE_MICROSECOND, "t2", "Accounts", "UPDATE", "k1", "{oops")]
-    problem = r"""key \{"Id":"k1"\}: change 2: new_values_json is not valid JSON"""
+    problem = r"""key \{"Id":"k1"\}: change 2: after_json is not valid JSON"""
     with pytest.raises(CollapseError, match=problem):
         run_batches(rows, random.Random(0))
 
@@ -294,10 +303,7 @@ def test_collapse_yields_the_change_set_columns_it_computes() -> None:
 
 
 def test_collapse_order_is_the_key_then_the_change_order() -> None:
-    assert merge_kernels.SORT_COLUMNS == (
-        "table_name", "keys_json", "change_sequence_number", "server_transaction_id", "record_sequence",
-        "mod_index",
-    )
+    assert merge_kernels.SORT_COLUMNS == ("table_name", "keys_json", "change_sequence_number")
     assert set(DEDUPLICATION_KEY) <= set(merge_kernels.SORT_COLUMNS)
     assert set(merge_kernels.SORT_COLUMNS) <= set(merge_kernels.COLLAPSE_INPUT_COLUMNS)
     assert set(merge_kernels.COLLAPSE_INPUT_COLUMNS) <= set(STAGED_CHANGE_SCHEMA.names)
@@ -534,7 +540,7 @@ def scenario_rows(rng: random.Random) -> list[dict]:
 def staging_files(rows: list[dict]) -> dict[str, list[list[dict]]]:
     files: dict[str, list[list[dict]]] = {}
     for row in rows:
-        files.setdefault(row["partition_token"].removeprefix("token-"), [[]])[0].append(row)
+        files.setdefault(row["unit"].removeprefix("token-"), [[]])[0].append(row)
     # A retried read wrote some of p1's mods again into a second file.
     files["p1"].append([dict(row) for row in files["p1"][0][:4]])
     return files
@@ -632,8 +638,8 @@ def test_operator_run_writes_a_manifest_with_the_counts(operator_run: dict) -> N
         for table in expected
     }
     assert manifest["rows"] == manifest["keys"] == sum(len(r) for r in expected.values())
-    assert manifest["transactions"] == len({row["server_transaction_id"] for row in rows})
-    records = {(row["server_transaction_id"], row["record_sequence"]) for row in rows}
+    assert manifest["transactions"] == len({row["transaction_id"] for row in rows})
+    records = {(row["transaction_id"], row["transaction_record"]) for row in rows}
     assert manifest["source_records"] == len(records)
     assert manifest["dropped_out_of_window"] == 2
     files_written = [path.name for path in operator_run["changeset"].rglob("*") if path.is_file()]
@@ -690,8 +696,8 @@ def harness_run(tmp_path_factory) -> dict[str, Any]:
         folder = root / name / "staging"
         if rows is not None:
             write_staging(folder, staging_files(rows) if name.startswith("driver") else
-                          {"p1": [[r for r in rows if r["partition_token"] == "token-p1"]],
-                           "p2": [[r for r in rows if r["partition_token"] == "token-p2"]]},
+                          {"p1": [[r for r in rows if r["unit"] == "token-p1"]],
+                           "p2": [[r for r in rows if r["unit"] == "token-p2"]]},
                           NULLABLE_STAGED_SCHEMA if nullable else STAGED_CHANGE_SCHEMA)
         scenarios[name] = ["--staging", staging or str(folder), "--changeset",
                            changeset or str(root / name / "changeset"),
@@ -704,6 +710,14 @@ def harness_run(tmp_path_factory) -> dict[str, Any]:
         mod(t, "txB", "Accounts", "UPDATE", "a3", {"Name": "B"}, record=1, records=3, partitions=2,
             partition="p2"),
         mod(t, "txC", "Accounts", "UPDATE", "a4", {"Name": "C"}, record=5, records=2, partition="p2"),
+    ])
+    # A source without transaction record counts (Datastream): nothing to check, the change set
+    # is still built; beside it, a counted transaction that is complete.
+    window("uncounted", [
+        uncounted(mod(t, "e1", "Accounts", "INSERT", "a1", {"Name": "A"}, record=0, records=3)),
+        uncounted(mod(t + ONE_MICROSECOND, "e2", "Accounts", "UPDATE", "a1", {"Balance": "1"}, records=9,
+                      partition="p2")),
+        mod(t, "txD", "Accounts", "INSERT", "a2", {"Name": "D"}),
     ])
     window("empty", None)
     (root / "empty" / "changeset" / "table=Old").mkdir(parents=True)
@@ -815,6 +829,19 @@ def harness_run(tmp_path_factory) -> dict[str, Any]:
             emulator[0].stop()
     return {"root": root, "results": json.loads((root / "results.json").read_text()),
             "driver_rows": driver_rows, "stdout": completed.stdout, "gcs_files": gcs_files}
+
+
+@pytest.mark.spark
+def test_changes_without_transaction_counts_merge_without_a_completeness_check(harness_run: dict) -> None:
+    result = harness_run["results"]["uncounted"]
+    assert result["code"] == 0, result["stderr"]
+    staged = pq.read_table(harness_run["root"] / "uncounted" / "staging", partitioning=None).to_pylist()
+    changes = read_change_set(harness_run["root"] / "uncounted" / "changeset")
+    assert changes == {"Accounts": reference(staged)["Accounts"]}
+    rows = {row["_keys_json"]: row for row in changes["Accounts"]}
+    assert json.loads(rows['{"Id":"a1"}']["_values_json"]) == {"Name": "A", "Balance": "1"}
+    manifest = json.loads((harness_run["root"] / "uncounted" / "changeset" / MANIFEST_NAME).read_text())
+    assert (manifest["transactions"], manifest["source_records"]) == (1, 1)  # only the counted one
 
 
 @pytest.mark.spark
@@ -952,7 +979,7 @@ def test_column_types_are_the_union_of_partial_update_records(harness_run: dict)
     [
         ("bad_table", "invalid table name 'Bad-Name'"),
         ("bad_mod", """table 'Accounts', key {"Id":"k7"}: change"""),
-        ("bad_mod", "unknown mod_type 'MERGE'"),
+        ("bad_mod", "unknown operation 'MERGE'"),
         ("bad_json", """_values_json of table Accounts, key {"Id":"k8"} is not a JSON object: [1, 2]"""),
         ("bad_null", "staged rows of table 'Accounts' lack required values in: change_sequence_number"),
         ("bad_types", "staged rows of table 'Accounts' lack column_types_json"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import socket
 from datetime import datetime, timedelta, timezone
 
@@ -33,23 +34,22 @@ STREAM = "AccountsStream"
 
 # The staged-row contract of ARCHITECTURE.md, column by column.
 ARCHITECTURE_COLUMNS = [
-    ("partition_token", pa.string()),
+    ("unit", pa.string()),
     ("commit_timestamp", pa.timestamp("us", tz="UTC")),
-    ("server_transaction_id", pa.string()),
-    ("record_sequence", pa.string()),
-    ("mod_index", pa.int32()),
+    ("transaction_id", pa.string()),
+    ("transaction_record", pa.string()),
+    ("transaction_record_count", pa.int64()),
     ("table_name", pa.string()),
-    ("mod_type", pa.string()),
+    ("operation", pa.string()),
     ("keys_json", pa.string()),
-    ("new_values_json", pa.string()),
-    ("old_values_json", pa.string()),
+    ("after_json", pa.string()),
+    ("before_json", pa.string()),
     ("column_types_json", pa.string()),
-    ("value_capture_type", pa.string()),
-    ("number_of_records_in_transaction", pa.int64()),
-    ("number_of_partitions_in_transaction", pa.int64()),
-    ("is_last_record_in_transaction_in_partition", pa.bool_()),
+    ("source_metadata_json", pa.string()),
     ("change_sequence_number", pa.string()),
 ]
+#: The columns a source may leave NULL (no transactions, no record counts, no before image).
+NULLABLE = {"transaction_id", "transaction_record", "transaction_record_count", "before_json"}
 
 
 def make_record(index: int, mods: int = 3, mod_type: str = "UPDATE") -> DataChangeRecord:
@@ -105,7 +105,7 @@ def partition_dir(root, token: str, window: Window = WINDOW):
 
 
 def sort_key(row: dict) -> tuple:
-    return (row["partition_token"], row["change_sequence_number"])
+    return (row["unit"], row["change_sequence_number"])
 
 
 # --- local file system ---------------------------------------------------------------------------
@@ -194,6 +194,7 @@ def test_layout_and_partition_key(tmp_path):
 
 def test_column_types_match_the_contract(tmp_path):
     assert [(field.name, field.type) for field in STAGED_CHANGE_SCHEMA] == ARCHITECTURE_COLUMNS
+    assert {field.name for field in STAGED_CHANGE_SCHEMA if field.nullable} == NULLABLE
     with StagingWriter(str(tmp_path), STREAM, WINDOW, "token-A") as writer:
         writer.write_record(make_record(2, mod_type="DELETE"))
     schema = pq.read_schema(writer.files[0].path)
@@ -201,8 +202,13 @@ def test_column_types_match_the_contract(tmp_path):
     row = pq.read_table(writer.files[0].path).to_pylist()[0]
     assert row["commit_timestamp"] == WINDOW.start + timedelta(seconds=2, microseconds=2)
     assert row["commit_timestamp"].tzinfo is not None
-    assert row["mod_index"] == 0 and row["mod_type"] == "DELETE"
-    assert row["is_last_record_in_transaction_in_partition"] is True
+    assert row["change_sequence_number"].endswith("/0000000000000000") and row["operation"] == "DELETE"
+    assert (row["transaction_id"], row["transaction_record"], row["transaction_record_count"]) == (
+        "tx-2",
+        "00000002",
+        1,
+    )
+    assert json.loads(row["source_metadata_json"])["is_last_record_in_transaction_in_partition"] is True
 
 
 def test_retried_writer_replaces_the_first_attempt(tmp_path):
@@ -282,13 +288,13 @@ def test_batches_cover_all_partitions_in_bounded_pieces(tmp_path):
         writer.write_record(make_record(99))
 
     batches = list(
-        iter_staged_batches(root, STREAM, WINDOW, batch_size=3, columns=["partition_token", "keys_json"])
+        iter_staged_batches(root, STREAM, WINDOW, batch_size=3, columns=["unit", "keys_json"])
     )
     assert all(batch.num_rows <= 3 for batch in batches)
-    assert all(batch.schema.names == ["partition_token", "keys_json"] for batch in batches)
+    assert all(batch.schema.names == ["unit", "keys_json"] for batch in batches)
     table = pa.Table.from_batches(batches)
     assert table.num_rows == 30
-    assert sorted(set(table.column("partition_token").to_pylist())) == ["token-A", "token-B"]
+    assert sorted(set(table.column("unit").to_pylist())) == ["token-A", "token-B"]
 
 
 def test_relative_root_and_file_uri(tmp_path, monkeypatch):
@@ -313,17 +319,17 @@ def test_bad_rows_and_misuse_are_refused(tmp_path):
 
     with StagingWriter(root, STREAM, WINDOW, "token-A") as writer:
         with pytest.raises(
-            ValueError, match=r"missing columns \['mod_index'\] and unknown columns \['extra'\]"
+            ValueError, match=r"missing columns \['operation'\] and unknown columns \['extra'\]"
         ):
-            writer.write_row({**{k: v for k, v in row.items() if k != "mod_index"}, "extra": 1})
-        with pytest.raises(ValueError, match="row of partition 'token-B'"):
-            writer.write_row({**row, "partition_token": "token-B"})
-        with pytest.raises(ValueError, match="column 'mod_index' expects int, got str 'first'"):
-            writer.write_row({**row, "mod_index": "first"})
-        with pytest.raises(
-            ValueError, match="column 'is_last_record_in_transaction_in_partition' expects bool"
-        ):
-            writer.write_row({**row, "is_last_record_in_transaction_in_partition": 1})
+            writer.write_row({**{k: v for k, v in row.items() if k != "operation"}, "extra": 1})
+        with pytest.raises(ValueError, match="row of unit 'token-B'"):
+            writer.write_row({**row, "unit": "token-B"})
+        with pytest.raises(ValueError, match="'transaction_record_count' expects int, got str 'first'"):
+            writer.write_row({**row, "transaction_record_count": "first"})
+        with pytest.raises(ValueError, match="column 'transaction_record_count' expects int, got bool"):
+            writer.write_row({**row, "transaction_record_count": True})
+        with pytest.raises(ValueError, match="column 'operation' must not be null"):
+            writer.write_row({**row, "operation": None})
         with pytest.raises(ValueError, match="column 'change_sequence_number' must not be null"):
             writer.write_row({**row, "change_sequence_number": None})
         with pytest.raises(ValueError, match="'commit_timestamp' must be timezone-aware"):
@@ -470,6 +476,18 @@ def test_object_store_locations_take_pyarrow_writes(tmp_path) -> None:
         assert handle.read() == b"hello world"
 
 
+def test_a_source_without_transactions_stages_nulls_where_the_contract_allows_them(tmp_path):
+    first, second = (
+        {**_staged_row(WINDOW.start + timedelta(seconds=n), f'{{"Id":"{n}"}}', "x"), "unit": "token-A"}
+        for n in (1, 2)
+    )
+    bare = {**first, **dict.fromkeys(NULLABLE)}
+    with StagingWriter(str(tmp_path), STREAM, WINDOW, "token-A") as writer:
+        writer.write_row(bare)
+        writer.write_row(second)
+    assert pq.read_table(writer.files[0].path).to_pylist() == [bare, second]
+
+
 def test_record_batches_from_python_columns_take_every_path_with_the_same_values():
     from airflow_provider_cdc.core.contract.staged_rows import STAGED_CHANGE_COLUMNS
     from airflow_provider_cdc.staging.batches import record_batch
@@ -486,8 +504,18 @@ def test_record_batches_from_python_columns_take_every_path_with_the_same_values
         assert batch.schema == STAGED_CHANGE_SCHEMA
         for name in STAGED_CHANGE_COLUMNS:
             assert batch.column(name).to_pylist() == columns[name], name
+    # A source without transactions or before images leaves those columns NULL.
+    bare = [{**row, **dict.fromkeys(NULLABLE)} for row in rows]
+    for subset in (bare, [rows[0], bare[1], rows[2]], [bare[0], rows[1]]):
+        columns = {name: [row[name] for row in subset] for name in STAGED_CHANGE_COLUMNS}
+        batch = record_batch(columns)
+        batch.validate(full=True)
+        for name in STAGED_CHANGE_COLUMNS:
+            assert batch.column(name).to_pylist() == columns[name], name
     with pytest.raises(ValueError, match="must not be null"):
         record_batch({**{n: [rows[0][n]] for n in STAGED_CHANGE_COLUMNS}, "keys_json": [None]})
+    with pytest.raises(TypeError):
+        record_batch({**{n: [rows[0][n]] * 2 for n in STAGED_CHANGE_COLUMNS}, "transaction_id": [None, 7]})
     with pytest.raises(TypeError):
         record_batch({**{n: [rows[0][n]] for n in STAGED_CHANGE_COLUMNS}, "keys_json": [7]})
     with pytest.raises(TypeError):
@@ -497,20 +525,17 @@ def test_record_batches_from_python_columns_take_every_path_with_the_same_values
 def _staged_row(commit: datetime, keys: str, name: str) -> dict:
     """A staged row of a table read (one record, one mod)."""
     return {
-        "partition_token": "p",
+        "unit": "p",
         "commit_timestamp": commit,
-        "server_transaction_id": f"T/{keys}",
-        "record_sequence": "00000000",
-        "mod_index": 0,
+        "transaction_id": f"T/{keys}",
+        "transaction_record": "00000000",
+        "transaction_record_count": 1,
         "table_name": "T",
-        "mod_type": "INSERT",
+        "operation": "INSERT",
         "keys_json": keys,
-        "new_values_json": f'{{"Name":"{name}"}}',
-        "old_values_json": "{}",
+        "after_json": f'{{"Name":"{name}"}}',
+        "before_json": "{}",
         "column_types_json": "[]",
-        "value_capture_type": "NEW_ROW",
-        "number_of_records_in_transaction": 1,
-        "number_of_partitions_in_transaction": 1,
-        "is_last_record_in_transaction_in_partition": True,
+        "source_metadata_json": '{"value_capture_type":"NEW_ROW"}',
         "change_sequence_number": keys,
     }

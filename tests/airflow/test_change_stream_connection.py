@@ -186,3 +186,31 @@ def test_the_trigger_imports_neither_the_sensor_nor_the_hook() -> None:
     assert not [m for m in modules if m.startswith(tasks)], modules
     hook = "airflow_provider_cdc.sources.spanner.change_stream_hook"
     assert hook not in modules, "imported where it is used"
+
+
+@pytest.mark.parametrize("source", ["stream", "table"])
+def test_against_the_emulator_an_undefined_connection_is_the_providers_anonymous_one(
+    source: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from google.auth.credentials import AnonymousCredentials
+
+    from airflow_provider_cdc._compat import AirflowNotFoundException
+    from airflow_provider_cdc.sources.spanner.change_stream_hook import SpannerChangeStreamHook
+    from airflow_provider_cdc.sources.spanner.table_hook import SpannerTableHook
+
+    def build() -> Any:
+        where = {"instance_id": "orders-instance", "database_id": "orders-db", "gcp_conn_id": "gcp_missing"}
+        if source == "stream":
+            return SpannerChangeStreamHook(stream="Orders", **where)
+        return SpannerTableHook(source="Snapshot", **where)
+
+    monkeypatch.delenv("AIRFLOW_CONN_GCP_MISSING", raising=False)
+    monkeypatch.setenv("SPANNER_EMULATOR_HOST", "127.0.0.1:1")
+    hook = build()
+    assert hook.extras == {"is_anonymous": True}  # the google provider's own setting
+    assert isinstance(hook.get_credentials(), AnonymousCredentials)
+    assert hook.resolved_project_id == "emulator-project"
+    assert hook.database_path == "projects/emulator-project/instances/orders-instance/databases/orders-db"
+    monkeypatch.delenv("SPANNER_EMULATOR_HOST")
+    with pytest.raises(AirflowNotFoundException):
+        build()

@@ -183,7 +183,7 @@ def test_commit_timestamp_windows_equal_the_tables_and_name_late_rows(
             events = [r for r in rows if r["table_name"] == "Events"]
             assert len(events) == 2 and len({r["commit_timestamp"] for r in events}) == 1
         if index == 1:
-            assert {(r["table_name"], r["mod_type"]) for r in rows} >= {
+            assert {(r["table_name"], r["operation"]) for r in rows} >= {
                 ("Docs", "DELETE"),
                 ("Events", "DELETE"),
             }
@@ -201,13 +201,13 @@ def test_a_window_is_read_again_at_its_own_timestamp(history: tuple, google_env:
     hook.open_window("again", window, str(tmp_path), mode="commit_timestamp", tables=TABLES)
     hook.read_window(window, str(tmp_path), "reader-0")
     first = sorted(
-        (r["table_name"], r["keys_json"], r["new_values_json"]) for r in staged_rows(hook, tmp_path, window)
+        (r["table_name"], r["keys_json"], r["after_json"]) for r in staged_rows(hook, tmp_path, window)
     )
     summary = hook.open_window("again", window, str(tmp_path), mode="commit_timestamp", tables=TABLES)
     assert summary["read_timestamp"].startswith(window.end.strftime("%Y-%m-%dT%H:%M:%S"))
     hook.read_window(window, str(tmp_path), "reader-1")
     again = sorted(
-        (r["table_name"], r["keys_json"], r["new_values_json"]) for r in staged_rows(hook, tmp_path, window)
+        (r["table_name"], r["keys_json"], r["after_json"]) for r in staged_rows(hook, tmp_path, window)
     )
     assert again == first and first
 

@@ -369,7 +369,19 @@ def test_operators_open_and_read_a_window_through_their_fields(
     opener = SpannerChangeStreamOpenWindowOperator(task_id="open", readers=2, **fields)
     assert opener.to_hook().heartbeat_ms == 2_000
     assert opener.execute(context) == [0, 1]
-    assert pushed == {"epoch": 1}  # the opening's epoch, for the window's merge, upsert and commit
+    assert set(pushed) == {"epoch", "window"}
+    assert pushed["epoch"] == 1  # the opening's epoch, for the window's merge, upsert and commit
+    stream_key = opener.to_hook().stream_key
+    assert pushed["window"] == {  # the opening's handle, for the steps after it
+        "pipeline": "cdc",
+        "source_key": stream_key,
+        "window_start": window.start.isoformat().replace("+00:00", "Z"),
+        "window_end": window.end.isoformat().replace("+00:00", "Z"),
+        "staging_root": str(tmp_path),
+        "epoch": 1,
+        "window_id": window.window_id,
+        "staging_location": f"{tmp_path}/{ALL_CHANGES_STREAM}/{window.window_id}",
+    }
     reader = SpannerChangeStreamReadWindowOperator(task_id="read", reader_index=1, **fields)
     summary = reader.execute(context)
     assert summary["reader_index"] == 1
@@ -426,7 +438,7 @@ def test_a_reader_that_lost_its_lease_changes_nothing(airflow_env: str, history:
     assert recorded and sum(pq.read_metadata(p).num_rows for p in recorded) == summary.rows
 
     # A wakes up: it opens its writer (clearing what it staged before), writes, and completes.
-    rows = [{**row, "partition_token": token} for row in pq.read_table(recorded[0]).to_pylist()[:3]]
+    rows = [{**row, "unit": token} for row in pq.read_table(recorded[0]).to_pylist()[:3]]
     with StagingWriter(staging, ALL_CHANGES_STREAM, window, token, claim_id="a1") as writer:
         writer.write_rows(rows)
     assert not store.complete_window_partition(
@@ -439,10 +451,10 @@ def test_a_reader_that_lost_its_lease_changes_nothing(airflow_env: str, history:
     for path in staged_files(staging, ALL_CHANGES_STREAM, window, claims=claims):
         for row in pq.read_table(path).to_pylist():
             spec = TABLES_BY_NAME[row["table_name"]]
-            staged[_canonical([row["commit_timestamp"].isoformat(), row["table_name"], row["mod_type"],
+            staged[_canonical([row["commit_timestamp"].isoformat(), row["table_name"], row["operation"],
                                spec.decode_values(json.loads(row["keys_json"])),
-                               spec.decode_values(json.loads(row["new_values_json"])),
-                               spec.decode_values(json.loads(row["old_values_json"]))])] += 1
+                               spec.decode_values(json.loads(row["after_json"])),
+                               spec.decode_values(json.loads(row["before_json"]))])] += 1
     expected = _expected(workload, window)
     assert staged == expected, _difference(staged, expected)  # each change once, none of A's
     item = next(i for i in store.window_partitions(key, window.start, window.end) if i.token == token)

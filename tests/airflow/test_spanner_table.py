@@ -77,7 +77,7 @@ def test_snapshot_then_stream_equals_the_database_at_every_window_end(
     read = source_hook.read_window(snapshot, str(tmp_path), "reader-0")
     state: dict[str, dict] = {}
     rows = staged_rows(source_hook, tmp_path, snapshot)
-    assert read.rows == len(rows) and {r["mod_type"] for r in rows} == {"INSERT"}
+    assert read.rows == len(rows) and {r["operation"] for r in rows} == {"INSERT"}
     apply_window(state, rows, types)
     assert state == database_tables(database, types, snapshot.start), "the snapshot differs from the database"
     stream = SpannerChangeStreamHook(
@@ -92,7 +92,7 @@ def test_snapshot_then_stream_equals_the_database_at_every_window_end(
         assert state == database_tables(database, types, window.end - ONE_MICROSECOND), (
             f"after window {window}"
         )
-    kinds = {r["mod_type"] for w in windows for r in staged_rows(stream, tmp_path, w)}
+    kinds = {r["operation"] for w in windows for r in staged_rows(stream, tmp_path, w)}
     assert kinds == {"INSERT", "UPDATE", "DELETE"}
 
 

@@ -57,17 +57,19 @@ def test_one_row_per_mod_with_exactly_the_staged_columns():
     assert len(rows) == 2
     for index, row in enumerate(rows):
         assert tuple(row) == STAGED_CHANGE_COLUMNS
-        assert row["mod_index"] == index
-        assert row["partition_token"] == "token-A"
+        assert ChangeSequenceNumber.parse(row["change_sequence_number"]).sections[3] == index  # mod index
+        assert row["unit"] == "token-A"
         assert row["commit_timestamp"] == COMMIT
-        assert row["server_transaction_id"] == "tx-42"
-        assert row["record_sequence"] == "00000003"
+        assert row["transaction_id"] == "tx-42"
+        assert row["transaction_record"] == "00000003"
+        assert row["transaction_record_count"] == 5
         assert row["table_name"] == "OrderLines"
-        assert row["mod_type"] == "INSERT" and type(row["mod_type"]) is str
-        assert row["value_capture_type"] == "NEW_ROW"
-        assert row["number_of_records_in_transaction"] == 5
-        assert row["number_of_partitions_in_transaction"] == 3
-        assert row["is_last_record_in_transaction_in_partition"] is False
+        assert row["operation"] == "INSERT" and type(row["operation"]) is str
+        assert json.loads(row["source_metadata_json"]) == {
+            "value_capture_type": "NEW_ROW",
+            "number_of_partitions_in_transaction": 3,
+            "is_last_record_in_transaction_in_partition": False,
+        }
 
 
 def test_json_columns_are_canonical():
@@ -75,9 +77,9 @@ def test_json_columns_are_canonical():
     # keys given in different orders give the same text: sorted, compact
     assert first["keys_json"] == '{"Line":"1","OrderId":"7"}'
     assert second["keys_json"] == '{"Line":"2","OrderId":"7"}'
-    assert first["new_values_json"] == '{"Tags":["a","b"]}'
-    assert first["old_values_json"] == "{}"
-    assert second["new_values_json"] == '{"Tags":null}'
+    assert first["after_json"] == '{"Tags":["a","b"]}'
+    assert first["before_json"] == "{}"
+    assert second["after_json"] == '{"Tags":null}'
     columns = json.loads(first["column_types_json"])
     assert [column["name"] for column in columns] == ["OrderId", "Line", "Tags"]
     assert columns[2] == {
@@ -87,6 +89,7 @@ def test_json_columns_are_canonical():
         "ordinal_position": 3,
     }
     assert first["column_types_json"] == canonical_json(columns)
+    assert first["source_metadata_json"] == canonical_json(json.loads(first["source_metadata_json"]))
 
 
 def test_change_sequence_numbers_follow_commit_order():

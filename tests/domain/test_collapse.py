@@ -17,8 +17,7 @@ from airflow_provider_cdc.core.collapse import (
     collapse_key,
     collapse_window,
 )
-from airflow_provider_cdc.core.sequence_number import spanner_change_sequence_number
-from airflow_provider_cdc.core.timestamps import to_micros
+from tests.support.staged_changes import spanner_staged_row
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
 TYPES_V1 = json.dumps(
@@ -35,7 +34,7 @@ TYPES_V2 = json.dumps(
 
 
 def change(
-    mod_type: str,
+    operation: str,
     values: dict[str, Any] | str | None = None,
     *,
     at: int,
@@ -46,31 +45,20 @@ def change(
     mod_index: int = 0,
     column_types: str = TYPES_V1,
 ) -> dict[str, Any]:
-    """A staged change row (ARCHITECTURE.md) committed ``at`` seconds after T0."""
-    commit = T0 + timedelta(seconds=at)
-    transaction = transaction or f"tx-{at}"
+    """A staged change row (ARCHITECTURE.md) of a Spanner mod committed ``at`` seconds after T0."""
     if values is None:
         values = {}
-    return {
-        "partition_token": "token-a",
-        "commit_timestamp": commit,
-        "server_transaction_id": transaction,
-        "record_sequence": record_sequence,
-        "mod_index": mod_index,
-        "table_name": table,
-        "mod_type": mod_type,
-        "keys_json": json.dumps({"Id": str(key)}, separators=(",", ":")),
-        "new_values_json": values if isinstance(values, str) else json.dumps(values, separators=(",", ":")),
-        "old_values_json": "{}",
-        "column_types_json": column_types,
-        "value_capture_type": "OLD_AND_NEW_VALUES",
-        "number_of_records_in_transaction": 1,
-        "number_of_partitions_in_transaction": 1,
-        "is_last_record_in_transaction_in_partition": True,
-        "change_sequence_number": spanner_change_sequence_number(
-            to_micros(commit), transaction, record_sequence, mod_index
-        ),
-    }
+    return spanner_staged_row(
+        operation=operation,
+        table=table,
+        keys_json=json.dumps({"Id": str(key)}, separators=(",", ":")),
+        after_json=values if isinstance(values, str) else json.dumps(values, separators=(",", ":")),
+        commit_timestamp=T0 + timedelta(seconds=at),
+        transaction=transaction or f"tx-{at}",
+        column_types_json=column_types,
+        record_sequence=record_sequence,
+        mod_index=mod_index,
+    )
 
 
 def image(row: dict[str, Any]) -> dict[str, Any]:
@@ -218,11 +206,11 @@ def test_a_columns_newest_description_wins_in_the_union() -> None:
 @pytest.mark.parametrize(
     ("changes", "problem"),
     [
-        ([change("UPSERT", {"A": 1}, at=1)], "unknown mod_type 'UPSERT'"),
-        ([change("UPDATE", "{not json", at=1)], "new_values_json is not valid JSON"),
+        ([change("UPSERT", {"A": 1}, at=1)], "unknown operation 'UPSERT'"),
+        ([change("UPDATE", "{not json", at=1)], "after_json is not valid JSON"),
         ([change("UPDATE", "[1, 2]", at=1)], "not a JSON object"),
         ([change("UPDATE", '{"F": NaN}', at=1)], "NaN is not valid JSON"),
-        ([change("INSERT", {"A": 1}, at=1), change("UPDATE", "null", at=2)], "change 2: new_values_json"),
+        ([change("INSERT", {"A": 1}, at=1), change("UPDATE", "null", at=2)], "change 2: after_json"),
     ],
 )
 def test_bad_changes_are_refused_naming_table_and_key(changes: list[dict], problem: str) -> None:

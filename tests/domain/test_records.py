@@ -11,8 +11,9 @@ import pytest
 from google.cloud.spanner_v1 import PartialResultSet
 from google.cloud.spanner_v1.streamed import StreamedResultSet
 
-from airflow_provider_cdc.core.columns import ColumnType, SpannerType, SpannerTypeError, parse_column_types
+from airflow_provider_cdc.core.columns import ColumnType, parse_column_types
 from airflow_provider_cdc.core.timestamps import format_timestamp, parse_timestamp
+from airflow_provider_cdc.core.types import LogicalType
 from airflow_provider_cdc.sources.spanner.record_parser import (
     parse_change_record_json,
     parse_change_record_row,
@@ -27,6 +28,7 @@ from airflow_provider_cdc.sources.spanner.records import (
     Mod,
     ModType,
 )
+from airflow_provider_cdc.sources.spanner.types import SpannerTypeError, parse_spanner_column_types
 
 UTC = timezone.utc
 
@@ -268,15 +270,15 @@ def test_record_columns_keep_the_stream_type_json_and_parse_as_column_types():
     ]
     record = parse_record_dict("data_change_record", {**TRANSFER_FIRST, "column_types": columns})
     assert [c.to_json_dict() for c in record.column_types] == columns  # staged as the stream sent it
-    assert str(record.column_types[1].spanner_type) == "NUMERIC"
-    assert parse_column_types(record.column_types) == [
-        ColumnType("Id", SpannerType("INT64"), True, 1),
+    assert str(record.column_types[1].logical_type) == "NUMERIC"
+    assert parse_column_types(record.column_types) == parse_spanner_column_types(record.column_types) == [
+        ColumnType("Id", LogicalType("INT64"), True, 1),
         ColumnType("Amount", {"code": "NUMERIC"}, False, 2),
     ]
     assert len({*record.column_types, *record.column_types}) == 2
     unknown = parse_record_dict("data_change_record", TRANSFER_FIRST).column_types
     with pytest.raises(SpannerTypeError, match="column 'Balance': unsupported Spanner type"):
-        parse_column_types(unknown)
+        parse_spanner_column_types(unknown)
 
 
 def test_row_from_server_without_transaction_tag_fields():

@@ -1,4 +1,4 @@
-"""Spanner type → Arrow type mapping and decoding of Spanner's JSON value encoding."""
+"""Spanner types as logical types, their Arrow types and decoding of the JSON value encoding."""
 
 from __future__ import annotations
 
@@ -20,15 +20,16 @@ from airflow_provider_cdc.changesets.arrow_values import (
     decode_column,
     decode_json_objects,
 )
-from airflow_provider_cdc.core.columns import (
-    ColumnType,
-    SpannerType,
-    SpannerTypeError,
-    parse_column_types,
-    parse_spanner_type,
-)
+from airflow_provider_cdc.core.columns import ColumnType, parse_column_types
 from airflow_provider_cdc.core.identifiers import InvalidIdentifierError
-from airflow_provider_cdc.core.values import SpannerValueError, decode_value, write_json_value
+from airflow_provider_cdc.core.types import (
+    LogicalType,
+    LogicalTypeError,
+    ValueEncodingError,
+    decode_value,
+    encode_value,
+)
+from airflow_provider_cdc.sources.spanner.types import SpannerTypeError, parse_spanner_type
 
 SCALARS = {
     "BOOL": pa.bool_(),
@@ -50,6 +51,7 @@ def test_every_scalar_type_maps_to_its_arrow_type(code: str, expected: pa.DataTy
     assert arrow_type({"code": code}) == expected
     assert arrow_type(json.dumps({"code": code})) == expected
     assert arrow_type(code.lower()) == expected
+    assert arrow_type(parse_spanner_type({"code": code})) == expected
 
 
 @pytest.mark.parametrize(("code", "expected"), sorted(SCALARS.items()))
@@ -61,7 +63,8 @@ def test_every_array_type_maps_to_a_list_of_its_element(code: str, expected: pa.
 
 
 def test_ddl_lengths_are_accepted() -> None:
-    assert arrow_type("STRING(MAX)") == pa.string()
+    assert arrow_type(parse_spanner_type("STRING(MAX)")) == pa.string()
+    assert arrow_type(parse_spanner_type("ARRAY<BYTES(1024)>")) == pa.list_(pa.binary())
     assert arrow_type("ARRAY<BYTES(1024)>") == pa.list_(pa.binary())
 
 
@@ -79,11 +82,15 @@ def test_ddl_lengths_are_accepted() -> None:
     ],
 )
 def test_unknown_types_raise_naming_column_and_type(spanner: object) -> None:
-    with pytest.raises(SpannerTypeError) as info:
-        arrow_type(spanner, "Payload")
-    assert "'Payload'" in str(info.value)
     text = json.dumps(spanner) if isinstance(spanner, dict) else spanner
+    with pytest.raises(SpannerTypeError) as info:
+        parse_spanner_type(spanner, "Payload")
+    assert "'Payload'" in str(info.value)
     assert any(part in str(info.value) for part in (text, str(spanner), "no element type", "no 'code'"))
+    with pytest.raises(LogicalTypeError) as logical:
+        arrow_type(spanner, "Payload")
+    assert "'Payload'" in str(logical.value)
+    assert any(part in str(logical.value) for part in (text, str(spanner), "no element type", "no 'code'"))
 
 
 def test_arrow_schema_orders_by_ordinal_position_and_marks_keys() -> None:
@@ -103,11 +110,11 @@ def test_arrow_schema_orders_by_ordinal_position_and_marks_keys() -> None:
 def test_column_types_reject_bad_names_and_duplicates() -> None:
     with pytest.raises(InvalidIdentifierError, match="column"):
         parse_column_types([{"name": "a; DROP TABLE x", "type": {"code": "INT64"}}])
-    with pytest.raises(SpannerTypeError, match="'id' appears twice"):
+    with pytest.raises(LogicalTypeError, match="'id' appears twice"):
         parse_column_types([{"name": "Id", "type": "INT64"}, {"name": "id", "type": "STRING"}])
-    with pytest.raises(SpannerTypeError, match="needs 'name' and 'type'"):
+    with pytest.raises(LogicalTypeError, match="needs 'name' and 'type'"):
         parse_column_types([{"name": "Id"}])
-    with pytest.raises(SpannerTypeError, match="not valid JSON"):
+    with pytest.raises(LogicalTypeError, match="not valid JSON"):
         parse_column_types("[{")
 
 
@@ -158,7 +165,7 @@ def test_decode_nan() -> None:
     ],
 )
 def test_decode_errors_name_column_and_value(spanner: str, encoded: object) -> None:
-    with pytest.raises(SpannerValueError) as info:
+    with pytest.raises(ValueEncodingError) as info:
         decode_value(spanner, encoded, "Amount")
     assert "'Amount'" in str(info.value)
     assert repr(encoded) in str(info.value)
@@ -203,7 +210,7 @@ def test_decode_json_objects_handles_missing_null_and_partial_objects() -> None:
 
 
 def test_decode_json_objects_rejects_unknown_columns() -> None:
-    with pytest.raises(SpannerValueError, match=r"row 1 names column\(s\) \['Ghost'\]"):
+    with pytest.raises(ValueEncodingError, match=r"row 1 names column\(s\) \['Ghost'\]"):
         decode_json_objects(pa.array(['{"i":"1"}', '{"Ghost":1}']), COLUMNS, what="_values_json")
 
 
@@ -250,7 +257,7 @@ _rows = st.lists(
 def test_vectorised_and_per_value_decoding_agree(rows: list[dict], int_as_number: bool) -> None:
     texts = []
     for row in rows:
-        encoded = {name: write_json_value(_by_name[name].type, value, name) for name, value in row.items()}
+        encoded = {name: encode_value(_by_name[name].type, value, name) for name, value in row.items()}
         if int_as_number and encoded.get("i") is not None:
             encoded["i"] = int(encoded["i"])
         texts.append(json.dumps(encoded))
@@ -290,5 +297,5 @@ def test_vectorised_decoding_of_a_batch_read_in_several_blocks() -> None:
 
 
 def test_spanner_type_and_column_type_round_trip() -> None:
-    column = ColumnType("Tags", SpannerType("ARRAY", SpannerType("STRING")), False, 3)
+    column = ColumnType("Tags", LogicalType("ARRAY", LogicalType("STRING")), False, 3)
     assert parse_column_types([column.to_json_dict()]) == [column]

@@ -53,22 +53,25 @@ def test_snapshot_rows_are_inserts_below_every_change_of_the_stream() -> None:
         commit_timestamp=snapshot_at,
     )
     rows = _rows(encoder.columns([["7", "Ann", "AAE=", ["a", None]], ["8", None, None, None]]))
-    assert [r["mod_type"] for r in rows] == [INSERT, INSERT]
+    assert [r["operation"] for r in rows] == [INSERT, INSERT]
     first = rows[0]
     assert first["keys_json"] == '{"UserId":"7"}'
-    assert json.loads(first["new_values_json"]) == {"Name": "Ann", "Photo": "AAE=", "Tags": ["a", None]}
-    assert json.loads(rows[1]["new_values_json"]) == {"Name": None, "Photo": None, "Tags": None}
-    assert first["commit_timestamp"] == snapshot_at and first["partition_token"] == "Users#0@p"
-    assert (
-        first["number_of_records_in_transaction"] == 1 and first["is_last_record_in_transaction_in_partition"]
-    )
+    assert json.loads(first["after_json"]) == {"Name": "Ann", "Photo": "AAE=", "Tags": ["a", None]}
+    assert json.loads(rows[1]["after_json"]) == {"Name": None, "Photo": None, "Tags": None}
+    assert first["commit_timestamp"] == snapshot_at and first["unit"] == "Users#0@p"
+    assert first["transaction_record_count"] == 1 and first["transaction_record"] == "00000000"
+    assert json.loads(first["source_metadata_json"]) == {
+        "value_capture_type": "NEW_ROW",
+        "number_of_partitions_in_transaction": 1,
+        "is_last_record_in_transaction_in_partition": True,
+    }
     # The sequence number is the contract's: commit µs / fingerprint(transaction) / 0 / 0.
     assert first["change_sequence_number"] == spanner_change_sequence_number(
-        to_micros(snapshot_at), first["server_transaction_id"], "00000000", 0
+        to_micros(snapshot_at), first["transaction_id"], "00000000", 0
     )
     earliest_stream_change = spanner_change_sequence_number(to_micros(T), "any transaction", "00000000", 0)
     assert max(r["change_sequence_number"] for r in rows) < earliest_stream_change
-    assert len({r["server_transaction_id"] for r in rows}) == 2  # each row a transaction of its own
+    assert len({r["transaction_id"] for r in rows}) == 2  # each row a transaction of its own
     assert [c["name"] for c in json.loads(first["column_types_json"])] == ["UserId", "Name", "Photo", "Tags"]
 
 
@@ -133,7 +136,7 @@ def test_two_keys_sharing_a_timestamp_order_by_key_and_never_collide() -> None:
     rows = _rows(encoder.columns([["1", "a", stamp], ["2", "b", stamp]]))
     assert rows[0]["commit_timestamp"] == rows[1]["commit_timestamp"] == T + timedelta(seconds=1.5)
     assert rows[0]["change_sequence_number"] != rows[1]["change_sequence_number"]
-    assert rows[0]["server_transaction_id"] != rows[1]["server_transaction_id"]
+    assert rows[0]["transaction_id"] != rows[1]["transaction_id"]
 
 
 def test_soft_delete_and_change_type_columns_give_deletes_and_are_not_carried() -> None:
@@ -153,9 +156,9 @@ def test_soft_delete_and_change_type_columns_give_deletes_and_are_not_carried() 
             "Users", soft.change_columns(columns), select, partition_token="p", config=soft
         ).columns([["1", "a", stamp, True, None], ["2", "b", stamp, False, None]])
     )
-    assert [r["mod_type"] for r in rows] == [DELETE, INSERT]
-    assert rows[0]["new_values_json"] == "{}"
-    assert "Deleted" not in json.loads(rows[1]["new_values_json"])
+    assert [r["operation"] for r in rows] == [DELETE, INSERT]
+    assert rows[0]["after_json"] == "{}"
+    assert "Deleted" not in json.loads(rows[1]["after_json"])
     encoder = ChangeRowEncoder(
         "Users", typed.change_columns(columns), select, partition_token="p", config=typed
     )
@@ -164,7 +167,7 @@ def test_soft_delete_and_change_type_columns_give_deletes_and_are_not_carried() 
             [["1", "a", stamp, None, "d"], ["2", "b", stamp, None, "UPDATE"], ["3", "c", stamp, None, "I"]]
         )
     )
-    assert [r["mod_type"] for r in rows] == [DELETE, UPDATE, INSERT]
+    assert [r["operation"] for r in rows] == [DELETE, UPDATE, INSERT]
     with pytest.raises(TableRowError, match=r"'Op' holds 'MERGE'.*key \{\"UserId\":\"4\"\}"):
         encoder.columns([["4", "d", stamp, None, "MERGE"]])
 
@@ -308,21 +311,19 @@ def _reference(encoder_args: dict, rows: list[list]) -> list[dict]:
         transaction = f"{table}/{to_micros(stamp)}/{keys}"
         result.append(
             {
-                "partition_token": "p",
+                "unit": "p",
                 "commit_timestamp": stamp,
-                "server_transaction_id": transaction,
-                "record_sequence": "00000000",
-                "mod_index": 0,
+                "transaction_id": transaction,
+                "transaction_record": "00000000",
+                "transaction_record_count": 1,
                 "table_name": table,
-                "mod_type": mod,
+                "operation": mod,
                 "keys_json": keys,
-                "new_values_json": "{}" if mod == DELETE else image,
-                "old_values_json": "{}",
+                "after_json": "{}" if mod == DELETE else image,
+                "before_json": "{}",
                 "column_types_json": None,  # compared apart
-                "value_capture_type": "NEW_ROW",
-                "number_of_records_in_transaction": 1,
-                "number_of_partitions_in_transaction": 1,
-                "is_last_record_in_transaction_in_partition": True,
+                "source_metadata_json": '{"is_last_record_in_transaction_in_partition":true,'
+                '"number_of_partitions_in_transaction":1,"value_capture_type":"NEW_ROW"}',
                 "change_sequence_number": spanner_change_sequence_number(
                     to_micros(stamp), transaction, "00000000", 0
                 ),
@@ -366,9 +367,9 @@ def test_column_wise_encoding_matches_the_row_by_row_reference(config: CommitTim
         row.pop("column_types_json")
     assert from_rows == expected
     if config is not None and config.soft_delete_column:
-        assert [r["mod_type"] for r in from_rows] == [INSERT, INSERT, DELETE, INSERT, INSERT]
+        assert [r["operation"] for r in from_rows] == [INSERT, INSERT, DELETE, INSERT, INSERT]
     if config is not None and config.change_type_column:
-        assert [r["mod_type"] for r in from_rows] == [INSERT, UPDATE, UPDATE, DELETE, DELETE]
+        assert [r["operation"] for r in from_rows] == [INSERT, UPDATE, UPDATE, DELETE, DELETE]
 
 
 def test_an_empty_chunk_and_a_table_of_keys_only() -> None:
@@ -378,7 +379,7 @@ def test_an_empty_chunk_and_a_table_of_keys_only() -> None:
     assert encoder.columns(ColumnChunk([[], []])) == [[] for _ in STAGED_CHANGE_COLUMNS]
     rows = _rows(encoder.columns([["2", "x"], [None, None]]))
     assert [r["keys_json"] for r in rows] == ['{"A":"x","B":"2"}', '{"A":null,"B":null}']
-    assert [r["new_values_json"] for r in rows] == ["{}", "{}"]
+    assert [r["after_json"] for r in rows] == ["{}", "{}"]
     with pytest.raises(ValueError, match="expected 2 columns"):
         encoder.columns(ColumnChunk([["x"]]))
     with pytest.raises(ValueError, match="differ in length"):

@@ -561,15 +561,13 @@ def _transactions_spanning_partitions(pipeline: Pipeline) -> int:
     import pyarrow.dataset as ds
 
     staged = ds.dataset(str(pipeline.home.staging_root), format="parquet", partitioning=None)
-    table = staged.to_table(columns=["server_transaction_id", "number_of_partitions_in_transaction"])
+    table = staged.to_table(columns=["transaction_id", "source_metadata_json"])
     spanning = {
         tid
-        for tid, parts in zip(
-            table["server_transaction_id"].to_pylist(),
-            table["number_of_partitions_in_transaction"].to_pylist(),
-            strict=True,
+        for tid, metadata in zip(
+            table["transaction_id"].to_pylist(), table["source_metadata_json"].to_pylist(), strict=True
         )
-        if parts > 1
+        if json.loads(metadata)["number_of_partitions_in_transaction"] > 1
     }
     return len(spanning)
 

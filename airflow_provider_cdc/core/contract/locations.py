@@ -2,7 +2,10 @@
 
 Staging (a source's output, the merge's input)::
 
-    {staging_root}/{stream}/{window_id}/partition={partition_key}/claim={claim_id}/part-NNNNN.parquet
+    {staging_root}/{folder}/{window_id}/partition={partition_key}/claim={claim_id}/part-NNNNN.parquet
+
+where ``folder`` is the source's staging folder, the last segment of its metastore key
+(:func:`staging_folder`).
 
 A partition of a window is read under a claim; the claim that completes it (recorded in the
 metastore) names the partition's output, and other claims' folders (readers that lost their
@@ -39,6 +42,15 @@ def claim_folder(window_folder: str, key: str, claim_id: str) -> str:
     return f"{window_folder.rstrip('/')}/{PARTITION_DIR_PREFIX}{key}/{CLAIM_DIR_PREFIX}{claim_id}"
 
 
+def staging_folder(source_key: str) -> str:
+    """The staging folder of a source: the last segment of its metastore key
+    (``projects/…/databases/<db>/<stream>`` → ``<stream>``), a plain identifier."""
+    key = str(source_key or "").strip().rstrip("/")
+    if not key:
+        raise ValueError("a source key names the source (projects/…/databases/<db>/<stream or source>)")
+    return validate_identifier(key.rsplit("/", 1)[-1], "change stream")
+
+
 def _root(value: str | None, name: str) -> str:
     if value is None or not str(value).strip():
         raise ValueError(f"{name} is not set: give the {name} of the pipeline's locations")
@@ -62,6 +74,10 @@ class WindowLocations:
         """The folder of a window's staged rows of ``stream``."""
         validate_identifier(stream, "change stream")
         return f"{_root(self.staging_root, 'staging_root')}/{stream}/{window.window_id}"
+
+    def staging_of(self, source_key: str, window: Window) -> str:
+        """The folder of a window's staged rows of the source ``source_key`` (its metastore key)."""
+        return self.staging(staging_folder(source_key), window)
 
     def change_set(self, window: Window) -> str:
         """The folder of a window's change set (its tables and manifest)."""

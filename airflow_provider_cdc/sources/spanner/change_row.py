@@ -1,13 +1,27 @@
-"""The staged change row: one row per mod of a data change record.
+"""Spanner data change records as staged change rows: one row per mod.
 
-Every source maps its changes into these rows; staging writes them to Parquet and the merge job
-reads them back. The columns are those of ARCHITECTURE.md, "Staged change rows".
+Every source maps its changes into these rows (``core/contract/staged_rows.py``); staging writes
+them to Parquet and the merge job reads them back. A Spanner mod maps as:
+
+| staged column | from the data change record |
+| --- | --- |
+| ``unit`` | the partition token read |
+| ``transaction_id`` | ``server_transaction_id`` |
+| ``transaction_record`` | ``record_sequence`` |
+| ``transaction_record_count`` | ``number_of_records_in_transaction`` |
+| ``operation`` | ``mod_type`` |
+| ``after_json`` / ``before_json`` | the mod's ``new_values`` / ``old_values`` |
+| ``column_types_json`` | ``column_types`` (Spanner's type JSON is the logical types' JSON form) |
+| ``source_metadata_json`` | ``value_capture_type``, ``number_of_partitions_in_transaction`` and |
+| | ``is_last_record_in_transaction_in_partition`` |
+| ``change_sequence_number`` | ``commit µs / fingerprint64(transaction) / record_sequence / mod index`` |
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from functools import lru_cache
 from typing import Any
 
 from airflow_provider_cdc.core.timestamps import to_micros
@@ -17,6 +31,23 @@ from airflow_provider_cdc.sources.spanner.records import DataChangeRecord
 def canonical_json(value: Any) -> str:
     """Compact JSON text with sorted keys: equal values always give equal text."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+@lru_cache(maxsize=64)
+def source_metadata_json(
+    value_capture_type: str,
+    number_of_partitions_in_transaction: int,
+    is_last_record_in_transaction_in_partition: bool,
+) -> str:
+    """A Spanner change's ``source_metadata_json``: what its record tells beyond the staged columns
+    (canonical JSON; the few distinct values are cached)."""
+    return canonical_json(
+        {
+            "value_capture_type": value_capture_type,
+            "number_of_partitions_in_transaction": number_of_partitions_in_transaction,
+            "is_last_record_in_transaction_in_partition": is_last_record_in_transaction_in_partition,
+        }
+    )
 
 
 def change_rows(record: DataChangeRecord, partition_token: str) -> Iterator[dict[str, Any]]:
@@ -33,23 +64,25 @@ def _rows(record: DataChangeRecord, partition_token: str) -> Iterator[dict[str, 
 
     commit_micros = to_micros(record.commit_timestamp)
     column_types_json = canonical_json([column.to_json_dict() for column in record.column_types])
+    metadata = source_metadata_json(
+        record.value_capture_type,
+        record.number_of_partitions_in_transaction,
+        record.is_last_record_in_transaction_in_partition,
+    )
     for mod_index, mod in enumerate(record.mods):
         yield {
-            "partition_token": partition_token,
+            "unit": partition_token,
             "commit_timestamp": record.commit_timestamp,
-            "server_transaction_id": record.server_transaction_id,
-            "record_sequence": record.record_sequence,
-            "mod_index": mod_index,
+            "transaction_id": record.server_transaction_id,
+            "transaction_record": record.record_sequence,
+            "transaction_record_count": record.number_of_records_in_transaction,
             "table_name": record.table_name,
-            "mod_type": record.mod_type.value,
+            "operation": record.mod_type.value,
             "keys_json": canonical_json(mod.keys),
-            "new_values_json": canonical_json(mod.new_values),
-            "old_values_json": canonical_json(mod.old_values),
+            "after_json": canonical_json(mod.new_values),
+            "before_json": canonical_json(mod.old_values),
             "column_types_json": column_types_json,
-            "value_capture_type": record.value_capture_type,
-            "number_of_records_in_transaction": record.number_of_records_in_transaction,
-            "number_of_partitions_in_transaction": record.number_of_partitions_in_transaction,
-            "is_last_record_in_transaction_in_partition": record.is_last_record_in_transaction_in_partition,
+            "source_metadata_json": metadata,
             "change_sequence_number": spanner_change_sequence_number(
                 commit_micros, record.server_transaction_id, record.record_sequence, mod_index
             ),

@@ -23,6 +23,7 @@ from airflow_provider_cdc.core.columns import ColumnType
 from airflow_provider_cdc.core.contract.staged_rows import STAGED_CHANGE_COLUMNS
 from airflow_provider_cdc.core.sequence_number import fingerprint64
 from airflow_provider_cdc.core.timestamps import parse_timestamp, to_micros
+from airflow_provider_cdc.sources.spanner.change_row import source_metadata_json
 from airflow_provider_cdc.sources.spanner.record_parser import parse_change_record_row
 from airflow_provider_cdc.sources.spanner.records import ChangeStreamRecord, ModType, ValueCaptureType
 
@@ -31,10 +32,9 @@ _CAPTURE_TYPES = frozenset(v.value for v in ValueCaptureType)
 _loads = json.loads
 _scan_once = JSONDecoder().scan_once  # the C scanner where available: no per-call Python layers
 assert STAGED_CHANGE_COLUMNS == (
-    "partition_token", "commit_timestamp", "server_transaction_id", "record_sequence", "mod_index",
-    "table_name", "mod_type", "keys_json", "new_values_json", "old_values_json", "column_types_json",
-    "value_capture_type", "number_of_records_in_transaction", "number_of_partitions_in_transaction",
-    "is_last_record_in_transaction_in_partition", "change_sequence_number",
+    "unit", "commit_timestamp", "transaction_id", "transaction_record", "transaction_record_count",
+    "table_name", "operation", "keys_json", "after_json", "before_json", "column_types_json",
+    "source_metadata_json", "change_sequence_number",
 )  # fmt: skip
 
 
@@ -174,12 +174,12 @@ class ChangeRecordDecoder:
                 new_values_json.append(_object_text(parts[1]))
                 old_values_json.append(_object_text(parts[2]))
             count = len(keys_json)
+            metadata = source_metadata_json(capture, partitions_in_transaction, is_last)
             columns = [
                 [self.partition_token] * count, [commit_timestamp] * count, [transaction] * count,
-                [sequence] * count, list(range(count)), [table] * count, [mod_type] * count, keys_json,
-                new_values_json, old_values_json, [column_types_json] * count, [capture] * count,
-                [records_in_transaction] * count, [partitions_in_transaction] * count, [is_last] * count,
-                [f"{prefix}{index:016X}" for index in range(count)],
+                [sequence] * count, [records_in_transaction] * count, [table] * count, [mod_type] * count,
+                keys_json, new_values_json, old_values_json, [column_types_json] * count,
+                [metadata] * count, [f"{prefix}{index:016X}" for index in range(count)],
             ]  # fmt: skip
             return DataRecordRows(
                 commit_timestamp, transaction, sequence, is_last, partitions_in_transaction, columns

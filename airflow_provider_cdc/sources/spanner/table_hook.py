@@ -20,16 +20,16 @@ from airflow_provider_cdc._errors import CdcError, RetentionExpiredError, metast
 from airflow_provider_cdc.core.identifiers import InvalidIdentifierError, validate_identifier
 from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.core.window import Window
-from airflow_provider_cdc.filesystems import is_local
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.metastore import MetastoreError, PartitionSpec, WindowNotFoundError
-from airflow_provider_cdc.sources.spanner.change_stream_hook import SpannerChangeStreamHook
+from airflow_provider_cdc.sources.hook import WindowSourceHook
 from airflow_provider_cdc.sources.spanner.connection import DEFAULT_GCP_CONN_ID
+from airflow_provider_cdc.sources.spanner.database import SpannerDatabase
 from airflow_provider_cdc.sources.spanner.table_rows import CommitTimestampTable, TableRowError
 
 if TYPE_CHECKING:
     from airflow_provider_cdc.sources.spanner.snapshot import VersionRetention
-    from airflow_provider_cdc.sources.spanner.table_batches import PlannedTable
+    from airflow_provider_cdc.sources.spanner.table_batches import BatchPlan, PlannedTable
     from airflow_provider_cdc.sources.spanner.table_reader import TableReadSummary, TableWindowReader
 
 __all__ = ["LateRowsError", "SpannerTableError", "SpannerTableHook", "TableSourceConfigError"]
@@ -73,12 +73,13 @@ def _step_errors(window: Window, what: str) -> Iterator[None]:
         raise SpannerTableError(f"{what}: {exc}") from exc
 
 
-class SpannerTableHook(SpannerChangeStreamHook):
+class SpannerTableHook(SpannerDatabase, WindowSourceHook):
     """Reads ``[start, end)`` windows of Spanner tables: a snapshot, or tables by commit timestamp.
 
     The connection (credentials, project, impersonation, the emulator through
-    ``SPANNER_EMULATOR_HOST``) and the metastore are those of :class:`SpannerChangeStreamHook`; the
-    stream's place is taken by the source name.
+    ``SPANNER_EMULATOR_HOST``) is that of every Spanner source
+    (:class:`~airflow_provider_cdc.sources.spanner.database.SpannerDatabase`), the metastore that of
+    every source (:class:`~airflow_provider_cdc.sources.hook.WindowSourceHook`).
 
     :param instance_id: Spanner instance id.
     :param database_id: Spanner database id.
@@ -104,28 +105,47 @@ class SpannerTableHook(SpannerChangeStreamHook):
         **kwargs: Any,
     ) -> None:
         try:
-            validate_identifier(source, "table source")
+            self._source = validate_identifier(source, "table source")
         except InvalidIdentifierError as exc:
             raise TableSourceConfigError(str(exc)) from exc
         super().__init__(
             instance_id=instance_id,
             database_id=database_id,
-            stream=source,
             project_id=project_id,
             gcp_conn_id=gcp_conn_id,
             impersonation_chain=impersonation_chain,
-            metastore_conn_id=metastore_conn_id,
             **kwargs,
         )
+        self.metastore_conn_id = metastore_conn_id
 
     @property
     def source(self) -> str:
-        return self.stream
+        return self._source
 
     @property
     def source_key(self) -> str:
         """The source's name in the metastore: ``projects/…/databases/<db>/<source>``."""
-        return self.stream_key
+        return f"{self.database_path}/{self.source}"
+
+    @property
+    def stream(self) -> str:
+        """The source's name (as the merge's ``stream_key`` ends with it)."""
+        return self.source
+
+    @property
+    def stream_key(self) -> str:
+        """The source's metastore key under the name the merge takes it by."""
+        return self.source_key
+
+    @contextmanager
+    def step_errors(self, window: Window, what: str) -> Iterator[None]:
+        with _step_errors(window, what):
+            yield
+
+    def check_readable(self, window: Window) -> None:
+        """Nothing to check before a read: the window's plan fixed its read timestamp when it was
+        opened (checked against the version retention then), and a read whose timestamp has left the
+        retention since fails naming it."""
 
     # ----- the database's clock and retention -----------------------------------------------------
     @cached_property
@@ -398,7 +418,7 @@ class SpannerTableHook(SpannerChangeStreamHook):
         read_at: datetime,
         **options: Any,
     ) -> dict[str, Any]:
-        from airflow_provider_cdc.sources.spanner.table_batches import clear_batches, plan_batches, write_plan
+        from airflow_provider_cdc.sources.spanner.table_batches import clear_batches
 
         store = self.metastore
         try:
@@ -407,10 +427,7 @@ class SpannerTableHook(SpannerChangeStreamHook):
             applied_before = False
         # Every opening is an epoch: a window recorded before (a retry, clear, backfill, or a second
         # run while the first is still at it) opens again, fencing the earlier opening's steps out.
-        record = store.open_window(
-            pipeline, self.source_key, window.start, window.end, staging_uri=staging_root, reopen=True
-        )
-        store.reset_window_partitions(self.source_key, window.start, window.end)
+        record = self.reopen_window(pipeline, window, staging_root)
         options_of_root = self._storage_options(staging_root)
         if applied_before:
             # The window was applied: no run of an earlier opening can still commit it.
@@ -426,12 +443,8 @@ class SpannerTableHook(SpannerChangeStreamHook):
                 window,
                 record.attempt,
             )
-        plan = plan_batches(self.database, self.source, mode, window, read_at, planned, **options)
-        path = write_plan(plan, staging_root, storage_options=options_of_root)
+        plan, path = self._plan(window, staging_root, mode, planned, read_at, **options)
         tokens = plan.tokens
-        store.add_partitions(self.source_key, [PartitionSpec(token, window.start) for token in tokens])
-        store.end_partitions(self.source_key, tokens, window.end)
-        store.add_window_partitions(self.source_key, window.start, window.end, tokens)
         batches: dict[str, int] = {}
         for batch in plan.batches:
             batches[batch.table] = batches.get(batch.table, 0) + 1
@@ -456,27 +469,57 @@ class SpannerTableHook(SpannerChangeStreamHook):
             "tables": batches,
         }
 
-    def _storage_options(self, staging_root: str) -> dict[str, str] | None:
-        if is_local(staging_root):
-            return None
-        from airflow_provider_cdc.hooks.storage import storage_options
+    def plan_units(self, window: Window, staging_root: str, owner: str, **options: Any) -> list[str]:
+        """Plan the opened window's batches and record them as its partitions: ``options`` are
+        ``mode``, ``planned`` (the tables), ``read_at`` (the read timestamp) and the batch hints
+        ``max_partitions``/``partition_size_bytes``."""
+        mode, planned, read_at = options.pop("mode"), options.pop("planned"), options.pop("read_at")
+        return self._plan(window, staging_root, mode, planned, read_at, **options)[0].tokens
 
-        return storage_options(self.gcp_conn_id)
+    def _plan(
+        self,
+        window: Window,
+        staging_root: str,
+        mode: str,
+        planned: Sequence[PlannedTable],
+        read_at: datetime,
+        **options: Any,
+    ) -> tuple[BatchPlan, str]:
+        """Plan the window's batches once, write the plan next to the staging and record its batches
+        as the window's partitions; returns the plan and where it was written."""
+        from airflow_provider_cdc.sources.spanner.table_batches import plan_batches, write_plan
+
+        store = self.metastore
+        plan = plan_batches(self.database, self.source, mode, window, read_at, planned, **options)
+        path = write_plan(plan, staging_root, storage_options=self._storage_options(staging_root))
+        tokens = plan.tokens
+        store.add_partitions(self.source_key, [PartitionSpec(token, window.start) for token in tokens])
+        store.end_partitions(self.source_key, tokens, window.end)
+        store.add_window_partitions(self.source_key, window.start, window.end, tokens)
+        return plan, path
+
+    def _storage_options(self, staging_root: str) -> dict[str, str] | None:
+        return self.staging_storage_options(staging_root)
 
     # ----- reading a window -----------------------------------------------------------------------
     def table_reader(self, staging_root: str, owner: str, **kwargs: Any) -> TableWindowReader:
         from airflow_provider_cdc.sources.spanner.table_reader import TableWindowReader
 
-        kwargs.setdefault("log", self.log)
-        if "storage_options" not in kwargs:
-            kwargs["storage_options"] = self._storage_options(staging_root)
         return TableWindowReader(
-            self.database, self.metastore, self.source_key, self.source, staging_root, owner=owner, **kwargs
+            self.database,
+            self.metastore,
+            self.source_key,
+            self.staging_folder,
+            staging_root,
+            owner=owner,
+            **self.reader_options(staging_root, kwargs),
         )
+
+    def window_reader(self, staging_root: str, owner: str, **options: Any) -> TableWindowReader:
+        return self.table_reader(staging_root, owner, **options)
 
     def read_window(  # type: ignore[override]
         self, window: Window, staging_root: str, owner: str, **kwargs: Any
     ) -> TableReadSummary:
         """Read batches of the window (sharing the work with other readers) into staging."""
-        with _step_errors(window, f"window {window}: reading it (reader {owner})"):
-            return self.table_reader(staging_root, owner, **kwargs).read(window)
+        return super().read_window(window, staging_root, owner, **kwargs)  # type: ignore[return-value]

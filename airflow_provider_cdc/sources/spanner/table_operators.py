@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_cdc._compat import AirflowFailException, BaseOperator, Context
-from airflow_provider_cdc._errors import metastore_errors, require_absolute
+from airflow_provider_cdc._compat import AirflowFailException, Context
 from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, coerce_timestamp, format_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.connection_fields import (
@@ -29,8 +28,13 @@ from airflow_provider_cdc.hooks.connection_fields import (
     connection_arguments_of,
 )
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-from airflow_provider_cdc.operators._window import EPOCH_XCOM_KEY, WINDOW_END, WINDOW_START, window_of
-from airflow_provider_cdc.sources.spanner.change_stream_operators import reader_owner
+from airflow_provider_cdc.sources.operators import (
+    WINDOW_FIELDS,
+    OpenWindowOperatorBase,
+    ReadWindowOperatorBase,
+    SourceWindowOperator,
+    refuse_never_run,
+)
 from airflow_provider_cdc.sources.spanner.connection import DEFAULT_GCP_CONN_ID
 
 if TYPE_CHECKING:
@@ -120,44 +124,19 @@ class TableSourceConnectionMixin(ConnectionFieldsMixin):
         def to_hook(self) -> SpannerTableHook: ...
 
 
-class _TableWindowOperator(TableSourceConnectionMixin, BaseOperator):
+class _TableWindowOperator(TableSourceConnectionMixin, SourceWindowOperator):
     """Fields shared by the open and read operators: the connection fields, the window (default the
     run's data interval), the staging root (a ``gs://`` URI or an absolute path) and the pipeline id
     (default the DAG id); all templated."""
 
-    template_fields: Sequence[str] = (
-        *TABLE_SOURCE_FIELDS,
-        "staging_root",
-        "window_start",
-        "window_end",
-        "pipeline_id",
-    )
+    template_fields: Sequence[str] = (*TABLE_SOURCE_FIELDS, *WINDOW_FIELDS)
 
     @table_source_arguments
-    def __init__(
-        self,
-        *,
-        staging_root: str,
-        window_start: Any = WINDOW_START,
-        window_end: Any = WINDOW_END,
-        pipeline_id: str | None = None,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.staging_root = staging_root
-        self.window_start = window_start
-        self.window_end = window_end
-        self.pipeline_id = pipeline_id
-
-    def window(self) -> Window:
-        require_absolute("staging_root", self.staging_root)
-        return window_of(self.window_start, self.window_end)
-
-    def pipeline(self, context: Context) -> str:
-        return self.pipeline_id or context["ti"].dag_id
 
 
-class SpannerTableOpenWindowOperator(_TableWindowOperator):
+class SpannerTableOpenWindowOperator(_TableWindowOperator, OpenWindowOperatorBase):
     """Opens a window of a table source: plans its batches once and records them in the metastore.
 
     :param mode: ``snapshot`` (``tables``: table names, or ``change_stream``; the window is
@@ -181,7 +160,8 @@ class SpannerTableOpenWindowOperator(_TableWindowOperator):
     :param max_wait_seconds: how long to wait for the database's clock to pass the read timestamp.
 
     Returns ``list(range(readers))`` and pushes the opening's epoch as the XCom ``epoch`` for the
-    window's merge, upsert and commit (``epoch=epoch_template(open.task_id)``).
+    window's merge, upsert and commit (``epoch=epoch_template(open.task_id)``), and the window's handle
+    (pipeline, source key, window, epoch, staging location) as the XCom ``window``.
     """
 
     template_fields: Sequence[str] = (
@@ -202,8 +182,6 @@ class SpannerTableOpenWindowOperator(_TableWindowOperator):
         mode: str,
         tables: Sequence[str] | Sequence[Mapping[str, Any]] | None = None,
         change_stream: str | None = None,
-        readers: int | str = 1,
-        first_window_start: Any = None,
         max_partitions: int | None = None,
         partition_size_bytes: int | None = None,
         page_rows: int | str | None = None,
@@ -215,34 +193,27 @@ class SpannerTableOpenWindowOperator(_TableWindowOperator):
         self.mode = mode
         self.tables = tables
         self.change_stream = change_stream
-        self.readers = readers
-        self.first_window_start = first_window_start
         self.max_partitions = max_partitions
         self.partition_size_bytes = partition_size_bytes
         self.page_rows = page_rows
         self.on_late_rows = on_late_rows
         self.max_wait_seconds = max_wait_seconds
 
+    def first_start(self, window: Window) -> datetime:
+        """A snapshot window is its pipeline's first; else ``first_window_start`` or this window's start."""
+        return window.start if self.mode == SNAPSHOT else super().first_start(window)
+
     def execute(self, context: Context) -> list[int]:
         from airflow_provider_cdc.sources.spanner.table_hook import LateRowsError, TableSourceConfigError
 
-        readers = int(self.readers)
-        if readers < 1:
-            raise ValueError(f"readers must be at least 1, got {readers}")
+        readers = self.reader_count()
         if self.mode not in (SNAPSHOT, COMMIT_TIMESTAMP):
             raise AirflowFailException(
                 f"mode must be {SNAPSHOT!r} or {COMMIT_TIMESTAMP!r}, got {self.mode!r}"
             )
         tables = tables_argument(self.tables)
         window, pipeline = self.window(), self.pipeline(context)
-        if self.mode == SNAPSHOT:
-            first = window.start
-        else:
-            first = coerce_timestamp(self.first_window_start) if self.first_window_start else window.start
-        with metastore_errors(f"window {window} of pipeline {pipeline!r}: recording the pipeline"):
-            with CdcMetastoreHook(self.metastore_conn_id) as metastore:
-                recorded = metastore.metastore.record_pipeline(pipeline, first)
-                error = metastore.metastore.predecessor_error(pipeline, window.start, window.end)
+        recorded, error = self.record_pipeline(context, window)
         if self.mode == SNAPSHOT and recorded.first_window_start != window.start:
             raise AirflowFailException(
                 f"pipeline {pipeline!r} starts at {format_timestamp(recorded.first_window_start)}, not at "
@@ -250,11 +221,11 @@ class SpannerTableOpenWindowOperator(_TableWindowOperator):
                 "before any other window, and give the stream's open operator first_window_start = the "
                 "snapshot's start)"
             )
-        if error is not None and error.never_run:
-            raise AirflowFailException(str(error))
+        refuse_never_run(error)
         page_rows = int(self.page_rows) if self.page_rows not in (None, "") else None
+        hook = self.to_hook()
         try:
-            summary = self.to_hook().open_window(
+            summary = hook.open_window(
                 pipeline,
                 window,
                 self.staging_root,
@@ -269,13 +240,13 @@ class SpannerTableOpenWindowOperator(_TableWindowOperator):
             )
         except (LateRowsError, TableSourceConfigError) as exc:  # a retry reads the same: fail for good
             raise AirflowFailException(str(exc)) from exc
-        if summary.get("epoch") is not None:
-            context["ti"].xcom_push(key=EPOCH_XCOM_KEY, value=summary["epoch"])
+        handle = hook.window_handle(pipeline, window, self.staging_root, summary.get("epoch"))
+        self.push_opened(context, handle)
         self.log.info("Window %s opened: %s; %d reader(s)", window, summary, readers)
         return list(range(readers))
 
 
-class SpannerTableReadWindowOperator(_TableWindowOperator):
+class SpannerTableReadWindowOperator(_TableWindowOperator, ReadWindowOperatorBase):
     """Reads batches of one window into Parquet staging; several instances share a window.
 
     Returns a summary for XCom: ``window_id``, ``staging_uri``, ``rows`` (also as ``data_records``
@@ -293,17 +264,10 @@ class SpannerTableReadWindowOperator(_TableWindowOperator):
         retries_per_batch: int = 5,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
-        self.reader_index = reader_index
-        self.lease_seconds = lease_seconds
-        self.retries_per_batch = retries_per_batch
-
-    def execute(self, context: Context) -> dict[str, Any]:
-        summary = self.to_hook().read_window(
-            self.window(),
-            self.staging_root,
-            reader_owner(context),
-            lease_seconds=self.lease_seconds,
-            retries=self.retries_per_batch,
+        super().__init__(
+            reader_index=reader_index,
+            lease_seconds=lease_seconds,
+            retries_per_unit=retries_per_batch,
+            **kwargs,
         )
-        return {**summary.to_dict(), "reader_index": self.reader_index}
+        self.retries_per_batch = retries_per_batch

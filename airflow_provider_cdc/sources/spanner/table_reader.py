@@ -18,11 +18,8 @@ from google.api_core import exceptions as gexc
 
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.metastore import Metastore
-from airflow_provider_cdc.sources.spanner.claimed_reader import (
-    ClaimedWindowReader,
-    WindowReadError,
-    describe_error,
-)
+from airflow_provider_cdc.sources.claimed_reader import WindowReadError
+from airflow_provider_cdc.sources.spanner.claimed_reader import SpannerClaimedReader, describe_error
 from airflow_provider_cdc.sources.spanner.garbage_collection import (
     FULL_COLLECTION_FACTOR,
     fewer_full_collections,
@@ -131,7 +128,7 @@ def page_query(table: PlannedTable, after: list[Any] | None) -> tuple[str, dict[
     return text, params, kinds
 
 
-class TableWindowReader(ClaimedWindowReader):
+class TableWindowReader(SpannerClaimedReader):
     """Reads the batches of table-source windows into Parquet staging, claims in the metastore.
 
     ``database`` is a ``google-cloud-spanner`` database; ``source_key`` names the source in the
@@ -154,7 +151,8 @@ class TableWindowReader(ClaimedWindowReader):
         full_collection_factor: int = FULL_COLLECTION_FACTOR,
         **options: Any,
     ) -> None:
-        """``options``: those of :class:`ClaimedWindowReader` (leases, retries, staging, logging)."""
+        """``options``: those of :class:`~airflow_provider_cdc.sources.claimed_reader.ClaimedWindowReader`
+        (leases, retries, staging, logging)."""
         super().__init__(metastore, source_key, source, staging_root, owner=owner, **options)
         self.database = database
         self.chunk_rows = chunk_rows

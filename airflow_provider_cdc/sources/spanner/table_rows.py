@@ -35,6 +35,7 @@ from airflow_provider_cdc.core.contract.staged_rows import STAGED_CHANGE_COLUMNS
 from airflow_provider_cdc.core.identifiers import validate_identifier
 from airflow_provider_cdc.core.timestamps import parse_timestamp, to_micros
 from airflow_provider_cdc.core.values import write_json_value
+from airflow_provider_cdc.sources.spanner.change_row import source_metadata_json
 
 INSERT = "INSERT"
 UPDATE = "UPDATE"
@@ -286,6 +287,7 @@ class ChangeRowEncoder:
         self.partition_token = partition_token
         self.types_json = column_types_json(columns)
         self.value_capture_type = value_capture_type
+        self.metadata_json = source_metadata_json(value_capture_type, 1, True)
         self.config = config
         self._commit = None
         if commit_timestamp is not None:
@@ -375,17 +377,14 @@ class ChangeRowEncoder:
             timestamps,
             transactions,
             [_RECORD_SEQUENCE] * count,
-            [0] * count,
+            [1] * count,
             [self.table] * count,
             mods,
             keys,
             images,
             ["{}"] * count,
             [self.types_json] * count,
-            [self.value_capture_type] * count,
-            [1] * count,
-            [1] * count,
-            [True] * count,
+            [self.metadata_json] * count,
             sequences,
         ]
 
@@ -436,7 +435,7 @@ def encode_row(columns: Sequence[ColumnType], row: Mapping[str, Any], table: str
     values = {}
     for column in columns:
         try:
-            values[column.name] = write_json_value(column.spanner_type, row.get(column.name), column.name)
+            values[column.name] = write_json_value(column.logical_type, row.get(column.name), column.name)
         except (TypeError, ValueError) as exc:
             raise TableRowError(f"table {table!r}: column {column.name!r}: {exc}") from exc
     return values

@@ -15,14 +15,15 @@ from typing import Any
 
 from google.api_core import exceptions as gexc
 
+from airflow_provider_cdc.core.contract.locations import staging_folder
 from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.metastore import Metastore, PartitionSpec
+from airflow_provider_cdc.sources.claimed_reader import WindowReadError
 from airflow_provider_cdc.sources.spanner.change_stream_query import ChangeStreamQuery
 from airflow_provider_cdc.sources.spanner.claimed_reader import (
     RETRYABLE,
-    ClaimedWindowReader,
-    WindowReadError,
+    SpannerClaimedReader,
     describe_error,
 )
 from airflow_provider_cdc.sources.spanner.record_decoder import ChangeRecordDecoder, DataRecordRows
@@ -89,7 +90,7 @@ class ReadSummary:
         }
 
 
-class WindowReader(ClaimedWindowReader):
+class WindowReader(SpannerClaimedReader):
     """Reads windows of one change stream into Parquet staging, recording lineage in the metastore.
 
     The staging root is opened with ``storage_options`` (delta-rs object-store options, such as
@@ -109,8 +110,11 @@ class WindowReader(ClaimedWindowReader):
         query_timeout: float | None = 3600.0,
         **options: Any,
     ) -> None:
-        """``options``: those of :class:`ClaimedWindowReader` (leases, retries, staging, logging)."""
-        super().__init__(metastore, stream_key, query.stream, staging_root, owner=owner, **options)
+        """``options``: those of :class:`~airflow_provider_cdc.sources.claimed_reader.ClaimedWindowReader`
+        (leases, retries, staging, logging); the staging folder is the stream key's
+        (:func:`~airflow_provider_cdc.core.contract.locations.staging_folder`)."""
+        folder = staging_folder(stream_key)
+        super().__init__(metastore, stream_key, folder, staging_root, owner=owner, **options)
         self.query = query
         self.query_timeout = query_timeout
 
@@ -167,7 +171,7 @@ class WindowReader(ClaimedWindowReader):
     def read(self, window: Window) -> ReadSummary:
         """Claim and read partitions of the window until every partition of it has been read."""
         started = time.monotonic()
-        summary = ReadSummary(window.window_id, window_location(self.staging_root, self.query.stream, window))
+        summary = ReadSummary(window.window_id, window_location(self.staging_root, self.folder, window))
         if not self.metastore.window_partitions(self.stream_key, window.start, window.end):
             self.prepare(window)
         for token, claim_id in self.claims(window):

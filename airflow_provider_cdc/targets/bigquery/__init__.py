@@ -1,1 +1,10 @@
 """BigQuery CDC target: change sets written through the Storage Write API default stream."""
+
+from airflow_provider_cdc.targets.registry import TargetKind
+
+TARGET = TargetKind(
+    "bigquery",
+    "BigQuery",
+    "upsert_stream_apply_watermark",
+    "airflow_provider_cdc.targets.bigquery.target:BigQueryCdcTarget",
+)

@@ -22,10 +22,12 @@ from airflow_provider_cdc.core.identifiers import validate_pipeline_id
 from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET
+from airflow_provider_cdc.metastore.model import DELTA_TARGET
 from airflow_provider_cdc.targets.bigquery.schema import validate_dataset, validate_project
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+#: The Google Cloud connection extras of anonymous access (the google provider's ``is_anonymous``).
+ANONYMOUS_EXTRAS: Mapping[str, Any] = {"is_anonymous": True}
 
 
 def is_loopback(endpoint: str | None) -> bool:
@@ -63,26 +65,37 @@ class BigQueryCdcHook(GoogleBaseHook):
     ) -> None:
         self.api_endpoint = api_endpoint
         self.write_endpoint = write_endpoint
-        if is_loopback(api_endpoint) and is_loopback(write_endpoint):
-            # Both clients go to this machine with anonymous credentials: no connection is needed.
+        self.location = location
+        #: Both clients go to this machine (a local fake): the connection is not read, and its
+        #: extras are the google provider's anonymous ones (``is_anonymous``).
+        self.local_endpoints = is_loopback(api_endpoint) and is_loopback(write_endpoint)
+        if self.local_endpoints:
             BaseHook.__init__(self, **kwargs)
             self.gcp_conn_id = gcp_conn_id
             self.impersonation_chain = impersonation_chain
             self.quota_project_id = None
-            self.extras = {}
-            self._cached_credentials = None
-            self._cached_project_id = None
+            self.extras = dict(ANONYMOUS_EXTRAS)
         else:
             super().__init__(gcp_conn_id=gcp_conn_id, impersonation_chain=impersonation_chain, **kwargs)
-        self.api_endpoint = api_endpoint
-        self.write_endpoint = write_endpoint
-        self.location = location
+
+    def get_credentials_and_project_id(self) -> tuple[Any, str | None]:
+        """The connection's credentials and project, as the google provider builds them; for local
+        endpoints the provider's anonymous credentials (the connection extra ``is_anonymous``)."""
+        if self.local_endpoints:
+            from airflow.providers.google.cloud.utils.credentials_provider import (
+                get_credentials_and_project_id,
+            )
+
+            return get_credentials_and_project_id(is_anonymous=True)
+        return super().get_credentials_and_project_id()
 
     def _credentials(self, endpoint: str | None) -> Any:
-        if is_loopback(endpoint):
-            from google.auth.credentials import AnonymousCredentials
+        if is_loopback(endpoint):  # a fake on this machine takes no credentials
+            from airflow.providers.google.cloud.utils.credentials_provider import (
+                get_credentials_and_project_id,
+            )
 
-            return AnonymousCredentials()
+            return get_credentials_and_project_id(is_anonymous=True)[0]
         return self.get_credentials()
 
     def get_bigquery_client(self, project_id: str | None = None) -> Any:
@@ -162,9 +175,10 @@ class BigQueryCdcHook(GoogleBaseHook):
 
         The metastore ledger records each table (target ``bigquery``) as soon as its send completed; a
         table it records for this window is not sent again (reported ``already_sent``), whatever the run
-        (retry, clear, backfill) and however long after. Every table still to send is checked before
-        the first is sent (``BigQueryCdcTarget.plan_tables``). A table whose Delta table has applied
-        later windows sends only the rows those windows did not supersede.
+        (retry, clear, backfill) and however long after, and a window older than one it records for a
+        table is refused. Every table still to send is checked before the first is sent
+        (``BigQueryCdcTarget.plan_window``). A table whose Delta table has applied later windows sends
+        only the rows those windows did not supersede.
 
         ``epoch`` (the opening of the window this run belongs to, the open task's ``epoch`` XCom)
         fences a stale run: when the window was opened again since, nothing is sent
@@ -173,20 +187,18 @@ class BigQueryCdcHook(GoogleBaseHook):
         from airflow_provider_cdc.changesets.reader import ChangeSetReader
         from airflow_provider_cdc.hooks.storage import storage_options
         from airflow_provider_cdc.targets.bigquery.target import TableResult, staleness_seconds
-        from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
+        from airflow_provider_cdc.targets.registry import open_target
 
         pipeline = validate_pipeline_id(pipeline)
         options = storage_options(self.gcp_conn_id) if _has_object_store(locations) else {}
         reader = ChangeSetReader(locations.change_set(window), options)
         tables = reader.tables()  # checks the manifest before anything is sent
-        lake = DeltaLakeTarget(str(locations.lake_root), options) if locations.lake_root else None
-        versions: dict[str, int | None] = {}
+        lake = open_target(DELTA_TARGET, str(locations.lake_root), options) if locations.lake_root else None
         if lake is not None:
-            versions = {t.name: lake.applied_window_version(t.name, pipeline) for t in tables}
             behind = [
                 t.name
                 for t in tables
-                if t.expected_rows != 0 and (versions[t.name] or -1) < window.end_micros
+                if t.expected_rows != 0 and (lake.applied_window(t.name, pipeline) or -1) < window.end_micros
             ]
             if behind:
                 raise LakeBehindError(
@@ -195,41 +207,21 @@ class BigQueryCdcHook(GoogleBaseHook):
                     "images are completed from them)"
                 )
         project = project_id or (None if is_loopback(self.api_endpoint) else self.project_id)
-        target = self.get_target(
-            str(dataset),
-            project,
-            max_staleness=max_staleness,
-            lake=lake,
-            table_names=dict(table_names or {}),
-            derived_key=derived_key,
-            **dict(writer_options or {}),
-        )
-        results: list[TableResult] = []
+        results: list[TableResult]
         with CdcMetastoreHook(metastore_conn_id) as metastore:
             store = metastore.metastore
             check_epoch(store, pipeline, window, epoch)
-            this_window = (window.start, window.end)
-            recorded = store.window_tables(pipeline, target=BIGQUERY_TARGET, window=this_window)
-            sent = {r.table for r in recorded}
-            pending = []
-            for table in tables:
-                name = target.table_name(table.name)
-                if name in sent:
-                    self.log.info(
-                        "%s: already sent for window %s (ledger of pipeline %s, target %s); not sent again",
-                        target.table_id(name),
-                        window.window_id,
-                        pipeline,
-                        BIGQUERY_TARGET,
-                    )
-                    results.append(TableResult(table.name, name, already_sent=True))
-                else:
-                    pending.append(table)
-            plans = target.plan_tables(pending)  # every table checked before the first send
-            if lake is None:
-                for plan in plans:
-                    if plan.columns is not None:
-                        _refuse_resend_without_lake(store, pipeline, plan.table, window)
+            target = self.get_target(
+                str(dataset),
+                project,
+                max_staleness=max_staleness,
+                lake=lake,
+                table_names=dict(table_names or {}),
+                derived_key=derived_key,
+                ledger=store,
+                **dict(writer_options or {}),
+            )
+            results, plans = target.plan_window(tables, pipeline, window)  # every table checked first
             self.log.info(
                 "applying change set %s to BigQuery dataset %s.%s (%d table(s), %d already sent)",
                 reader.uri,
@@ -240,23 +232,14 @@ class BigQueryCdcHook(GoogleBaseHook):
             )
             for plan in plans:
                 check_epoch(store, pipeline, window, epoch)
-                later = plan.columns is not None and (versions.get(plan.source) or -1) > window.end_micros
-                result = target.apply_table(plan, later_windows=later)
-                store.record_window_tables(
-                    pipeline,
-                    window.start,
-                    window.end,
-                    {result.table: (None, result.rows)},
-                    target=BIGQUERY_TARGET,
-                )
-                results.append(result)
+                results.append(target.send_planned(plan, pipeline, window))
         order = {t.name: i for i, t in enumerate(tables)}
         results.sort(key=lambda r: order[r.source_table])
         summary: dict[str, Any] = {"window_id": window.window_id, "tables": {}}
         for result in results:
             entry = result.to_dict()
             if report_watermarks:
-                watermark = target.apply_watermark(result.table)
+                watermark = target.apply_watermark(result.source_table)
                 shown = None if watermark is None else format_timestamp(watermark)
                 entry["upsert_stream_apply_watermark"] = shown
                 entry["staleness_seconds"] = staleness_seconds(watermark)
@@ -278,30 +261,20 @@ def check_epoch(store: Any, pipeline: str, window: Window, epoch: int | None) ->
         require_epoch(store, pipeline, window, epoch, "send")
 
 
-def _refuse_resend_without_lake(store: Any, pipeline: str, table: str, window: Window) -> None:
-    """Without a lake, rows superseded by later windows cannot be told apart: a table the ledger
-    records for a later window is not sent again (its old images could bring deleted rows back)."""
-    later = [
-        r.window_end
-        for r in store.window_tables(pipeline, target=BIGQUERY_TARGET, table=table, starting_from=window.end)
-    ]
-    if later:
-        raise ResendError(
-            f"table {table!r}: window {window.window_id} is not recorded as sent but later windows (up to "
-            f"{format_timestamp(max(later))}) are; without lake_root the rows they superseded cannot be "
-            "left out, so nothing is sent (pass lake_root)"
-        )
-
-
 class LakeBehindError(RuntimeError):
     """The Delta tables that complete partial row images have not applied the window yet."""
-
-
-class ResendError(RuntimeError):
-    """A table cannot be sent again safely (names the table and the window)."""
 
 
 def _has_object_store(locations: WindowLocations) -> bool:
     from airflow_provider_cdc.filesystems import is_local
 
     return any(root and not is_local(root) for root in (locations.changeset_root, locations.lake_root))
+
+
+def __getattr__(name: str) -> Any:
+    """``ResendError`` now lives with the target (which refuses the send); imported from here on demand."""
+    if name == "ResendError":
+        from airflow_provider_cdc.targets.bigquery.target import ResendError
+
+        return ResendError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

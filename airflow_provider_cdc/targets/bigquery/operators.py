@@ -7,14 +7,17 @@ from datetime import timedelta
 from typing import Any
 
 from airflow_provider_cdc._compat import AirflowFailException, BaseOperator
-from airflow_provider_cdc.core.identifiers import validate_pipeline_id
-from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+from airflow_provider_cdc.hooks.connection_fields import connection_arguments_of
 from airflow_provider_cdc.hooks.pipeline import StaleEpochError
-from airflow_provider_cdc.operators._window import WINDOW_END, WINDOW_START, epoch_of, locations_of, window_of
+from airflow_provider_cdc.operators.window_step import (
+    WINDOW_STEP_FIELDS,
+    PipelineWindowStepFields,
+    WindowStepMixin,
+)
 from airflow_provider_cdc.targets.bigquery.hook import BigQueryCdcHook
 
 
-class BigQueryCdcUpsertOperator(BaseOperator):
+class BigQueryCdcUpsertOperator(WindowStepMixin, BaseOperator):
     """Apply a window's change set ``{changeset_root}/{window_id}`` to ``{project_id}.{dataset}.{table}``.
 
     Run it after the Delta upsert of the same window (and before the commit): partial row images are
@@ -43,7 +46,7 @@ class BigQueryCdcUpsertOperator(BaseOperator):
         anonymous credentials and no connection.
     :param report_watermarks: read each table's ``upsert_stream_apply_watermark`` after the apply
         (one INFORMATION_SCHEMA query per table) and return it with the staleness.
-    :param metastore_conn_id: the metastore that records the sends.
+    :param metastore_conn_id: the metastore that records the sends (templated).
     :param derived_key: ``"auto"`` (default), ``"always"`` or ``"never"``, or a mapping of source table
         to one of them (tables not named: ``"auto"``): whether a table's BigQuery primary key is the
         derived STRING column ``_cdc_key`` (the Spanner key's canonical JSON, the key columns kept as
@@ -55,64 +58,44 @@ class BigQueryCdcUpsertOperator(BaseOperator):
         ``max_attempts``, ``backoff_seconds``, ``schema_wait_seconds``, ``batch_rows``).
     """
 
+    connection_class = PipelineWindowStepFields
     template_fields: Sequence[str] = (
+        *WINDOW_STEP_FIELDS,
         "dataset",
         "project_id",
-        "pipeline_id",
-        "window_start",
-        "window_end",
-        "locations",
-        "gcp_conn_id",
-        "impersonation_chain",
         "api_endpoint",
         "write_endpoint",
-        "epoch",
     )
     template_fields_renderers = {"locations": "json"}
     ui_color = "#e8f0fe"
 
+    @connection_arguments_of(PipelineWindowStepFields)
     def __init__(
         self,
         *,
-        locations: Mapping[str, str],
         dataset: str,
-        pipeline_id: str,
         project_id: str | None = None,
-        window_start: Any = WINDOW_START,
-        window_end: Any = WINDOW_END,
         max_staleness: timedelta | str | None = timedelta(minutes=15),
         table_names: Mapping[str, str] | None = None,
-        gcp_conn_id: str = "google_cloud_default",
-        impersonation_chain: str | Sequence[str] | None = None,
         api_endpoint: str | None = None,
         write_endpoint: str | None = None,
         location: str | None = None,
-        metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
         report_watermarks: bool = True,
         writer_options: Mapping[str, Any] | None = None,
         derived_key: str | Mapping[str, str] = "auto",
-        epoch: Any = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.locations = locations
         self.dataset = dataset
         self.project_id = project_id
-        self.pipeline_id = pipeline_id
-        self.window_start = window_start
-        self.window_end = window_end
         self.max_staleness = max_staleness
         self.table_names = dict(table_names or {})
-        self.gcp_conn_id = gcp_conn_id
-        self.impersonation_chain = impersonation_chain
         self.api_endpoint = api_endpoint
         self.write_endpoint = write_endpoint
         self.location = location
-        self.metastore_conn_id = metastore_conn_id
         self.report_watermarks = report_watermarks
         self.writer_options = dict(writer_options or {})
         self.derived_key = derived_key if isinstance(derived_key, str) else dict(derived_key)
-        self.epoch = epoch
 
     def execute(self, context: Any) -> dict[str, Any]:
         hook = BigQueryCdcHook(
@@ -129,18 +112,18 @@ class BigQueryCdcUpsertOperator(BaseOperator):
 
     def _apply(self, hook: BigQueryCdcHook) -> dict[str, Any]:
         return hook.apply_window(
-            validate_pipeline_id(str(self.pipeline_id)),
-            window_of(self.window_start, self.window_end),
-            locations_of(self.locations, "changeset_root"),
+            str(self.pipeline_of({})),
+            self.window(),
+            self.window_locations("changeset_root"),
             str(self.dataset),
             _unless_blank(self.project_id),
             max_staleness=self.max_staleness,
             table_names=self.table_names,
-            metastore_conn_id=self.metastore_conn_id,
+            metastore_conn_id=self.metastore_conn_id,  # type: ignore[arg-type]
             report_watermarks=self.report_watermarks,
             writer_options=self.writer_options,
             derived_key=self.derived_key,
-            epoch=epoch_of(self.epoch),
+            epoch=self.window_epoch(),
         )
 
 

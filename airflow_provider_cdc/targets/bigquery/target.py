@@ -3,14 +3,20 @@
 Per source table: create the table when missing (columns mapped by ``bigquery.schema``, primary key
 ``NOT ENFORCED`` on the Spanner key or on the derived key ``_cdc_key`` (``bigquery.keys``),
 clustered on the key, ``max_staleness``), add new columns, then stream every change as an ``UPSERT``
-(full row image, see ``bigquery.images``) or ``DELETE`` row carrying the change's
+(full row image, see ``targets.images``) or ``DELETE`` row carrying the change's
 ``_CHANGE_SEQUENCE_NUMBER`` through the table's default stream. BigQuery keeps, per key, the row
 modification with the greatest sequence number.
 
 :meth:`BigQueryCdcTarget.plan_tables` checks every table of a window (key types, the key an existing
 table declares, NULL key values) before :meth:`BigQueryCdcTarget.apply_table` sends the first row.
-Which windows were sent is the caller's ledger (``hooks.bigquery_cdc``); a table re-sent while its
-Delta table holds later windows sends only the rows those windows did not supersede.
+
+As a :class:`~airflow_provider_cdc.targets.protocol.Target` (``plan_window``, ``send_planned``,
+``apply_window``) it keeps a ledger: the metastore's ``cdc_window_tables`` under the target
+``bigquery``, which records each table as soon as its send completed. A table the ledger records for
+the window is not sent again (BigQuery forgets DELETEs after two days, so a window must never be sent
+twice); a window older than one the ledger records for the table, and not recorded itself, is refused.
+A table sent while its Delta table holds later windows sends only the rows those windows did not
+supersede.
 """
 
 from __future__ import annotations
@@ -37,8 +43,9 @@ from airflow_provider_cdc.changesets.reader import (
 )
 from airflow_provider_cdc.core.contract.change_set import CHANGE_SET_COLUMNS, COLUMN_TYPES_JSON
 from airflow_provider_cdc.core.identifiers import validate_identifier
+from airflow_provider_cdc.core.timestamps import format_timestamp, to_micros
 from airflow_provider_cdc.core.values import SpannerValueError
-from airflow_provider_cdc.targets.bigquery.images import complete_images
+from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.targets.bigquery.keys import (
     DERIVED_KEY,
     DERIVED_KEY_COLUMN,
@@ -66,6 +73,15 @@ from airflow_provider_cdc.targets.bigquery.writer import (
     DefaultStreamWriter,
     default_stream,
 )
+from airflow_provider_cdc.targets.images import complete_images
+from airflow_provider_cdc.targets.protocol import (
+    ALREADY_APPLIED,
+    APPLIED,
+    SKIPPED,
+    OlderWindowError,
+    Outcome,
+    TableApplyResult,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +91,16 @@ WATERMARK_QUERY = (
 )
 
 
+#: The metastore key of this target (``metastore.model.BIGQUERY_TARGET``).
+BIGQUERY = "bigquery"
+
+
 class BigQueryCdcError(RuntimeError):
     """A change set that cannot be applied to BigQuery (names the table)."""
+
+
+class ResendError(OlderWindowError):
+    """A table cannot be sent again safely (names the table and the window)."""
 
 
 @dataclass
@@ -102,6 +126,11 @@ class TableResult:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def table_result(self, window: int, outcome: Outcome) -> TableApplyResult:
+        """This send as the target protocol's result for the window ending at ``window`` µs."""
+        detail = "the ledger records the table as sent for this window" if self.already_sent else ""
+        return TableApplyResult(BIGQUERY, self.table, window, outcome, self.rows, None, detail)
+
 
 @dataclass(frozen=True)
 class TablePlan:
@@ -121,7 +150,10 @@ class TablePlan:
 class BigQueryCdcTarget:
     """Writes change sets to one BigQuery dataset with the real ``bigquery.Client`` and
     ``BigQueryWriteClient`` (see the module docstring). ``lake`` is the ``DeltaLakeTarget`` partial
-    images are completed from."""
+    images are completed from (a :class:`~airflow_provider_cdc.targets.images.RowSource`); ``ledger``
+    the metastore that records the sent windows (needed by the window methods)."""
+
+    name = BIGQUERY
 
     def __init__(
         self,
@@ -140,6 +172,7 @@ class BigQueryCdcTarget:
         backoff_seconds: float = 0.5,
         schema_wait_seconds: float = 300.0,
         derived_key: str | Mapping[str, str] | None = "auto",
+        ledger: Any | None = None,
     ) -> None:
         self.bigquery = bigquery_client
         self.write_client = write_client
@@ -147,6 +180,7 @@ class BigQueryCdcTarget:
         self.dataset = validate_dataset(dataset)
         self.max_staleness = interval_text(max_staleness)
         self.lake = lake
+        self.ledger = ledger
         self.table_names = {
             validate_identifier(k, "table"): validate_identifier(v, "table")
             for k, v in (table_names or {}).items()
@@ -280,7 +314,7 @@ class BigQueryCdcTarget:
         self, table_or_plan: ChangeSetTable | TablePlan, *, later_windows: bool = False
     ) -> TableResult:
         """Send one table's changes. ``later_windows``: its Delta table has applied windows after
-        this one, so UPSERT rows those windows superseded are not sent (``bigquery.images``)."""
+        this one, so UPSERT rows those windows superseded are not sent (``targets.images``)."""
         plan = table_or_plan if isinstance(table_or_plan, TablePlan) else self.plan_table(table_or_plan)
         change_set, source, table, columns = plan.change_set, plan.source, plan.table, plan.columns
         if columns is None:
@@ -350,7 +384,7 @@ class BigQueryCdcTarget:
         for batch in _read_batches(change_set, self.batch_rows):
             decoded = pa.Table.from_batches([to_merge_source(batch, columns)])
             decoded, superseded = complete_images(
-                decoded, columns, imaged, self.lake, lake_table=change_set.name, later_windows=later_windows
+                decoded, columns, imaged, self.lake, source_table=change_set.name, later_windows=later_windows
             )
             if derived_key:
                 decoded = decoded.append_column(DERIVED_KEY_COLUMN, derived_keys(decoded, columns.keys))
@@ -385,16 +419,105 @@ class BigQueryCdcTarget:
                 )
             yield from encoded
 
+    # ------------------------------------------------------------------ windows (target protocol)
+    def _ledger(self) -> Any:
+        if self.ledger is None:
+            raise BigQueryCdcError(
+                f"the BigQuery target {self.project}.{self.dataset} applies windows with a ledger (the "
+                "metastore) only: it records which windows were sent"
+            )
+        return self.ledger
+
+    def applied_window(self, table: str, pipeline: str) -> int | None:
+        """The end (µs) of the last window of ``pipeline`` the ledger records as sent to the table."""
+        records = self._ledger().window_tables(pipeline, target=BIGQUERY, table=self.table_name(table))
+        return max((to_micros(r.window_end) for r in records), default=None)
+
+    def window_result(self, table: str, pipeline: str, window: Window) -> TableApplyResult | None:
+        """What the ledger records about ``window`` for the table (``None``: not sent)."""
+        name = self.table_name(table)
+        records = self._ledger().window_tables(
+            pipeline, target=BIGQUERY, table=name, window=(window.start, window.end)
+        )
+        if not records:
+            return None
+        return TableApplyResult(BIGQUERY, name, window.end_micros, ALREADY_APPLIED, records[0].rows or 0)
+
+    def plan_window(
+        self, change_sets: Sequence[ChangeSetTable], pipeline: str, window: Window
+    ) -> tuple[list[TableResult], list[TablePlan]]:
+        """The tables of a window the ledger records as sent (nothing is sent again) and the plans of
+        the others, every one checked before the first is sent: the checks of :meth:`plan_table`, and
+        an older window than the ledger records for a table refused (:class:`ResendError`)."""
+        recorded = self._ledger().window_tables(pipeline, target=BIGQUERY, window=(window.start, window.end))
+        sent = {r.table for r in recorded}
+        done: list[TableResult] = []
+        pending = []
+        for change_set in change_sets:
+            name = self.table_name(change_set.name)
+            if name in sent:
+                log.info(
+                    "%s: already sent for window %s (ledger of pipeline %s, target %s); not sent again",
+                    self.table_id(name),
+                    window.window_id,
+                    pipeline,
+                    BIGQUERY,
+                )
+                done.append(TableResult(change_set.name, name, already_sent=True))
+            else:
+                pending.append(change_set)
+        plans = self.plan_tables(pending)
+        for plan in plans:
+            if plan.columns is not None:
+                self._refuse_older_window(pipeline, plan.table, window)
+        return done, plans
+
+    def _refuse_older_window(self, pipeline: str, table: str, window: Window) -> None:
+        later = [
+            r.window_end
+            for r in self._ledger().window_tables(
+                pipeline, target=BIGQUERY, table=table, starting_from=window.end
+            )
+        ]
+        if later:
+            raise ResendError(
+                f"BigQuery table {table!r}: window {window.window_id} is not recorded as sent but later "
+                f"windows (up to {format_timestamp(max(later))}) are; windows are sent in order (BigQuery "
+                "may have forgotten the later windows' DELETEs, which this window's images would undo), so "
+                "nothing is sent"
+            )
+
+    def send_planned(self, plan: TablePlan, pipeline: str, window: Window) -> TableResult:
+        """Send one planned table of ``window`` and record it in the ledger. When its Delta table holds
+        later windows, the rows they superseded are left out."""
+        later = plan.columns is not None and self._lake_holds_later(plan.source, pipeline, window)
+        result = self.apply_table(plan, later_windows=later)
+        self._ledger().record_window_tables(
+            pipeline, window.start, window.end, {result.table: (None, result.rows)}, target=BIGQUERY
+        )
+        return result
+
+    def _lake_holds_later(self, source: str, pipeline: str, window: Window) -> bool:
+        held = None if self.lake is None else self.lake.applied_window(source, pipeline)
+        return held is not None and held > window.end_micros
+
+    def apply_window(self, change_set: ChangeSetTable, pipeline: str, window: Window) -> TableApplyResult:
+        """Send one table's change set of ``window`` unless the ledger records it (:meth:`plan_window`)."""
+        done, plans = self.plan_window([change_set], pipeline, window)
+        if done:
+            return done[0].table_result(window.end_micros, ALREADY_APPLIED)
+        outcome = APPLIED if plans[0].columns is not None else SKIPPED
+        return self.send_planned(plans[0], pipeline, window).table_result(window.end_micros, outcome)
+
     # ------------------------------------------------------------------ status
-    def apply_watermark(self, table: str) -> datetime | None:
-        """The table's ``upsert_stream_apply_watermark`` (when BigQuery last applied row modifications)."""
+    def apply_watermark(self, table: str, pipeline: str | None = None) -> datetime | None:
+        """The ``upsert_stream_apply_watermark`` of the source table's BigQuery table (when BigQuery last
+        applied row modifications; the table's, whatever the pipeline)."""
         from google.cloud import bigquery
 
         sql = WATERMARK_QUERY.format(project=self.project, dataset=self.dataset)
         config = bigquery.QueryJobConfig(
-            query_parameters=[
-                bigquery.ScalarQueryParameter("table_name", "STRING", validate_identifier(table, "table"))
-            ]
+            query_parameters=[bigquery.ScalarQueryParameter("table_name", "STRING", self.table_name(table))]
         )
         rows = list(self.bigquery.query_and_wait(sql, job_config=config, project=self.project))
         return rows[0][0] if rows else None

@@ -15,6 +15,7 @@ from typing import Any
 from deltalake import CommitProperties, DeltaTable, Transaction
 
 from airflow_provider_cdc.core.identifiers import validate_pipeline_id
+from airflow_provider_cdc.targets.protocol import OlderWindowError
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,7 @@ class LakeError(RuntimeError):
     """The lake refuses an apply (order, schema); the message names table and window."""
 
 
-class WindowOrderError(LakeError):
+class WindowOrderError(LakeError, OlderWindowError):
     """A window older than the table's applied window that was never applied to it."""
 
 
@@ -141,7 +142,7 @@ def applied_window_detail(dt: DeltaTable, table: str, app_id: str, window_versio
             "longer in the retained log, so it is taken as applied"
         )
     raise WindowOrderError(
-        f"table {table!r}: window version {window_version} was never applied and is older than the "
+        f"Delta table {table!r}: window version {window_version} was never applied and is older than the "
         f"table's applied window version {applied} (app id {app_id!r}); windows must be applied in "
         "order, so this window cannot be applied any more"
     )

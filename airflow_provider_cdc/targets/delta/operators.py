@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -10,23 +10,26 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from airflow_provider_cdc._compat import AirflowFailException
 from airflow_provider_cdc.core.window import Window
-from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-from airflow_provider_cdc.hooks.pipeline import CdcPipelineHook, StaleEpochError
-from airflow_provider_cdc.hooks.storage import storage_environment
+from airflow_provider_cdc.hooks.connection_fields import connection_arguments_of
+from airflow_provider_cdc.hooks.pipeline import StaleEpochError
 from airflow_provider_cdc.operators._spark import (
     LocalPythonJob,
     connection_master,
     is_local,
+    job_credentials,
     local_environment,
-    refuse_remote_credentials,
     spark_defaults,
 )
-from airflow_provider_cdc.operators._window import WINDOW_END, WINDOW_START, epoch_of, locations_of, window_of
+from airflow_provider_cdc.operators.window_step import (
+    WINDOW_STEP_FIELDS,
+    PipelineWindowStepFields,
+    WindowStepMixin,
+)
 
 UPSERT_JOB_PATH = str(Path(__file__).resolve().parent / "upsert_job.py")
 
 
-class SparkUpsertWindowOperator(SparkSubmitOperator):
+class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
     """Apply one window's change set to the Delta Lake target (``jobs/upsert_job.py``).
 
     The change set ``{changeset_root}/{window_id}`` is applied to ``{lake_root}/{table}``, one Delta
@@ -38,8 +41,10 @@ class SparkUpsertWindowOperator(SparkSubmitOperator):
     :param pipeline_id: names the pipeline in the Delta tables' app transactions. Templated.
     :param window_start: inclusive window start (templated; default the data interval start).
     :param window_end: exclusive window end (templated; default the data interval end).
-    :param gcp_conn_id: optional Google Cloud connection whose credentials reach the job as
-        storage options in its environment (never in its arguments, never in rendered fields).
+    :param gcp_conn_id: Google Cloud connection (default ``google_cloud_default``, only read for
+        object-store locations) whose credentials reach the job as storage options in its
+        environment (never in its arguments, never in rendered fields).
+    :param impersonation_chain: service account(s) to impersonate with ``gcp_conn_id``.
     :param metastore_conn_id: the metastore; before the job runs, the window must be able to apply
         (the pipeline's previous window applied) and the job is given what the metastore says
         each table holds, which it checks before applying anything. ``None`` skips both.
@@ -55,29 +60,16 @@ class SparkUpsertWindowOperator(SparkSubmitOperator):
     ``env_vars``, ``py_files`` …); ``application`` defaults to the job shipped in this package.
     """
 
-    template_fields: Sequence[str] = (
-        *SparkSubmitOperator.template_fields,
-        "locations",
-        "pipeline_id",
-        "window_start",
-        "window_end",
-        "gcp_conn_id",
-        "epoch",
-    )
+    connection_class = PipelineWindowStepFields
+    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, *WINDOW_STEP_FIELDS)
     template_fields_renderers = {"locations": "json"}
     ui_color = "#d6f5e3"
 
+    @connection_arguments_of(PipelineWindowStepFields)
     def __init__(
         self,
         *,
-        locations: Mapping[str, str],
-        pipeline_id: str,
-        window_start: Any = WINDOW_START,
-        window_end: Any = WINDOW_END,
-        gcp_conn_id: str | None = None,
-        metastore_conn_id: str | None = CdcMetastoreHook.default_conn_name,
         local_python: bool = True,
-        epoch: Any = None,
         application: str = UPSERT_JOB_PATH,
         name: str = "cdc-upsert-window",
         conn_id: str = "spark_default",
@@ -86,22 +78,15 @@ class SparkUpsertWindowOperator(SparkSubmitOperator):
         if kwargs.get("application_args"):
             raise ValueError("application_args are built by SparkUpsertWindowOperator; do not pass them")
         super().__init__(application=application, name=name, conn_id=conn_id, **kwargs)
-        self.locations = locations
-        self.pipeline_id = pipeline_id
-        self.window_start = window_start
-        self.window_end = window_end
-        self.gcp_conn_id = gcp_conn_id
-        self.metastore_conn_id = metastore_conn_id
         self.local_python = local_python
-        self.epoch = epoch
         self.spark_conn_id = conn_id
         self._local_job: LocalPythonJob | None = None
 
     def build_application_args(self) -> list[str]:
         """The job's arguments from the rendered fields; with a metastore, after checking the window
         may apply, with what each table holds (``--expected-versions``)."""
-        window = window_of(self.window_start, self.window_end)
-        locations = locations_of(self.locations, "changeset_root", "lake_root")
+        window = self.window()
+        locations = self.window_locations("changeset_root", "lake_root")
         args = [
             "--changeset",
             locations.change_set(window),
@@ -112,11 +97,11 @@ class SparkUpsertWindowOperator(SparkSubmitOperator):
             "--window-version",
             str(window.end_micros),
         ]
-        epoch = epoch_of(self.epoch)
+        epoch = self.window_epoch()
         if epoch is not None:
             args += ["--epoch", str(epoch)]
         if self.metastore_conn_id:
-            hook = CdcPipelineHook(self.metastore_conn_id, self.gcp_conn_id)
+            hook = self.pipeline_hook()
             args += ["--expected-versions", hook.expected_versions(str(self.pipeline_id), window, epoch)]
         return args
 
@@ -130,8 +115,8 @@ class SparkUpsertWindowOperator(SparkSubmitOperator):
             arguments = self.build_application_args()
         except StaleEpochError as exc:  # the window was opened again: a retry cannot change that
             raise AirflowFailException(str(exc)) from exc
-        window: Window = window_of(self.window_start, self.window_end)
-        env = storage_environment(self.gcp_conn_id)
+        window: Window = self.window()
+        env = self.storage_environment()
         master = connection_master(self.spark_conn_id)
         if self.runs_locally(master):
             self._local_job = LocalPythonJob(
@@ -140,7 +125,7 @@ class SparkUpsertWindowOperator(SparkSubmitOperator):
             self.log.info("Applying window %s with arguments %s locally", window, arguments)
             self._local_job.run(self.log)
             return None
-        refuse_remote_credentials(master, env)
+        env = job_credentials(master, env, self.gcp_conn_id, self.log)
         with spark_defaults(self, self.spark_conn_id, master, application_args=arguments, env=env) as used:
             self.log.info("Applying window %s with arguments %s on Spark master %s", window, arguments, used)
             return super().execute(context)

@@ -42,6 +42,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -50,9 +51,11 @@ from deltalake import CommitProperties, DeltaTable, QueryBuilder, write_deltalak
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
 from airflow_provider_cdc.changesets.arrow_values import FIELD_METADATA_PRIMARY_KEY
-from airflow_provider_cdc.changesets.reader import iter_batches
+from airflow_provider_cdc.changesets.reader import ChangeSetTable, iter_batches
 from airflow_provider_cdc.changesets.typed_batches import TableColumns, to_merge_source
 from airflow_provider_cdc.core.identifiers import validate_identifier
+from airflow_provider_cdc.core.timestamps import from_micros
+from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.targets.delta.log import (
     APP_ID_PREFIX,
     COMMIT_METADATA_APP_ID,
@@ -74,6 +77,7 @@ from airflow_provider_cdc.targets.delta.merge import (
     merge_into,
     new_table_rows,
 )
+from airflow_provider_cdc.targets.protocol import ALREADY_APPLIED, APPLIED, SKIPPED, TableApplyResult
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +94,9 @@ class _ConcurrentCommit(Exception):
 
 
 ApplyStatus = Literal["applied", "already_applied", "empty"]
+#: The metastore key of this target (``metastore.model.DELTA_TARGET``).
+DELTA = "delta"
+_OUTCOMES = {"applied": APPLIED, "already_applied": ALREADY_APPLIED, "empty": SKIPPED}
 
 
 @dataclass(frozen=True)
@@ -115,6 +122,18 @@ class ApplyResult:
         result.pop("metrics")
         return result
 
+    def table_result(self) -> TableApplyResult:
+        """This outcome as the target protocol's result."""
+        return TableApplyResult(
+            DELTA,
+            self.table,
+            self.window_version,
+            _OUTCOMES[self.status],
+            self.source_rows,
+            self.table_version,
+            self.detail,
+        )
+
 
 def _row_count_hint(change_set: Any) -> int | None:
     if isinstance(change_set, (pa.Table, pa.RecordBatch)):
@@ -135,7 +154,13 @@ class DeltaLakeTarget:
     ``google_service_account_key`` with the key JSON, ``google_service_account`` with a key file
     path, or ``google_application_credentials``); they are passed to delta-rs only and never
     logged or shown in ``repr``.
+
+    Implements :class:`~airflow_provider_cdc.targets.protocol.Target` (window versions are window ends
+    in µs, recorded by each commit's app transaction) and is the row source partial images are
+    completed from (:mod:`airflow_provider_cdc.targets.images`).
     """
+
+    name = DELTA
 
     def __init__(
         self,
@@ -204,6 +229,34 @@ class DeltaLakeTarget:
         whose commit a RESTORE undid is not held (see :func:`.delta_log.held_window`)."""
         dt = self._load(table)
         return None if dt is None else held_window(dt, app_id_for(pipeline_id))
+
+    def applied_window(self, table: str, pipeline: str) -> int | None:
+        """The protocol's name of :meth:`applied_window_version`."""
+        return self.applied_window_version(table, pipeline)
+
+    def apply_watermark(self, table: str, pipeline: str) -> datetime | None:
+        """The end of the last window of ``pipeline`` the table holds (``None``: none)."""
+        held = self.applied_window_version(table, pipeline)
+        return None if held is None else from_micros(held)
+
+    def window_result(self, table: str, pipeline: str, window: Window) -> TableApplyResult | None:
+        """The table version that holds ``window`` (see :meth:`window_commit_version`); ``None`` when
+        the table does not hold it. ``rows`` is 0: the change set counts them."""
+        version = self.window_commit_version(table, pipeline, window.end_micros)
+        if version is None:
+            return None
+        return TableApplyResult(DELTA, table, window.end_micros, ALREADY_APPLIED, 0, version)
+
+    def apply_window(self, change_set: ChangeSetTable, pipeline: str, window: Window) -> TableApplyResult:
+        """Apply one table's change set of ``window`` (:meth:`apply_change_set`)."""
+        return self.apply_change_set(
+            change_set.name, change_set.dataset, change_set.column_types(), pipeline, window.end_micros
+        ).table_result()
+
+    def current_rows(self, table: str) -> pa_ds.Dataset | None:
+        """The table's current rows (with ``_change_sequence_number``); ``None`` when it is missing."""
+        dt = self._load(table)
+        return None if dt is None else dt.to_pyarrow_dataset()
 
     def window_commit_version(self, table: str, pipeline_id: str, window_version: int) -> int | None:
         """The table version whose commit applied the window (or the snapshot load covering it);
@@ -438,6 +491,7 @@ __all__ = [
     "COMMIT_METADATA_WINDOW_VERSION",
     "DEFAULT_MAX_MATERIALIZED_ROWS",
     "DEFAULT_TARGET_FILE_SIZE",
+    "DELTA",
     "ApplyResult",
     "DeltaLakeTarget",
     "IncompatibleSchemaError",

@@ -1,31 +1,32 @@
-"""Full row images for BigQuery's UPSERT, completed from the Delta table the pipeline just applied.
+"""Full row images for targets whose upsert replaces whole rows, completed by one shared step.
 
-BigQuery CDC's UPSERT replaces the whole row, while a Spanner UPDATE carries only the columns it
-changed (``_present_columns``, ``_full_image`` false). A row whose image lacks a column the
-BigQuery table has is completed from the Delta table of the same source table, which the Delta
-upsert has already brought to (at least) this window, reading only the touched keys:
+A target such as BigQuery CDC replaces the whole row on UPSERT, while a Spanner UPDATE carries only
+the columns it changed (``_present_columns``, ``_full_image`` false). A row whose image lacks a column
+the target writes is completed from a :class:`RowSource`: the current rows of the same source table in
+a target that applied the window before (the Delta table of the lake), reading only the touched keys:
 
-* Delta's row has the change's sequence number: its values fill the missing columns.
-* Delta's row is newer, or gone (a later window changed or deleted the key): the change is
-  superseded; it is not sent, and the later window's change, which BigQuery orders after it by
+* The source's row has the change's sequence number: its values fill the missing columns.
+* The source's row is newer, or gone (a later window changed or deleted the key): the change is
+  superseded; it is not written, and the later window's change, which the target orders after it by
   sequence number, carries the key's state.
-* Delta's row is older, or the Delta table is missing: the Delta upsert has not applied this window
-  yet, which is an error naming the table.
+* The source's row is older, or the source has no such table: the window was not applied to it yet,
+  which is an error naming the table.
 
-When the Delta table has applied windows after this one (a re-send of a table after a partial
-failure, a backfill), every UPSERT row is checked against Delta this way, full images too: a row a
-later window changed or deleted is superseded and not sent, so that an old image never comes back
-once BigQuery has forgotten the later DELETE (it keeps DELETEs for two days).
+When the source has applied windows after this one (a re-send of a table after a partial failure, a
+backfill), every UPSERT row is checked against it this way, full images too: a row a later window
+changed or deleted is superseded and not written, so that an old image never comes back once the
+target has forgotten the later DELETE (BigQuery keeps DELETEs for two days).
 
-Keys match NULL-safely: a NULL key value finds the Delta row whose key column is NULL (the Delta
+Keys match NULL-safely: a NULL key value finds the source row whose key column is NULL (the Delta
 upsert matches keys with ``IS NOT DISTINCT FROM``).
 
-Without a lake the rows cannot be completed and the apply fails naming table and keys.
+Without a row source the rows cannot be completed and the apply fails naming table and keys.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -39,7 +40,6 @@ from airflow_provider_cdc.changesets.reader import (
     SOURCE_SEQUENCE,
     TableColumns,
 )
-from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
 
 _ROW = "__row"
 _DELTA_SEQUENCE = "__delta_sequence"
@@ -50,6 +50,19 @@ _SHOWN_KEYS = 5
 
 class ImageError(RuntimeError):
     """Partial row images that cannot be completed (names table and keys)."""
+
+
+class RowSource(Protocol):
+    """Where the current rows of a table are read from to complete partial images: the table's
+    columns and ``_change_sequence_number`` (the Delta lake, ``DeltaLakeTarget``)."""
+
+    def current_rows(self, table: str) -> pa_ds.Dataset | None:
+        """The table's current rows; ``None`` when there is no such table."""
+        ...
+
+    def table_uri(self, table: str) -> str:
+        """Where the table is (for messages)."""
+        ...
 
 
 def _carried(source: pa.Table, table: TableColumns, column: str) -> pa.Array:
@@ -69,14 +82,15 @@ def complete_images(
     source: pa.Table,
     table: TableColumns,
     written: Sequence[str],
-    lake: DeltaLakeTarget | None,
+    rows: RowSource | None,
     *,
-    lake_table: str | None = None,
+    source_table: str | None = None,
     later_windows: bool = False,
 ) -> tuple[pa.Table, int]:
     """``source`` (a decoded change set) with every written column filled, and the count of
-    superseded rows left out (see the module docstring). ``later_windows``: the Delta table has
-    applied windows after this one, so every UPSERT row is checked against it."""
+    superseded rows left out (see the module docstring). ``rows`` holds the current rows under
+    ``source_table`` (default the change set's table); ``later_windows``: it has applied windows after
+    this one, so every UPSERT row is checked against it."""
     keys = [c.name for c in table.keys]
     values = [name for name in written if name not in keys]
     known = {c.name for c in table.values}
@@ -99,16 +113,16 @@ def complete_images(
     partial_keys = pc.filter(source.column(SOURCE_KEYS_JSON), needs).to_pylist()
     name = table.table
     shown = ", ".join(partial_keys[:_SHOWN_KEYS]) + (" …" if len(partial_keys) > _SHOWN_KEYS else "")
-    if lake is None:
+    if rows is None:
         raise ImageError(
             f"table {name!r}: {len(partial_keys)} change(s) carry partial row images (keys {shown}) and "
-            "BigQuery's UPSERT replaces whole rows; pass lake_root so the images are completed from the "
+            "the target's UPSERT replaces whole rows; pass lake_root so the images are completed from the "
             "Delta table the pipeline applied"
         )
-    dataset = _delta_dataset(lake, lake_table or name)
+    dataset = rows.current_rows(source_table or name)
     if dataset is None:
         raise ImageError(
-            f"table {name!r}: no Delta table at {lake.table_uri(lake_table or name)!r} to complete partial "
+            f"table {name!r}: no table at {rows.table_uri(source_table or name)!r} to complete partial "
             f"row images (keys {shown}) from; run the Delta upsert for this window first"
         )
     partial = source.filter(needs)
@@ -141,16 +155,18 @@ def complete_images(
     if pc.any(behind).as_py():
         late = pc.filter(partial.column(SOURCE_KEYS_JSON), behind).to_pylist()
         raise ImageError(
-            f"table {name!r}: the Delta table holds older images than this window for keys "
-            f"{', '.join(late[:_SHOWN_KEYS])}; run the Delta upsert for this window before the BigQuery apply"
+            f"table {name!r}: the table at {rows.table_uri(source_table or name)!r} holds older images than "
+            f"this window for keys {', '.join(late[:_SHOWN_KEYS])}; run the Delta upsert for this window "
+            "before this target's apply"
         )
     current = pc.fill_null(pc.equal(delta_sequence, change_sequence), False)
     for column in unknown:
         missing = pc.and_(current, pc.invert(carried[column].filter(needs)))
         if pc.any(missing).as_py():
             raise ImageError(
-                f"table {name!r}: column {column!r} is in the BigQuery table but neither in the change set's "
-                "images nor in the Delta table; refusing to write rows without it"
+                f"table {name!r}: column {column!r} is in the target's table but neither in the change "
+                f"set's images nor in the table at {rows.table_uri(source_table or name)!r}; refusing to "
+                "write rows without it"
             )
     filled = {}
     for column in values:
@@ -229,7 +245,3 @@ def _key_field(dataset: pa_ds.Dataset, column: str) -> pc.Expression:
     kind = dataset.schema.field(column).type
     viewable = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
     return pc.field(column).cast(kind) if any(test(kind) for test in viewable) else pc.field(column)
-
-
-def _delta_dataset(lake: DeltaLakeTarget, table: str) -> pa_ds.Dataset | None:
-    return lake.open(table).to_pyarrow_dataset() if lake.exists(table) else None

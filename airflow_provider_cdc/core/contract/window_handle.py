@@ -1,0 +1,108 @@
+"""The window handle: what opening a window hands to the steps after it.
+
+The open step of a source returns a :class:`WindowHandle` (pushed as the XCom ``window``): the pipeline,
+the source's metastore key, the window, the opening's epoch and where the window is staged. Later steps
+take it instead of deriving the staging folder from strings; :func:`staging_folder` is the one rule that
+names a source's staging folder.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_cdc.core.contract.locations import WindowLocations, staging_folder
+from airflow_provider_cdc.core.timestamps import format_timestamp, parse_timestamp
+from airflow_provider_cdc.core.window import Window
+
+__all__ = ["WINDOW_XCOM_KEY", "WindowHandle", "staging_folder"]
+
+#: The XCom key under which an open operator pushes its window handle (as :meth:`WindowHandle.to_dict`).
+WINDOW_XCOM_KEY = "window"
+
+_FIELDS = ("pipeline", "source_key", "window_start", "window_end", "staging_root", "epoch")
+
+
+@dataclass(frozen=True)
+class WindowHandle:
+    """One opening of a window of a source.
+
+    :param pipeline: the pipeline id.
+    :param source_key: the source's key in the metastore (``projects/…/databases/<db>/<stream>``).
+    :param window: the window ``[start, end)``.
+    :param staging_root: the root the window is staged under.
+    :param epoch: the opening's epoch (``None``: the opening recorded none).
+    """
+
+    pipeline: str
+    source_key: str
+    window: Window
+    staging_root: str
+    epoch: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.pipeline:
+            raise ValueError("a window handle names its pipeline")
+        staging_folder(self.source_key)  # a key that names no folder is refused here, not by the merge
+        if self.epoch is not None and (isinstance(self.epoch, bool) or int(self.epoch) < 1):
+            raise ValueError(f"epoch must be a positive integer, got {self.epoch!r}")
+
+    @property
+    def window_id(self) -> str:
+        return self.window.window_id
+
+    @property
+    def folder(self) -> str:
+        """The source's staging folder (:func:`staging_folder` of the source key)."""
+        return staging_folder(self.source_key)
+
+    @property
+    def staging_location(self) -> str:
+        """The folder of the window's staged rows: ``{staging_root}/{folder}/{window_id}``."""
+        return WindowLocations(staging_root=self.staging_root).staging(self.folder, self.window)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON values (an XCom): the fields, the window as RFC 3339 text, plus the derived
+        ``window_id`` and ``staging_location`` for readers of the XCom."""
+        return {
+            "pipeline": self.pipeline,
+            "source_key": self.source_key,
+            "window_start": format_timestamp(self.window.start),
+            "window_end": format_timestamp(self.window.end),
+            "staging_root": self.staging_root,
+            "epoch": self.epoch,
+            "window_id": self.window_id,
+            "staging_location": self.staging_location,
+        }
+
+    @staticmethod
+    def xcom_fields() -> tuple[str, ...]:
+        """The keys of :meth:`to_dict`."""
+        return (*_FIELDS, "window_id", "staging_location")
+
+    @classmethod
+    def from_dict(cls, value: Mapping[str, Any] | str) -> WindowHandle:
+        """The handle of :meth:`to_dict`'s mapping, or of its JSON text (a rendered template)."""
+        if isinstance(value, str):
+            value = json.loads(value)
+        if not isinstance(value, Mapping):
+            raise TypeError(f"a window handle is a mapping, got {type(value).__name__}")
+        missing = [name for name in _FIELDS if name not in value]
+        if missing:
+            raise ValueError(f"a window handle lacks {missing}")
+        handle = cls(
+            pipeline=str(value["pipeline"]),
+            source_key=str(value["source_key"]),
+            window=Window(parse_timestamp(value["window_start"]), parse_timestamp(value["window_end"])),
+            staging_root=str(value["staging_root"]),
+            epoch=None if value["epoch"] is None else int(value["epoch"]),
+        )
+        for derived in ("window_id", "staging_location"):
+            if derived in value and value[derived] != getattr(handle, derived):
+                raise ValueError(
+                    f"window handle {derived} {value[derived]!r} does not match its fields "
+                    f"({getattr(handle, derived)!r})"
+                )
+        return handle

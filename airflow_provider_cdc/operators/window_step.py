@@ -1,0 +1,173 @@
+"""The arguments every window step takes, declared once: the merge, the upserts and the commit.
+
+:class:`WindowStepFields` lists them with one default each: ``pipeline_id``, ``window_start`` and
+``window_end`` (default the run's data interval), ``locations``, ``epoch``, ``gcp_conn_id``
+(``google_cloud_default``), ``impersonation_chain`` and ``metastore_conn_id``. A step derives
+:class:`WindowStepMixin` (before its Airflow base class), names its fields class (a subclass of
+:class:`WindowStepFields` that may make ``locations`` or ``pipeline_id`` required), declares its
+``__init__`` with ``connection_arguments_of(fields)`` (from
+:mod:`airflow_provider_cdc.hooks.connection_fields`, so ``default_args`` and ``partial()`` see the
+arguments) and adds only its own. All the common arguments are templated.
+
+Google credentials reach storage only where a location needs them: the default connection is not
+read for a pipeline on local paths (:func:`~airflow_provider_cdc.hooks.storage.storage_connection`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_cdc.core.contract.locations import WindowLocations
+from airflow_provider_cdc.core.identifiers import validate_pipeline_id
+from airflow_provider_cdc.core.window import Window
+from airflow_provider_cdc.hooks.connection_fields import (
+    ConnectionFields,
+    ConnectionFieldsMixin,
+    connection_arguments_of,
+)
+from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+from airflow_provider_cdc.hooks.storage import DEFAULT_GCP_CONN_ID, storage_connection, storage_environment
+from airflow_provider_cdc.operators._window import WINDOW_END, WINDOW_START, epoch_of, locations_of, window_of
+
+if TYPE_CHECKING:
+    from airflow_provider_cdc.hooks.pipeline import CdcPipelineHook
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowStepFields(ConnectionFields):
+    """The arguments of every window step (all templated).
+
+    :param pipeline_id: the pipeline whose window this is (default: the step's own rule, mostly the
+        DAG id).
+    :param window_start: inclusive window start, RFC 3339 (default the data interval start).
+    :param window_end: exclusive window end, RFC 3339 (default the data interval end).
+    :param locations: the pipeline's roots: ``staging_root``, ``changeset_root``, ``lake_root``
+        (absolute local paths or URIs; see :class:`WindowLocations`).
+    :param epoch: the opening of the window this run belongs to (the open task's ``epoch`` XCom,
+        see ``epoch_template``).
+    :param gcp_conn_id: Google Cloud connection whose credentials open object-store locations (the
+        default connection is only read for those, and may be missing: Application Default
+        Credentials).
+    :param impersonation_chain: service account(s) to impersonate with ``gcp_conn_id``, as for the
+        google provider's hooks.
+    :param metastore_conn_id: the metastore of the pipeline's windows.
+    """
+
+    pipeline_id: str | None = None
+    window_start: Any = WINDOW_START
+    window_end: Any = WINDOW_END
+    locations: Mapping[str, Any] | WindowLocations | None = None
+    epoch: Any = None
+    gcp_conn_id: str = DEFAULT_GCP_CONN_ID
+    impersonation_chain: str | Sequence[str] | None = None
+    metastore_conn_id: str | None = CdcMetastoreHook.default_conn_name
+
+    def storage_conn_id(self) -> str | None:
+        """The connection whose credentials open the locations (``None``: none is read)."""
+        roots = locations_of(self.locations)
+        return storage_connection(
+            self.gcp_conn_id, (roots.staging_root, roots.changeset_root, roots.lake_root)
+        )
+
+    def to_hook(self) -> CdcPipelineHook:
+        """The pipeline hook of these fields: the metastore and the storage credentials."""
+        from airflow_provider_cdc.hooks.pipeline import CdcPipelineHook
+
+        conn_id = self.storage_conn_id()
+        return CdcPipelineHook(
+            self.metastore_conn_id,  # type: ignore[arg-type]
+            conn_id,
+            impersonation_chain=self.impersonation_chain if conn_id else None,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocatedWindowStepFields(WindowStepFields):
+    """A window step that needs ``locations`` (the merge)."""
+
+    locations: Mapping[str, Any] | WindowLocations = field()
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineWindowStepFields(LocatedWindowStepFields):
+    """A window step that needs ``locations`` and ``pipeline_id`` (the upserts)."""
+
+    pipeline_id: str = field()
+
+
+#: The common arguments' names (each window step's ``template_fields`` include them).
+WINDOW_STEP_FIELDS: tuple[str, ...] = WindowStepFields.field_names()
+
+#: Declares an ``__init__`` of a :class:`WindowStepMixin` class as taking the common arguments.
+window_step_arguments = connection_arguments_of(WindowStepFields)
+
+
+class WindowStepMixin(ConnectionFieldsMixin):
+    """Gives a window step the :class:`WindowStepFields` (or :attr:`connection_class`'s) arguments as
+    attributes, and what the steps derive from them: :meth:`window`, :meth:`window_locations`,
+    :meth:`window_epoch`, :meth:`pipeline_of`, :meth:`pipeline_hook` and :meth:`storage_environment`.
+
+    Put it before the Airflow base class; start ``template_fields`` with :data:`WINDOW_STEP_FIELDS`.
+    """
+
+    connection_class: type[WindowStepFields] = WindowStepFields
+    template_fields: Sequence[str] = WINDOW_STEP_FIELDS
+    template_fields_renderers: Mapping[str, str] = {"locations": "json"}
+
+    pipeline_id: str | None
+    window_start: Any
+    window_end: Any
+    locations: Mapping[str, Any] | WindowLocations | None
+    epoch: Any
+    gcp_conn_id: str
+    impersonation_chain: str | Sequence[str] | None
+    metastore_conn_id: str | None
+
+    @window_step_arguments
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+
+    def window(self) -> Window:
+        """The window of the rendered ``window_start``/``window_end``."""
+        return window_of(self.window_start, self.window_end)
+
+    def window_locations(self, *required: str) -> WindowLocations:
+        """The rendered ``locations``; ``required`` names the roots the step needs."""
+        return locations_of(self.locations, *required)
+
+    def window_epoch(self) -> int | None:
+        """The rendered ``epoch`` (``None``: none given)."""
+        return epoch_of(self.epoch)
+
+    def pipeline_of(self, context: Any, *, required: bool = True) -> str | None:
+        """``pipeline_id``, else the id of the DAG running the task (checked); without either,
+        ``None`` unless ``required``."""
+        if self.pipeline_id:
+            return validate_pipeline_id(str(self.pipeline_id))
+        ti = context.get("ti") if isinstance(context, Mapping) else None
+        if ti is None:
+            if required:
+                raise ValueError(f"{type(self).__name__} outside a DAG run needs pipeline_id")
+            return None
+        return validate_pipeline_id(ti.dag_id)
+
+    def pipeline_hook(self) -> CdcPipelineHook:
+        """The pipeline hook of the rendered fields (Google credentials only for object-store
+        locations)."""
+        return self.to_hook()
+
+    def storage_environment(self) -> dict[str, str]:
+        """The storage options a job gets in its environment (masked; empty when no location is on an
+        object store or the connection has no key)."""
+        fields = self.connection
+        conn_id = fields.storage_conn_id()
+        return storage_environment(conn_id, fields.impersonation_chain if conn_id else None)
+
+    if TYPE_CHECKING:
+
+        @property
+        def connection(self) -> WindowStepFields: ...
+
+        def to_hook(self) -> CdcPipelineHook: ...

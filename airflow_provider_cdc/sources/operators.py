@@ -1,0 +1,227 @@
+"""The open and read operators every source shares (thin: the source's hook does the I/O).
+
+Opening a window records the pipeline (its first window), refuses a window whose predecessor was never
+run, opens the window through the source's hook and pushes the opening's epoch (XCom ``epoch``) and
+its :class:`~airflow_provider_cdc.core.contract.window_handle.WindowHandle` (XCom ``window``); it returns
+``list(range(readers))`` for mapped readers to ``expand`` over. Reading maps the reader over the window
+and returns the reader's summary with its ``reader_index``.
+
+A source's operators derive from :class:`OpenWindowOperatorBase` / :class:`ReadWindowOperatorBase`
+(after its connection fields' mixin) and implement :meth:`OpenWindowOperatorBase.open` (one hook call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_cdc._compat import AirflowFailException, BaseOperator, Context
+from airflow_provider_cdc._errors import metastore_errors, require_absolute
+from airflow_provider_cdc.core.contract.window_handle import WINDOW_XCOM_KEY, WindowHandle
+from airflow_provider_cdc.core.timestamps import coerce_timestamp
+from airflow_provider_cdc.core.window import Window
+from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+from airflow_provider_cdc.operators._window import EPOCH_XCOM_KEY, WINDOW_END, WINDOW_START, window_of
+
+if TYPE_CHECKING:
+    from airflow_provider_cdc.metastore.model import PipelineRecord
+    from airflow_provider_cdc.metastore.pipelines import WindowOrderError
+    from airflow_provider_cdc.sources.hook import WindowSourceHook
+
+__all__ = [
+    "OpenWindowOperatorBase",
+    "ReadWindowOperatorBase",
+    "SourceWindowOperator",
+    "WINDOW_FIELDS",
+    "check_predecessor",
+    "reader_owner",
+    "record_pipeline",
+    "refuse_never_run",
+    "window_template",
+]
+
+#: The fields every window step of a source takes after its connection fields (all templated).
+WINDOW_FIELDS: tuple[str, ...] = ("staging_root", "window_start", "window_end", "pipeline_id")
+
+
+def window_template(open_task_id: str, field: str = "source_key") -> str:
+    """The template of one field of the window handle the open task ``open_task_id`` pushed (its XCom
+    ``window``), e.g. the merge's ``stream_key=window_template(open.task_id)``."""
+    if field not in WindowHandle.xcom_fields():
+        raise ValueError(f"a window handle has no field {field!r}; it has {list(WindowHandle.xcom_fields())}")
+    if not open_task_id or not all(
+        part.replace("_", "").replace("-", "").isalnum() for part in open_task_id.split(".")
+    ):
+        raise ValueError(f"not a task id: {open_task_id!r}")
+    return f"{{{{ ti.xcom_pull(task_ids='{open_task_id}', key='{WINDOW_XCOM_KEY}')['{field}'] }}}}"
+
+
+def reader_owner(context: Context) -> str:
+    """Lease owner of a reader task: the same across retries of one task instance, unique otherwise."""
+    ti = context["ti"]
+    map_index = getattr(ti, "map_index", -1)
+    return f"{ti.dag_id}/{ti.run_id}/{ti.task_id}/{map_index}"
+
+
+def record_pipeline(
+    metastore_conn_id: str, pipeline: str, window: Window, first_window_start: datetime
+) -> tuple[PipelineRecord, WindowOrderError | None]:
+    """Record the pipeline's first window (``first_window_start`` unless recorded before); returns the
+    pipeline's record and why ``window`` cannot apply yet (``None``: its predecessor is applied, or it
+    is the first)."""
+    with metastore_errors(f"window {window} of pipeline {pipeline!r}: recording the pipeline"):
+        with CdcMetastoreHook(metastore_conn_id) as metastore:
+            recorded = metastore.metastore.record_pipeline(pipeline, first_window_start)
+            error = metastore.metastore.predecessor_error(pipeline, window.start, window.end)
+    return recorded, error
+
+
+def refuse_never_run(error: WindowOrderError | None) -> None:
+    """Fail without retries when the window's predecessor was never run (a retry cannot change it)."""
+    if error is not None and error.never_run:
+        raise AirflowFailException(str(error))
+
+
+def check_predecessor(metastore_conn_id: str, pipeline: str, window: Window) -> None:
+    """Fail unless the window before ``window`` is applied (or ``window`` is the pipeline's first): a
+    predecessor that was never run fails without retries, one not applied yet fails with its state."""
+    with metastore_errors(f"window {window} of pipeline {pipeline!r}: checking its predecessor"):
+        with CdcMetastoreHook(metastore_conn_id) as metastore:
+            error = metastore.metastore.predecessor_error(pipeline, window.start, window.end)
+    if error is not None:
+        raise AirflowFailException(str(error)) if error.never_run else error
+
+
+class SourceWindowOperator(BaseOperator):
+    """The window fields of a source's open and read operators: the staging root (a ``gs://`` URI or
+    an absolute path; a relative one is refused, tasks run in other working directories), the window
+    (default the run's data interval) and the pipeline id (default the DAG id). Put the source's
+    connection fields' mixin before it and start ``template_fields`` with its fields."""
+
+    template_fields: Sequence[str] = WINDOW_FIELDS
+
+    def __init__(
+        self,
+        *,
+        staging_root: str,
+        window_start: Any = WINDOW_START,
+        window_end: Any = WINDOW_END,
+        pipeline_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.staging_root = staging_root
+        self.window_start = window_start
+        self.window_end = window_end
+        self.pipeline_id = pipeline_id
+
+    def window(self) -> Window:
+        require_absolute("staging_root", self.staging_root)
+        return window_of(self.window_start, self.window_end)
+
+    def pipeline(self, context: Context) -> str:
+        return self.pipeline_id or context["ti"].dag_id
+
+    def source_hook(self) -> WindowSourceHook:
+        """The source's hook (the connection fields' ``to_hook``)."""
+        return self.to_hook()  # type: ignore[attr-defined,no-any-return]
+
+
+class OpenWindowOperatorBase(SourceWindowOperator):
+    """Opens a window of a source: records the pipeline, refuses a window whose predecessor was never
+    run, opens the window (:meth:`open`) and pushes the epoch and the window handle.
+
+    ``first_window_start``: the pipeline's first window start (default this window's start), recorded
+    by the first window opened for the pipeline; windows apply in order from there.
+    """
+
+    template_fields: Sequence[str] = (*WINDOW_FIELDS, "readers", "first_window_start")
+
+    def __init__(self, *, readers: int | str = 1, first_window_start: Any = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.readers = readers
+        self.first_window_start = first_window_start
+
+    def reader_count(self) -> int:
+        readers = int(self.readers)
+        if readers < 1:
+            raise ValueError(f"readers must be at least 1, got {readers}")
+        return readers
+
+    def first_start(self, window: Window) -> datetime:
+        """The pipeline's first window start as this opening records it."""
+        return coerce_timestamp(self.first_window_start) if self.first_window_start else window.start
+
+    def record_pipeline(
+        self, context: Context, window: Window
+    ) -> tuple[PipelineRecord, WindowOrderError | None]:
+        """Record the pipeline (see :func:`record_pipeline`)."""
+        return record_pipeline(
+            self.metastore_conn_id,  # type: ignore[attr-defined]
+            self.pipeline(context),
+            window,
+            self.first_start(window),
+        )
+
+    def push_opened(self, context: Context, handle: WindowHandle) -> None:
+        """Push the opening's epoch (XCom ``epoch``) and its window handle (XCom ``window``)."""
+        if handle.epoch is not None:
+            context["ti"].xcom_push(key=EPOCH_XCOM_KEY, value=handle.epoch)
+        context["ti"].xcom_push(key=WINDOW_XCOM_KEY, value=handle.to_dict())
+
+    def open(self, context: Context, window: Window, pipeline: str) -> WindowHandle:
+        """Open the window through the source's hook (the pipeline is recorded); returns its handle."""
+        hook = self.source_hook()
+        epoch, tokens = hook.open_window_epoch(pipeline, window, self.staging_root, reader_owner(context))
+        self.log.info(
+            "Window %s opened (epoch %d) with %d partition(s) to read by %d reader(s)",
+            window, epoch, len(tokens), int(self.readers),
+        )  # fmt: skip
+        return hook.window_handle(pipeline, window, self.staging_root, epoch)
+
+    def execute(self, context: Context) -> list[int]:
+        readers = self.reader_count()
+        window = self.window()
+        recorded, error = self.record_pipeline(context, window)
+        self.log.info(
+            "Pipeline %s starts with the window at %s", self.pipeline(context), recorded.first_window_start
+        )
+        refuse_never_run(error)
+        self.push_opened(context, self.open(context, window, self.pipeline(context)))
+        return list(range(readers))
+
+
+class ReadWindowOperatorBase(SourceWindowOperator):
+    """Reads units of one window into Parquet staging; several instances (mapped over the open task's
+    return value) share a window. Returns the reader's summary with ``reader_index``, never rows.
+
+    ``lease_seconds``: how long a reader holds a unit without renewing its lease;
+    ``retries_per_unit``: tries of a unit after a retryable error of the source.
+    """
+
+    template_fields: Sequence[str] = (*WINDOW_FIELDS, "reader_index")
+
+    def __init__(
+        self,
+        *,
+        reader_index: int | str = 0,
+        lease_seconds: float = 300.0,
+        retries_per_unit: int = 5,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.reader_index = reader_index
+        self.lease_seconds = lease_seconds
+        self.retries_per_unit = retries_per_unit
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        window = self.window()  # a relative staging root fails before any connection is looked up
+        summary = self.source_hook().read_window(
+            window,
+            self.staging_root,
+            reader_owner(context),
+            lease_seconds=self.lease_seconds,
+            retries=self.retries_per_unit,
+        )
+        return {**summary.to_dict(), "reader_index": self.reader_index}

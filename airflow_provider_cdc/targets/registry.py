@@ -1,0 +1,94 @@
+"""The targets by name (their metastore key): what the commit, the status and the repair look up.
+
+Each :class:`TargetKind` names its implementation by import path, so that looking a target up
+imports nothing heavy (BigQuery's clients, delta-rs) until one is opened. A target is a folder
+``targets/<name>/`` whose ``__init__`` declares its kind as ``TARGET`` (found by :func:`discover`, so a
+new target needs no edit outside its folder); its class implements
+:class:`~airflow_provider_cdc.targets.protocol.Target` with ``name`` equal to the registered name.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_cdc.targets.protocol import Target
+
+
+@dataclass(frozen=True)
+class TargetKind:
+    """A registered target: its metastore key, how messages call it, what its apply watermark is called,
+    whether the commit derives its watermarks from the windows (``True``) or records the watermarks the
+    target reports (``False``), and its implementation (``module:Class``)."""
+
+    name: str
+    title: str
+    watermark: str
+    implementation: str
+    watermark_is_window_end: bool = False
+
+    def load(self) -> type:
+        """The implementing class (imported now), checked to carry this kind's name."""
+        module, _, attribute = self.implementation.partition(":")
+        cls = getattr(importlib.import_module(module), attribute)
+        if getattr(cls, "name", None) != self.name:
+            raise TypeError(
+                f"target {self.name!r}: {self.implementation} has name {getattr(cls, 'name', None)!r}"
+            )
+        return cls
+
+
+_KINDS: dict[str, TargetKind] = {}
+
+
+def register(kind: TargetKind) -> TargetKind:
+    """Register a target kind under its (valid, unused) name."""
+    from airflow_provider_cdc.metastore.model import validate_target
+
+    name = validate_target(kind.name)
+    if name in _KINDS and _KINDS[name] != kind:
+        raise ValueError(f"target {name!r} is already registered ({_KINDS[name].implementation})")
+    _KINDS[name] = kind
+    return kind
+
+
+def discover() -> None:
+    """Register the ``TARGET`` of every target folder (``targets/<name>/__init__.py``), once."""
+    if _DISCOVERED:
+        return
+    import airflow_provider_cdc.targets as package
+
+    for module in pkgutil.iter_modules(package.__path__):
+        if module.ispkg:
+            kind = getattr(importlib.import_module(f"{package.__name__}.{module.name}"), "TARGET", None)
+            if isinstance(kind, TargetKind):
+                register(kind)
+    _DISCOVERED.append(True)
+
+
+_DISCOVERED: list[bool] = []
+
+
+def target_kind(name: str) -> TargetKind:
+    """The registered kind ``name``; an unknown name fails listing the known ones."""
+    discover()
+    try:
+        return _KINDS[name]
+    except KeyError:
+        raise KeyError(f"unknown target {name!r}; registered targets: {sorted(_KINDS)}") from None
+
+
+def target_names() -> list[str]:
+    """The registered targets' names."""
+    discover()
+    return sorted(_KINDS)
+
+
+def open_target(name: str, *args: Any, **kwargs: Any) -> Target:
+    """An instance of the target ``name`` (its class's arguments)."""
+    target = target_kind(name).load()(*args, **kwargs)
+    if not isinstance(target, Target):
+        raise TypeError(f"target {name!r} does not implement the target protocol")
+    return target

@@ -1,0 +1,121 @@
+"""Every target passes the target conformance checks (tests/support/target_conformance.py): Delta on a
+local lake, BigQuery on the loopback fake with its ledger in a SQLite metastore and partial images
+completed from a local lake the Delta upsert applied first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import bigquery
+from google.cloud.bigquery_storage_v1 import BigQueryWriteClient
+from google.cloud.bigquery_storage_v1.services.big_query_write.transports import BigQueryWriteGrpcTransport
+
+from airflow_provider_cdc.changesets.reader import ChangeSetReader
+from airflow_provider_cdc.core.window import Window
+from airflow_provider_cdc.metastore import Metastore
+from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET, DELTA_TARGET
+from airflow_provider_cdc.targets.bigquery.target import BigQueryCdcTarget
+from airflow_provider_cdc.targets.delta.compare import HIDDEN_COLUMNS
+from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
+from airflow_provider_cdc.targets.protocol import TableApplyResult, Target
+from airflow_provider_cdc.targets.registry import open_target, target_kind, target_names
+from airflow_provider_cdc.testing.bigquery_fake import FakeBigQuery
+from tests.support.target_conformance import CHECKS, PIPELINE, TargetHarness
+
+PROJECT, DATASET = "conformance-project", "cdc"
+
+
+class DeltaHarness(TargetHarness):
+    name = DELTA_TARGET
+
+    def __init__(self, root: Path) -> None:
+        self.lake_root = str(root / "lake")
+
+    def target(self) -> Target:
+        return DeltaLakeTarget(self.lake_root)
+
+    def rows(self, table: str) -> list[dict[str, Any]]:
+        lake = DeltaLakeTarget(self.lake_root)
+        if not lake.exists(table):
+            return []
+        return sorted(lake.read_table(table).drop_columns(list(HIDDEN_COLUMNS)).to_pylist(), key=str)
+
+    def writes(self, table: str) -> int:
+        lake = DeltaLakeTarget(self.lake_root)
+        return lake.open(table).version() + 1 if lake.exists(table) else 0
+
+
+class BigQueryHarness(TargetHarness):
+    name = BIGQUERY_TARGET
+
+    def __init__(self, root: Path, fake: FakeBigQuery) -> None:
+        self.fake = fake
+        self.lake = DeltaLakeTarget(str(root / "lake"))
+        self.ledger = Metastore(f"sqlite:///{root / 'metastore.db'}")
+        self.ledger.create_schema()
+
+    def target(self) -> Target:
+        bq = bigquery.Client(
+            project=PROJECT,
+            credentials=AnonymousCredentials(),
+            client_options={"api_endpoint": self.fake.rest_endpoint},
+        )
+        write = BigQueryWriteClient(
+            transport=BigQueryWriteGrpcTransport(channel=grpc.insecure_channel(self.fake.write_endpoint))
+        )
+        return BigQueryCdcTarget(bq, write, PROJECT, DATASET, lake=self.lake, ledger=self.ledger)
+
+    def rows(self, table: str) -> list[dict[str, Any]]:
+        if (PROJECT, DATASET, table) not in self.fake.state.tables:
+            return []
+        return sorted(self.fake.rows(PROJECT, DATASET, table), key=str)
+
+    def writes(self, table: str) -> int:
+        if (PROJECT, DATASET, table) not in self.fake.state.tables:
+            return 0
+        return self.fake.table(PROJECT, DATASET, table).appended_rows
+
+    def before_apply(self, change_sets: Path, window: Window) -> None:
+        """The Delta upsert of the window: BigQuery completes partial images from its tables."""
+        for table in ChangeSetReader(str(change_sets / window.window_id)).tables():
+            self.lake.apply_window(table, PIPELINE, window)
+
+
+@pytest.fixture
+def fake():
+    with FakeBigQuery() as server:
+        server.create_dataset(PROJECT, DATASET)
+        yield server
+
+
+@pytest.fixture(params=[DELTA_TARGET, BIGQUERY_TARGET])
+def harness(request: pytest.FixtureRequest, tmp_path: Path) -> TargetHarness:
+    if request.param == DELTA_TARGET:
+        return DeltaHarness(tmp_path)
+    return BigQueryHarness(tmp_path, request.getfixturevalue("fake"))
+
+
+@pytest.mark.parametrize("check", list(CHECKS))
+def test_target_conforms(harness: TargetHarness, check: str, tmp_path: Path) -> None:
+    CHECKS[check](harness, tmp_path / "changesets")
+
+
+def test_every_registered_target_is_found_by_its_name() -> None:
+    assert target_names() == [BIGQUERY_TARGET, DELTA_TARGET]
+    for name in target_names():
+        assert target_kind(name).load().name == name
+    assert isinstance(open_target(DELTA_TARGET, "/nonexistent/lake"), Target)
+    known = r"unknown target 'iceberg'; registered targets: \['bigquery', 'delta'\]"
+    with pytest.raises(KeyError, match=known):
+        target_kind("iceberg")
+
+
+def test_a_result_survives_its_xcom_form_and_refuses_an_unknown_outcome() -> None:
+    result = TableApplyResult(DELTA_TARGET, "Orders", 5, "applied", 3, 7)
+    assert TableApplyResult.from_dict(result.to_dict()) == result
+    with pytest.raises(ValueError, match="outcome must be one of"):
+        TableApplyResult(DELTA_TARGET, "Orders", 5, "done")
