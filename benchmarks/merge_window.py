@@ -33,8 +33,8 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from airflow_provider_cdc.core.sequence_number import spanner_change_sequence_number  # noqa: E402
 from airflow_provider_cdc.core.timestamps import to_micros  # noqa: E402
+from airflow_provider_cdc.sources.spanner.sequence_numbers import spanner_change_sequence_number  # noqa: E402
 from airflow_provider_cdc.staging import STAGED_CHANGE_SCHEMA  # noqa: E402
 
 TABLES = ("Orders", "Customers", "Payments")

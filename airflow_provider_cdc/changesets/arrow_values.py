@@ -31,14 +31,16 @@ from airflow_provider_cdc.core.types import (
     parse_logical_type,
 )
 
-#: Field metadata naming a column's logical type in its text form (``ARRAY<INT64>``); the key
-#: predates the logical types and is kept, as existing Delta tables hold it.
+# The field metadata keys as stored in Delta table schemas, kept as written by earlier versions:
+# existing tables hold them, and another key would change their schemas.
+#: Field metadata key of a column's logical type in its text form (``ARRAY<INT64>``).
 FIELD_METADATA_TYPE = "spanner.type"
+#: Field metadata key of a column's primary-key flag (``true``/``false``).
 FIELD_METADATA_PRIMARY_KEY = "spanner.primary_key"
 
 _SCALAR_ARROW_TYPES: dict[str, pa.DataType] = {code: t.arrow(pa) for code, t in SCALAR_TYPES.items()}
 
-# Digits beyond microseconds: Arrow's parser refuses them, Spanner may send nanoseconds.
+# Digits beyond microseconds: Arrow's parser refuses them, a source may send nanoseconds.
 _SUBMICRO_DIGITS = r"(\.\d{6})\d+"
 #: Longest RFC 3339 text with at most microseconds and a ``Z``: shorter texts need no trimming.
 _MICROS_TIMESTAMP_LENGTH = len("0001-01-01T00:00:00.000000Z")
@@ -63,8 +65,8 @@ def arrow_type(logical_type: LogicalType | Any, column: str = "?") -> pa.DataTyp
 def arrow_schema(column_types: str | Iterable[Mapping[str, Any] | ColumnType]) -> pa.Schema:
     """Arrow schema of a table's columns ordered by ordinal position, key columns as ordinary columns.
 
-    Each field carries metadata ``spanner.type`` (the logical type's text, e.g. ``ARRAY<INT64>``)
-    and ``spanner.primary_key`` (``true``/``false``).
+    Each field carries metadata :data:`FIELD_METADATA_TYPE` (the logical type's text, e.g.
+    ``ARRAY<INT64>``) and :data:`FIELD_METADATA_PRIMARY_KEY` (``true``/``false``).
     """
     fields = []
     for column in parse_column_types(column_types):

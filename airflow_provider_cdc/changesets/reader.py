@@ -58,12 +58,12 @@ def merge_column_types(texts: Iterable[str | None], table: str) -> list[dict[str
         for column in parse_column_types(text):
             previous = merged.get(column.name)
             if previous is not None and (
-                previous.spanner_type != column.spanner_type
+                previous.logical_type != column.logical_type
                 or previous.is_primary_key != column.is_primary_key
             ):
                 raise ChangeSetError(
                     f"table {table!r}: column {column.name!r} has conflicting types in the change set: "
-                    f"{previous.spanner_type} and {column.spanner_type}"
+                    f"{previous.logical_type} and {column.logical_type}"
                 )
             if previous is None or column.ordinal_position > previous.ordinal_position:
                 merged[column.name] = column

@@ -1,7 +1,7 @@
 """A change-set batch decoded into the typed merge source of a table.
 
 A change set holds, per source table, one row per changed key of a window (see ARCHITECTURE.md,
-"Change sets"): the key and row image as Spanner-encoded JSON, the non-key columns the image
+"Change sets"): the key and row image in the JSON value encoding, the non-key columns the image
 carries, ``_CHANGE_TYPE`` (``UPSERT``/``DELETE``) and the sortable ``_CHANGE_SEQUENCE_NUMBER``.
 :func:`to_merge_source` checks one batch and decodes it into the table's typed columns plus the
 change metadata (:meth:`TableColumns.source_schema`), the input of the Delta and BigQuery targets.
@@ -33,10 +33,10 @@ from airflow_provider_cdc.core.contract.change_set import (
     ChangeSetError,
 )
 from airflow_provider_cdc.core.identifiers import validate_identifier
-from airflow_provider_cdc.core.values import SpannerValueError
+from airflow_provider_cdc.core.values import ValueEncodingError
 
-# Columns of a decoded merge source besides the table's own columns. Spanner column names start
-# with a letter, so these never collide with a source column.
+# Columns of a decoded merge source besides the table's own columns. A source column name starts
+# with a letter (core.identifiers), so these never collide with a source column.
 SOURCE_SEQUENCE = "_change_sequence_number"
 SOURCE_COMMIT_TIMESTAMP = "_commit_timestamp"
 SOURCE_CHANGE_TYPE = "_change_type"
@@ -161,7 +161,7 @@ def to_merge_source(batch: pa.RecordBatch | pa.Table, table: TableColumns) -> pa
         values = decode_json_objects(
             batch.column(VALUES_JSON).combine_chunks().cast(pa.string()), table.values, what=VALUES_JSON
         )
-    except SpannerValueError as exc:
+    except ValueEncodingError as exc:
         raise ChangeSetError(f"table {name!r}: {exc}") from None
 
     arrays: list[pa.Array] = []
@@ -202,7 +202,7 @@ def verbatim_key(table: TableColumns) -> ColumnType | None:
     """The table's key when it is one INT64 or STRING column (whose compact JSON text carries the
     value verbatim, and whose typed values compare as the key does), else ``None``."""
     (first, *others) = table.keys
-    if others or first.spanner_type.code not in _VERBATIM_KEY_CODES:
+    if others or first.logical_type.code not in _VERBATIM_KEY_CODES:
         return None
     return first
 
@@ -222,7 +222,7 @@ def _decode_single_key(keys_json: pa.Array, key: ColumnType) -> pa.Array | None:
     ):
         return None
     text = pc.utf8_slice_codeunits(keys_json, len(prefix), -len(suffix))  # prefix, suffix: ASCII
-    if key.spanner_type.code == "STRING":
+    if key.logical_type.code == "STRING":
         # A quote, a backslash or a control character would make the text another JSON value.
         return None if pc.any(pc.match_substring_regex(text, r'["\\\x00-\x1f]')).as_py() else text
     if not pc.all(pc.utf8_is_digit(pc.utf8_ltrim(text, "-"))).as_py():  # Arrow would read 0x.. as hex
@@ -241,7 +241,7 @@ def _decode_keys(keys_json: pa.Array, table: TableColumns) -> pa.Table:
             return pa.table({key.name: verbatim})
     try:
         keys = decode_json_objects(keys_json, table.keys, what=KEYS_JSON)
-    except SpannerValueError as exc:
+    except ValueEncodingError as exc:
         raise ChangeSetError(f"table {table.table!r}: {exc}") from None
     if any(keys.column(c.name).null_count for c in table.keys):
         # A NULL key may be a legitimate NULL or a missing key column: tell them apart.

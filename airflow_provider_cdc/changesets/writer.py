@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_cdc.changesets.reader import filesystem_for
-from airflow_provider_cdc.core.columns import canonical_spanner_json, parse_column_types
+from airflow_provider_cdc.core.columns import canonical_column_types_json, parse_column_types
 from airflow_provider_cdc.core.contract.change_set import (
     CHANGE_SEQUENCE_NUMBER,
     CHANGE_TYPE,
@@ -32,7 +32,7 @@ from airflow_provider_cdc.core.contract.change_set import (
 from airflow_provider_cdc.core.contract.locations import MANIFEST_NAME, TABLE_DIR_PREFIX
 from airflow_provider_cdc.core.identifiers import validate_identifier
 from airflow_provider_cdc.core.timestamps import ensure_utc
-from airflow_provider_cdc.core.values import write_json_value
+from airflow_provider_cdc.core.values import encode_value
 
 CHANGE_SET_SCHEMA = change_set_schema()
 
@@ -61,7 +61,7 @@ def _canonical(obj: Mapping[str, Any]) -> str:
 def change_set_table(column_types: Any, changes: Iterable[Change]) -> pa.Table:
     """Encode changes into a change-set Arrow table for one source table."""
     columns = parse_column_types(column_types)
-    types_json = canonical_spanner_json(columns)
+    types_json = canonical_column_types_json(columns)
     key_columns = [c for c in columns if c.is_primary_key]
     value_columns = [c for c in columns if not c.is_primary_key]
     rows: dict[str, list[Any]] = {name: [] for name in CHANGE_SET_SCHEMA.names}
@@ -71,7 +71,7 @@ def change_set_table(column_types: Any, changes: Iterable[Change]) -> pa.Table:
         missing = [c.name for c in key_columns if c.name not in change.keys]
         if missing:
             raise ChangeSetError(f"change for keys {dict(change.keys)!r} lacks key column(s) {missing}")
-        keys = {c.name: write_json_value(c.spanner_type, change.keys[c.name], c.name) for c in key_columns}
+        keys = {c.name: encode_value(c.logical_type, change.keys[c.name], c.name) for c in key_columns}
         values = dict(change.values or {})
         full = change.change_type == "DELETE" or change.present is None
         present = [c.name for c in value_columns] if full else list(change.present or [])
@@ -82,8 +82,8 @@ def change_set_table(column_types: Any, changes: Iterable[Change]) -> pa.Table:
         if change.change_type == "UPSERT":
             for column in value_columns:
                 if column.name in present:
-                    encoded[column.name] = write_json_value(
-                        column.spanner_type, values.get(column.name), column.name
+                    encoded[column.name] = encode_value(
+                        column.logical_type, values.get(column.name), column.name
                     )
         rows[KEYS_JSON].append(_canonical(keys))
         rows[VALUES_JSON].append(_canonical(encoded))

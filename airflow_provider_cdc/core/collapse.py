@@ -14,7 +14,7 @@ after de-duplication (a change is identified by table, key and sequence number):
 * ``_CHANGE_SEQUENCE_NUMBER`` and ``_commit_timestamp`` are those of the key's newest change.
 * ``_column_types_json`` is the table's column types in the window: the union of the
   ``column_types_json`` of all its changes, the newest description of each column winning
-  (a source may list only the key columns and the changed ones, as Spanner's UPDATE records do,
+  (a source may list only the key columns and the changed ones, e.g. a change stream's UPDATE,
   so no single change need carry every column).
 
 Text passes through unchanged where nothing is merged: a segment of one change keeps its
@@ -49,7 +49,7 @@ class CollapseError(ValueError):
 
 
 def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON (Spanner encodes it as the string {name!r})")
+    raise ValueError(f"{name} is not valid JSON (the JSON value encoding writes it as the string {name!r})")
 
 
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
@@ -69,8 +69,8 @@ def change_order(change: Mapping[str, Any]) -> str:
 def deduplicate(changes: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Drop repeated changes, keeping the first of each ``(table_name, keys_json,
     change_sequence_number)`` in input order (a retried read repeats changes; a source numbers
-    each change of a key apart, e.g. Spanner's several mods of one row in one record by their
-    mod index)."""
+    each change of a key apart, e.g. several changes of one row in one transaction by their order
+    in it)."""
     seen: set[tuple[Any, Any, Any]] = set()
     unique = []
     for change in changes:

@@ -2,12 +2,11 @@
 
 A table's columns travel as ``column_types`` entries ``{"name", "type", "is_primary_key",
 "ordinal_position"}`` whose ``type`` is a logical type's JSON form (:mod:`.types`), such as
-``{"code": "INT64"}`` or ``{"code": "ARRAY", "array_element_type": {"code": "STRING"}}``: the form a
-Spanner change stream sends its column types in, so Spanner's entries are staged unchanged.
+``{"code": "INT64"}`` or ``{"code": "ARRAY", "array_element_type": {"code": "STRING"}}``; a source
+that describes its column types in this form stages its entries unchanged.
 :class:`ColumnType` is one entry; :func:`parse_column_types` validates entries (names, supported
 types) and :func:`union_column_types` joins the entries of a window's changes. A source whose type
-descriptions differ passes its own type parser (``parse_type``), e.g.
-:func:`airflow_provider_cdc.sources.spanner.types.parse_spanner_type`.
+descriptions differ passes its own type parser (``parse_type``), which maps them to logical types.
 """
 
 from __future__ import annotations
@@ -26,12 +25,6 @@ from airflow_provider_cdc.core.types import (
     LogicalTypeError,
     parse_logical_type,
 )
-
-#: Deprecated names of :class:`LogicalType`, :class:`LogicalTypeError` and
-#: :func:`parse_logical_type`, kept for modules not yet moved to the logical names.
-SpannerType = LogicalType
-SpannerTypeError = LogicalTypeError
-parse_spanner_type = parse_logical_type
 
 #: Parses one column's type description (``value``, ``column``) into a logical type.
 TypeParser = Callable[[Any, str], LogicalType]
@@ -62,11 +55,6 @@ class ColumnType:
     def logical_type(self) -> LogicalType:
         """The column's type, parsed; an unsupported type raises :class:`LogicalTypeError`."""
         return parse_logical_type(self.type, self.name)
-
-    @property
-    def spanner_type(self) -> LogicalType:
-        """Deprecated name of :attr:`logical_type`."""
-        return self.logical_type
 
     def to_json_dict(self) -> dict[str, Any]:
         """The entry as sources describe it (``name``, ``type``, ``is_primary_key``, ...)."""
@@ -135,8 +123,8 @@ def _canonical_column(column: ColumnType, parse_type: TypeParser) -> ColumnType:
 def union_column_types(texts: Iterable[str | Iterable[Mapping[str, Any] | ColumnType]]) -> list[ColumnType]:
     """A table's columns as every change of a window describes them, oldest change first.
 
-    A change may list only some columns (Spanner's UPDATE records list only the key columns and the
-    columns the mods change; INSERT and DELETE records list every column). The union (by name,
+    A change may list only some columns (e.g. a change stream's UPDATE may list only the key columns
+    and the changed ones; INSERT and DELETE list every column). The union (by name,
     case-insensitively) holds every column any change names, each as the newest change naming it
     describes it (type, key flag, ordinal position),
     so a column whose type changed in the window has its newest type. Ordered by ordinal position.
@@ -158,9 +146,6 @@ def canonical_column_types_json(columns: Iterable[ColumnType]) -> str:
     return json.dumps([c.to_json_dict() for c in columns], separators=(",", ":"))
 
 
-#: Deprecated name of :func:`canonical_column_types_json`.
-canonical_spanner_json = canonical_column_types_json
-
 
 __all__ = [
     "SCALAR_TYPE_CODES",
@@ -168,14 +153,10 @@ __all__ = [
     "ColumnType",
     "LogicalType",
     "LogicalTypeError",
-    "SpannerType",
-    "SpannerTypeError",
     "TypeParser",
     "canonical_column_types_json",
-    "canonical_spanner_json",
     "column_types_json",
     "parse_column_types",
     "parse_logical_type",
-    "parse_spanner_type",
     "union_column_types",
 ]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-# Spanner (GoogleSQL) identifiers: a letter, then letters, digits and underscores; at most 128 chars.
+# The identifier rule every source and target table name (and column, stream, pipeline name) must
+# satisfy: a letter, then letters, digits and underscores; at most 128 characters.
 _IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,127}$")
 
 

@@ -117,41 +117,8 @@ def sortable_sequence_number(text: str) -> str:
 def fingerprint64(text: str) -> int:
     """Stable unsigned 64-bit fingerprint of ``text``: the first 8 bytes of BLAKE2b, big-endian.
 
-    Stable across processes, machines and Python versions (unlike ``hash``). Cached because all
-    mods of one transaction share its id.
+    Stable across processes, machines and Python versions (unlike ``hash``). Cached because a source
+    fingerprints the same text (e.g. one transaction's id) for every change of it.
     """
     return int.from_bytes(hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest(), "big")
 
-
-def spanner_change_sequence_number(
-    commit_micros: int, server_transaction_id: str, record_sequence: str, mod_index: int
-) -> str:
-    """Sortable sequence number of one Spanner mod.
-
-    Sections: ``commit_micros / fingerprint64(server_transaction_id) / int(record_sequence) /
-    mod_index``. ``record_sequence`` is the decimal digit string Spanner returns (e.g. ``"00000001"``).
-    """
-    if type(commit_micros) is not int or not 0 <= commit_micros <= MAX_SECTION_VALUE:
-        raise InvalidSequenceNumberError(
-            f"commit_micros must be a non-negative integer below 2**64, got {commit_micros!r}"
-        )
-    if type(server_transaction_id) is not str or not server_transaction_id:
-        raise InvalidSequenceNumberError(
-            f"server_transaction_id must be non-empty text, got {server_transaction_id!r}"
-        )
-    if (
-        type(record_sequence) is not str
-        or not record_sequence.isascii()
-        or not record_sequence.isdigit()
-    ):
-        raise InvalidSequenceNumberError(
-            f"record_sequence must be a string of decimal digits, got {record_sequence!r}"
-        )
-    sequence = int(record_sequence)
-    if sequence > MAX_SECTION_VALUE:
-        raise InvalidSequenceNumberError(f"record_sequence {record_sequence!r} does not fit in 64 bits")
-    if type(mod_index) is not int or not 0 <= mod_index <= MAX_SECTION_VALUE:
-        raise InvalidSequenceNumberError(f"mod_index must be a non-negative integer, got {mod_index!r}")
-    return (
-        f"{commit_micros:016X}/{fingerprint64(server_transaction_id):016X}/{sequence:016X}/{mod_index:016X}"
-    )

@@ -27,7 +27,7 @@ has no decimal wider than 38 digits and no time of day, so BIGNUMERIC and TIME a
 (the merge job moves values as JSON text, never as Spark values).
 
 A type's JSON form is ``{"code": "INT64"}`` or ``{"code": "ARRAY", "array_element_type": {...}}``
-(the codes are Spanner's, which staged rows and change sets already hold) and its text form
+(the codes staged rows and change sets hold) and its text form
 ``INT64`` or ``ARRAY<INT64>`` (Delta field metadata holds it). :func:`decode_value` gives a JSON
 value's Python value, :func:`encode_value` the inverse.
 """

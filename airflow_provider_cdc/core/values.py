@@ -1,7 +1,7 @@
 """The JSON value encoding staged rows and change sets carry: decoding values and encoding them back.
 
 Each type's encoding is declared in :mod:`.types` (the table there lists every rule):
-:func:`decode_value` gives a value's Python value (exact error messages), :func:`write_json_value`
+:func:`decode_value` gives a value's Python value (exact error messages), :func:`encode_value`
 its encoding. Column types (:class:`ColumnType`, :func:`parse_column_types`,
 :func:`union_column_types`, :func:`column_types_json`) live in :mod:`.columns` and are importable
 from here too; the Arrow forms of types and values are :mod:`airflow_provider_cdc.changesets.arrow_values`.
@@ -11,13 +11,9 @@ from __future__ import annotations
 
 from airflow_provider_cdc.core.columns import (
     ColumnType,
-    SpannerType,
-    SpannerTypeError,
     canonical_column_types_json,
-    canonical_spanner_json,
     column_types_json,
     parse_column_types,
-    parse_spanner_type,
     union_column_types,
 )
 from airflow_provider_cdc.core.types import (
@@ -35,11 +31,6 @@ from airflow_provider_cdc.core.types import (
     parse_logical_type,
 )
 
-#: :func:`encode_value` under the name the readers and targets use.
-write_json_value = encode_value
-#: Deprecated name of :class:`ValueEncodingError`.
-SpannerValueError = ValueEncodingError
-
 __all__ = [
     "BIGNUMERIC_PRECISION",
     "BIGNUMERIC_SCALE",
@@ -50,18 +41,12 @@ __all__ = [
     "ColumnType",
     "LogicalType",
     "LogicalTypeError",
-    "SpannerType",
-    "SpannerTypeError",
-    "SpannerValueError",
     "ValueEncodingError",
     "canonical_column_types_json",
-    "canonical_spanner_json",
     "column_types_json",
     "decode_value",
     "encode_value",
     "parse_column_types",
     "parse_logical_type",
-    "parse_spanner_type",
     "union_column_types",
-    "write_json_value",
 ]

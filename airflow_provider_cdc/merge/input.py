@@ -21,6 +21,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from airflow_provider_cdc.core.contract.locations import claim_folder
+from airflow_provider_cdc.core.contract.staged_rows import STAGED_CHANGE_COLUMNS
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.filesystems import join, resolve
 
@@ -162,10 +163,19 @@ def check_staged_units(
         for name in wanted:
             if name in names:
                 try:
-                    counts[name] = pq.read_metadata(join(folder, name), filesystem=filesystem).num_rows
+                    metadata = pq.read_metadata(join(folder, name), filesystem=filesystem)
                 except (OSError, pa.ArrowException) as error:
                     lines = str(error).strip().splitlines()
                     unreadable[name] = f"{type(error).__name__}: {lines[0] if lines else ''}"
+                    continue
+                lacking = [c for c in STAGED_CHANGE_COLUMNS if c not in set(metadata.schema.names)]
+                if lacking:
+                    unreadable[name] = (
+                        f"it lacks the staged change column(s) {', '.join(lacking)} "
+                        "(staged by a version of the provider with other columns)"
+                    )
+                else:
+                    counts[name] = metadata.num_rows
         uri = claim_folder(staging, unit.key, unit.claim)
         checked = CheckedUnit(unit, tuple(f"{uri}/{name}" for name in wanted), sum(counts.values()))
         return checked, _problem(unit, names, counts, unreadable, bool(found))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -81,17 +81,26 @@ class UnitReadSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """The summary for XCom (the keys every read operator returns)."""
-        rows = self.rows
-        return {
-            "window_id": self.window_id,
-            "staging_uri": self.staging_uri,
-            "rows": rows,
-            "transactions": round(sum(unit.transactions for unit in self.units), 6),
-            "partitions": len(self.units),
-            "retries": sum(unit.retries for unit in self.units),
-            "seconds": round(self.seconds, 3),
-            "rows_per_second": round(rows / self.seconds, 1) if self.seconds > 0 else None,
-        }
+        transactions = sum(unit.transactions for unit in self.units)
+        return read_summary(self.window_id, self.staging_uri, self.units, self.seconds, transactions)
+
+
+def read_summary(
+    window_id: str, staging_uri: str, units: Sequence[Any], seconds: float, transactions: float
+) -> dict[str, Any]:
+    """What one reader did for a window, for XCom: the keys every read operator returns. ``units``
+    have ``rows`` and ``retries``."""
+    rows = sum(unit.rows for unit in units)
+    return {
+        "window_id": window_id,
+        "staging_uri": staging_uri,
+        "rows": rows,
+        "transactions": round(transactions, 6),
+        "partitions": len(units),
+        "retries": sum(unit.retries for unit in units),
+        "seconds": round(seconds, 3),
+        "rows_per_second": round(rows / seconds, 1) if seconds > 0 else None,
+    }
 
 
 #: Stages one claimed unit: ``(window, token, writer, read)``; adds to ``read.rows``/``read.transactions``.

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_cdc._compat import BaseHook
 from airflow_provider_cdc._errors import CdcError, metastore_errors
@@ -45,6 +45,8 @@ class WindowSourceHook(BaseHook, metaclass=ABCMeta):
     """
 
     metastore_conn_id: str = CdcMetastoreHook.default_conn_name
+    #: The error a failed window step raises (the reader's or the metastore's error as its cause).
+    source_error: ClassVar[type[CdcError]] = SourceError
 
     # ----- the source's part ----------------------------------------------------------------------
     @property
@@ -66,17 +68,17 @@ class WindowSourceHook(BaseHook, metaclass=ABCMeta):
 
     @contextmanager
     def step_errors(self, window: Window, what: str) -> Iterator[None]:
-        """The reader's and the metastore's errors of a window step as the source's error (here
-        :class:`SourceError`); an unreachable metastore as ``MetastoreUnavailableError`` naming ``what``."""
+        """The reader's and the metastore's errors of a window step as the source's error
+        (:attr:`source_error`); an unreachable metastore as ``MetastoreUnavailableError`` naming ``what``."""
         from airflow_provider_cdc.sources.claimed_reader import WindowReadError
 
         try:
             with metastore_errors(what):
                 yield
         except WindowReadError as exc:
-            raise SourceError(str(exc)) from exc
+            raise self.source_error(str(exc)) from exc
         except MetastoreError as exc:
-            raise SourceError(f"window {window}: {exc}") from exc
+            raise self.source_error(f"window {window}: {exc}") from exc
 
     # ----- shared ---------------------------------------------------------------------------------
     @cached_property

@@ -1,9 +1,10 @@
 """Full row images for targets whose upsert replaces whole rows, completed by one shared step.
 
-A target such as BigQuery CDC replaces the whole row on UPSERT, while a Spanner UPDATE carries only
-the columns it changed (``_present_columns``, ``_full_image`` false). A row whose image lacks a column
-the target writes is completed from a :class:`RowSource`: the current rows of the same source table in
-a target that applied the window before (the Delta table of the lake), reading only the touched keys:
+A target such as BigQuery CDC replaces the whole row on UPSERT, while a source's UPDATE (e.g. a
+change stream's) may carry only the columns it changed (``_present_columns``, ``_full_image`` false).
+A row whose image lacks a column the target writes is completed from a :class:`RowSource`: the
+current rows of the same source table in a target that applied the window before (the Delta table of
+the lake), reading only the touched keys:
 
 * The source's row has the change's sequence number: its values fill the missing columns.
 * The source's row is newer, or gone (a later window changed or deleted the key): the change is

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_cdc.core.timestamps import format_timestamp
-from airflow_provider_cdc.core.values import write_json_value
+from airflow_provider_cdc.core.values import encode_value
 
 log = logging.getLogger(__name__)
 
@@ -270,7 +270,7 @@ class LedgerHistory:
 
 def encode_row(table: str, row: dict[str, Any]) -> dict[str, Any]:
     """A target table's row of Python values in Spanner's JSON encoding."""
-    return {name: write_json_value(kind, row.get(name), name) for name, kind in TARGET_COLUMNS[table].items()}
+    return {name: encode_value(kind, row.get(name), name) for name, kind in TARGET_COLUMNS[table].items()}
 
 
 def load_commit_timestamp_demo(

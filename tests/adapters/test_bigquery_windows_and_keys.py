@@ -341,7 +341,7 @@ def test_existing_tables_keep_their_key_and_a_disagreeing_one_is_refused(
     )
     with pytest.raises(
         BigQuerySchemaError,
-        match=r"table 'demo-project.cdc.Orders' declares primary key \(_cdc_key\) but the Spanner table "
+        match=r"table 'demo-project.cdc.Orders' declares primary key \(_cdc_key\) but the source table "
         r"'Orders' has key \(Id\), which with derived_key='never' is the BigQuery key \(Id\)",
     ):
         _operator(fake, tmp_path, None, second, derived_key="never", metastore_conn_id=OTHER_CONN_ID).execute(

@@ -1015,3 +1015,25 @@ def test_operator_imports_and_builds_arguments_under_airflow_2() -> None:
     assert version.startswith("2.")
     assert args[:4] == ["--staging", f"/s/st/{WINDOW_ID}", "--changeset", f"/c/{WINDOW_ID}"]
     assert {"application", "conf", "locations", "window_end"} <= set(fields)
+
+
+def test_staged_files_with_other_columns_are_refused_naming_unit_file_and_columns(tmp_path: Path) -> None:
+    """Staging written with another version's columns (a window read before an upgrade) is refused
+    before anything is read, instead of being read as NULLs."""
+    from airflow_provider_cdc.core.contract.locations import claim_folder
+    from airflow_provider_cdc.merge.input import StagedInputError, StagedUnit, check_staged_units
+
+    start = datetime(2024, 6, 1, tzinfo=timezone.utc)
+    window = Window(start, start + timedelta(minutes=10))
+    staging = str(tmp_path / "staging")
+    folder = Path(claim_folder(staging, "k1", "c1"))
+    folder.mkdir(parents=True)
+    earlier = pa.table({"server_transaction_id": ["t"], "mod_type": ["INSERT"], "keys_json": ['{"Id":"1"}']})
+    pq.write_table(earlier, folder / "part-00000.parquet")
+    with pytest.raises(StagedInputError) as info:
+        check_staged_units(staging, window, [StagedUnit("k1", "c1", 1, 1)])
+    message = str(info.value)
+    assert f"window {window}" in message
+    assert "partition key k1, claim c1" in message and "part-00000.parquet" in message
+    assert "lacks the staged change column(s)" in message and "operation" in message
+    assert "Nothing was written" in message

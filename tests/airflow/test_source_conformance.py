@@ -24,7 +24,6 @@ from support.clock import ManualClock
 from support.source_conformance import (
     Opened,
     SourceUnderTest,
-    WindowNotNamedError,
     check_a_refused_window_is_named_and_loses_nothing,
     check_only_recorded_claims_are_read,
     check_reads_stage_the_history,
@@ -408,14 +407,7 @@ def test_only_recorded_claims_are_read(source: SourceUnderTest) -> None:
     check_only_recorded_claims_are_read(source)
 
 
-def test_a_refused_window_is_named_and_loses_nothing(
-    source: SourceUnderTest, request: pytest.FixtureRequest
-) -> None:
-    if source.name == "snapshot":
-        request.applymarker(pytest.mark.xfail(
-            raises=WindowNotNamedError, strict=True,
-            reason="a snapshot past the version retention fails naming its timestamp, not its window",
-        ))
+def test_a_refused_window_is_named_and_loses_nothing(source: SourceUnderTest) -> None:
     error = check_a_refused_window_is_named_and_loses_nothing(source)
     assert type(error).__name__ == REFUSALS[source.name], f"{source.name}: refused with {error!r}"
 

@@ -13,8 +13,8 @@ from airflow_provider_cdc.core.sequence_number import (
     InvalidSequenceNumberError,
     fingerprint64,
     sortable_sequence_number,
-    spanner_change_sequence_number,
 )
+from airflow_provider_cdc.sources.spanner.sequence_numbers import spanner_change_sequence_number
 
 parse = ChangeSequenceNumber.parse
 UINT64 = st.integers(min_value=0, max_value=2**64 - 1)

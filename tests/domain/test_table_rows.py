@@ -10,8 +10,8 @@ import pytest
 from airflow_provider_cdc.core.collapse import collapse_window
 from airflow_provider_cdc.core.columns import ColumnType
 from airflow_provider_cdc.core.contract.staged_rows import STAGED_CHANGE_COLUMNS
-from airflow_provider_cdc.core.sequence_number import spanner_change_sequence_number
 from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, to_micros
+from airflow_provider_cdc.sources.spanner.sequence_numbers import spanner_change_sequence_number
 from airflow_provider_cdc.sources.spanner.table_rows import (
     DELETE,
     INSERT,

@@ -254,7 +254,7 @@ def test_spanner_types_map_postgresql_annotations_by_their_code_and_refuse_the_r
     for code in sorted(SCALAR_TYPE_CODES - SPANNER_TYPE_CODES) + ["PROTO", "ENUM", "INTERVAL", "STRUCT"]:
         with pytest.raises(SpannerTypeError, match=f"column 'c': unsupported Spanner type .*{code}"):
             parse_spanner_type({"code": code}, "c")
-    with pytest.raises(SpannerTypeError, match="nested arrays"):
+    with pytest.raises(SpannerTypeError, match="arrays of arrays are not supported"):
         parse_spanner_type("ARRAY<ARRAY<INT64>>", "c")
     ids = {"code": "ARRAY", "arrayElementType": {"code": "INT64"}}
     columns = parse_spanner_column_types([{"name": "Id", "type": ids, "is_primary_key": True}])

@@ -13,10 +13,10 @@ from typing import Any
 import pyarrow.dataset as ds
 
 from airflow_provider_cdc.core.contract.staged_rows import DEDUPLICATION_KEY, STAGED_CHANGE_COLUMNS
-from airflow_provider_cdc.core.sequence_number import spanner_change_sequence_number
 from airflow_provider_cdc.core.timestamps import to_micros
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.sources.spanner.change_row import source_metadata_json
+from airflow_provider_cdc.sources.spanner.sequence_numbers import spanner_change_sequence_number
 from airflow_provider_cdc.testing.workload import ALL_CHANGES_STREAM, TABLES_BY_NAME, Workload
 
 

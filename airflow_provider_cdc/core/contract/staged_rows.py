@@ -3,10 +3,10 @@
 Declared once here as (name, type, nullable) triples; :func:`staged_change_schema` gives the Arrow
 schema the staging writes and :data:`STAGED_SCHEMA_DDL` the Spark schema the merge job reads with.
 See ARCHITECTURE.md, "Staged change rows", for what each column means. The row is the same for
-every source: what only one source knows (Spanner's record sequence, value capture type, ...) is in
+every source: what only one source knows (e.g. a change stream's value capture type) is in
 ``source_metadata_json``, which the merge job never reads.
 
-- ``unit``: the unit of the source read (Spanner: the partition token; a table read: its batch).
+- ``unit``: the unit of the source read (e.g. a change stream partition; a table read: its batch).
 - ``transaction_id``, ``transaction_record``, ``transaction_record_count``: the change's
   transaction, the record of it the change came from, and how many records the transaction has.
   A source that knows the count sets all three and the merge job checks that every record of each

@@ -60,7 +60,7 @@ def change_rows(record: DataChangeRecord, partition_token: str) -> Iterator[dict
 
 
 def _rows(record: DataChangeRecord, partition_token: str) -> Iterator[dict[str, Any]]:
-    from airflow_provider_cdc.core.sequence_number import spanner_change_sequence_number
+    from airflow_provider_cdc.sources.spanner.sequence_numbers import spanner_change_sequence_number
 
     commit_micros = to_micros(record.commit_timestamp)
     column_types_json = canonical_json([column.to_json_dict() for column in record.column_types])

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cached_property
@@ -19,7 +18,6 @@ from airflow_provider_cdc.core.identifiers import InvalidIdentifierError, valida
 from airflow_provider_cdc.core.timestamps import ensure_utc, format_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-from airflow_provider_cdc.metastore import MetastoreError
 from airflow_provider_cdc.sources.completion import (
     STALLED_AFTER_HEARTBEATS,
     LaggingPartition,
@@ -73,21 +71,6 @@ class Retention:
         return f"{format_duration(self.period)} ({where})"
 
 
-@contextmanager
-def _window_errors(window: Window, what: str) -> Iterator[None]:
-    """Re-raise the reader's and the metastore's errors of a window step as :class:`ChangeStreamError`
-    (an unreachable metastore as ``MetastoreUnavailableError`` naming ``what``)."""
-    from airflow_provider_cdc.sources.spanner.window_reader import ChangeStreamReadError
-
-    try:
-        with metastore_errors(what):
-            yield
-    except ChangeStreamReadError as exc:
-        raise ChangeStreamError(str(exc)) from exc
-    except MetastoreError as exc:
-        raise ChangeStreamError(f"window {window}: {exc}") from exc
-
-
 class SpannerChangeStreamHook(SpannerDatabase, WindowSourceHook):
     """Reads ``[start, end)`` windows of a Spanner change stream, partition lineage in the metastore.
 
@@ -114,6 +97,7 @@ class SpannerChangeStreamHook(SpannerDatabase, WindowSourceHook):
     :class:`RetentionExpiredError`, and a step Spanner or the metastore refuses :class:`ChangeStreamError`.
     """
 
+    source_error = ChangeStreamError
     hook_name = "Google Cloud Spanner Change Stream"
 
     def __init__(
@@ -167,11 +151,6 @@ class SpannerChangeStreamHook(SpannerDatabase, WindowSourceHook):
         from airflow_provider_cdc.sources.spanner.change_stream_query import ChangeStreamQuery
 
         return ChangeStreamQuery(self.database, self.stream, self.heartbeat_ms)
-
-    @contextmanager
-    def step_errors(self, window: Window, what: str) -> Iterator[None]:
-        with _window_errors(window, what):
-            yield
 
     # ----- windows --------------------------------------------------------------------------------
     def window_reader(self, staging_root: str, owner: str, **kwargs: Any) -> WindowReader:

@@ -16,12 +16,12 @@ from datetime import datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_cdc._errors import CdcError, RetentionExpiredError, metastore_errors
+from airflow_provider_cdc._errors import CdcError, RetentionExpiredError
 from airflow_provider_cdc.core.identifiers import InvalidIdentifierError, validate_identifier
 from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-from airflow_provider_cdc.metastore import MetastoreError, PartitionSpec, WindowNotFoundError
+from airflow_provider_cdc.metastore import PartitionSpec, WindowNotFoundError
 from airflow_provider_cdc.sources.hook import WindowSourceHook
 from airflow_provider_cdc.sources.spanner.connection import DEFAULT_GCP_CONN_ID
 from airflow_provider_cdc.sources.spanner.database import SpannerDatabase
@@ -51,28 +51,6 @@ class LateRowsError(SpannerTableError):
     """Rows were written with a commit timestamp that falls into a window already read."""
 
 
-@contextmanager
-def _step_errors(window: Window, what: str) -> Iterator[None]:
-    """The reader's, the plan's and the metastore's errors of a step as :class:`SpannerTableError`."""
-    from google.api_core import exceptions as gexc
-
-    from airflow_provider_cdc.sources.spanner.table_batches import BatchPlanError
-    from airflow_provider_cdc.sources.spanner.table_reader import TableReadError
-    from airflow_provider_cdc.sources.spanner.table_schema import TableSchemaError
-
-    try:
-        with metastore_errors(what):
-            yield
-    except (TableReadError, BatchPlanError) as exc:
-        raise SpannerTableError(str(exc)) from exc
-    except (TableSchemaError, TableRowError) as exc:
-        raise TableSourceConfigError(f"window {window}: {exc}") from exc
-    except MetastoreError as exc:
-        raise SpannerTableError(f"window {window}: {exc}") from exc
-    except gexc.GoogleAPICallError as exc:
-        raise SpannerTableError(f"{what}: {exc}") from exc
-
-
 class SpannerTableHook(SpannerDatabase, WindowSourceHook):
     """Reads ``[start, end)`` windows of Spanner tables: a snapshot, or tables by commit timestamp.
 
@@ -90,6 +68,7 @@ class SpannerTableHook(SpannerDatabase, WindowSourceHook):
     :param metastore_conn_id: connection of the metastore.
     """
 
+    source_error = SpannerTableError
     hook_name = "Google Cloud Spanner Table Reads"
 
     def __init__(
@@ -139,8 +118,22 @@ class SpannerTableHook(SpannerDatabase, WindowSourceHook):
 
     @contextmanager
     def step_errors(self, window: Window, what: str) -> Iterator[None]:
-        with _step_errors(window, what):
-            yield
+        """The shared step errors (as :class:`SpannerTableError`), and the plan's, the schema's and
+        Spanner's errors of a step."""
+        from google.api_core import exceptions as gexc
+
+        from airflow_provider_cdc.sources.spanner.table_batches import BatchPlanError
+        from airflow_provider_cdc.sources.spanner.table_schema import TableSchemaError
+
+        try:
+            with super().step_errors(window, what):
+                yield
+        except BatchPlanError as exc:
+            raise SpannerTableError(str(exc)) from exc
+        except (TableSchemaError, TableRowError) as exc:
+            raise TableSourceConfigError(f"window {window}: {exc}") from exc
+        except gexc.GoogleAPICallError as exc:
+            raise SpannerTableError(f"{what}: {exc}") from exc
 
     def check_readable(self, window: Window) -> None:
         """Nothing to check before a read: the window's plan fixed its read timestamp when it was
@@ -229,7 +222,7 @@ class SpannerTableHook(SpannerDatabase, WindowSourceHook):
         elif mode == COMMIT_TIMESTAMP and change_stream is not None:
             raise TableSourceConfigError(f"window {window}: change_stream applies to snapshots only")
         configs = self._configs(mode, tables, window, required=not (mode == SNAPSHOT and change_stream))
-        with _step_errors(window, f"window {window} of pipeline {pipeline!r}: opening it"):
+        with self.step_errors(window, f"window {window} of pipeline {pipeline!r}: opening it"):
             if mode == SNAPSHOT:
                 read_at, now = self._snapshot_read_timestamp(pipeline, window, max_wait_seconds)
                 if read_at is None:
@@ -285,7 +278,11 @@ class SpannerTableHook(SpannerDatabase, WindowSourceHook):
             return None, now
         raise RetentionExpiredError(
             retention_message(
-                "snapshot timestamp", window.start, now, self.version_retention, self.database_id
+                f"window {window}: snapshot timestamp",
+                window.start,
+                now,
+                self.version_retention,
+                self.database_id,
             )
         )
 

@@ -11,14 +11,14 @@ chunk is converted by its type at once.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from google.api_core import exceptions as gexc
 
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.metastore import Metastore
-from airflow_provider_cdc.sources.claimed_reader import WindowReadError
+from airflow_provider_cdc.sources.claimed_reader import UnitReadSummary, WindowReadError, read_summary
 from airflow_provider_cdc.sources.spanner.claimed_reader import SpannerClaimedReader, describe_error
 from airflow_provider_cdc.sources.spanner.garbage_collection import (
     FULL_COLLECTION_FACTOR,
@@ -60,37 +60,21 @@ class BatchResult:
     seconds: float = 0.0
 
 
-@dataclass
-class TableReadSummary:
-    """What one reader did for a window (small enough for XCom)."""
-
-    window_id: str
-    staging_uri: str
-    batches: list[BatchResult] = field(default_factory=list)
-    seconds: float = 0.0
+class TableReadSummary(UnitReadSummary):
+    """What one reader did for a window (small enough for XCom): its units are the batches it read."""
 
     @property
-    def rows(self) -> int:
-        return sum(batch.rows for batch in self.batches)
+    def batches(self) -> list[BatchResult]:
+        return self.units  # type: ignore[return-value]
 
     def to_dict(self) -> dict[str, Any]:
         tables: dict[str, int] = {}
         for batch in self.batches:
             tables[batch.table] = tables.get(batch.table, 0) + batch.rows
-        rows = self.rows
-        return {
-            "window_id": self.window_id,
-            "staging_uri": self.staging_uri,
-            "rows": rows,
-            "data_records": rows,
-            "transactions": rows,  # every table row is a transaction of its own
-            "batches": len(self.batches),
-            "partitions": len(self.batches),
-            "tables": dict(sorted(tables.items())),
-            "retries": sum(batch.retries for batch in self.batches),
-            "seconds": round(self.seconds, 3),
-            "rows_per_second": round(rows / self.seconds, 1) if self.seconds > 0 else None,
-        }
+        rows = self.rows  # every table row is a transaction of its own
+        summary = read_summary(self.window_id, self.staging_uri, self.batches, self.seconds, rows)
+        batches = len(self.batches)
+        return {**summary, "data_records": rows, "batches": batches, "tables": dict(sorted(tables.items()))}
 
 
 def page_query(table: PlannedTable, after: list[Any] | None) -> tuple[str, dict[str, Any], dict[str, Any]]:
@@ -100,7 +84,7 @@ def page_query(table: PlannedTable, after: list[Any] | None) -> tuple[str, dict[
 
     assert table.config is not None and table.page_rows is not None
     order = [table.config.timestamp_column, *table.primary_key]
-    types = {c.name: c.spanner_type.code for c in table.columns}
+    types = {c.name: c.logical_type.code for c in table.columns}
     text = table.sql()
     params: dict[str, Any] = {}
     kinds: dict[str, Any] = {}
@@ -282,7 +266,7 @@ class TableWindowReader(SpannerClaimedReader):
     @staticmethod
     def _codes(table: PlannedTable) -> list[str | None]:
         """The type code of each selected column (``None``: not a change column)."""
-        codes = {c.name: c.spanner_type.code for c in table.columns}
+        codes = {c.name: c.logical_type.code for c in table.columns}
         return [codes.get(name) for name in table.select]
 
     def _read_partition(

@@ -34,7 +34,7 @@ from airflow_provider_cdc.core.columns import ColumnType, column_types_json
 from airflow_provider_cdc.core.contract.staged_rows import STAGED_CHANGE_COLUMNS
 from airflow_provider_cdc.core.identifiers import validate_identifier
 from airflow_provider_cdc.core.timestamps import parse_timestamp, to_micros
-from airflow_provider_cdc.core.values import write_json_value
+from airflow_provider_cdc.core.values import encode_value
 from airflow_provider_cdc.sources.spanner.change_row import source_metadata_json
 
 INSERT = "INSERT"
@@ -435,7 +435,7 @@ def encode_row(columns: Sequence[ColumnType], row: Mapping[str, Any], table: str
     values = {}
     for column in columns:
         try:
-            values[column.name] = write_json_value(column.logical_type, row.get(column.name), column.name)
+            values[column.name] = encode_value(column.logical_type, row.get(column.name), column.name)
         except (TypeError, ValueError) as exc:
             raise TableRowError(f"table {table!r}: column {column.name!r}: {exc}") from exc
     return values

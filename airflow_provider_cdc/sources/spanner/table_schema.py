@@ -7,8 +7,9 @@ from typing import Any
 
 from google.cloud.spanner_v1 import param_types
 
-from airflow_provider_cdc.core.columns import ColumnType, SpannerTypeError, parse_spanner_type
+from airflow_provider_cdc.core.columns import ColumnType
 from airflow_provider_cdc.core.identifiers import validate_identifier
+from airflow_provider_cdc.sources.spanner.types import SpannerTypeError, parse_spanner_type
 
 COLUMNS_QUERY = (
     "SELECT COLUMN_NAME, SPANNER_TYPE, ORDINAL_POSITION FROM INFORMATION_SCHEMA.COLUMNS "

@@ -18,22 +18,16 @@ arrays are refused naming the column.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from airflow_provider_cdc.core.columns import ColumnType, parse_column_types
-from airflow_provider_cdc.core.types import ARRAY, LogicalType, LogicalTypeError
+from airflow_provider_cdc.core.types import LogicalType, LogicalTypeError, parse_logical_type
 
 #: Spanner type codes with a logical type (``ARRAY`` of any of them as well).
 SPANNER_TYPE_CODES = frozenset(
     {"BOOL", "INT64", "FLOAT32", "FLOAT64", "NUMERIC", "STRING", "JSON", "BYTES", "DATE", "TIMESTAMP", "UUID"}
 )
-
-_TEXT_TYPE = re.compile(r"^\s*([A-Za-z0-9_]+)\s*(?:\(\s*(?:MAX|\d+)\s*\))?\s*$", re.IGNORECASE)
-_ARRAY_TEXT_TYPE = re.compile(r"^\s*ARRAY\s*<(.*)>\s*$", re.IGNORECASE | re.DOTALL)
-
 
 class SpannerTypeError(LogicalTypeError):
     """A Spanner type that is unknown, malformed or has no logical type."""
@@ -42,58 +36,29 @@ class SpannerTypeError(LogicalTypeError):
 def parse_spanner_type(value: Any, column: str = "?") -> LogicalType:
     """The logical type of a Spanner type given as type JSON (dict or text) or DDL text.
 
-    Unknown codes raise :class:`SpannerTypeError` naming the column and the type.
+    Spanner's type JSON and DDL text are the logical types' own forms
+    (:func:`~airflow_provider_cdc.core.types.parse_logical_type`), with ``arrayElementType`` for
+    ``array_element_type`` in the protobuf JSON spelling; a code Spanner does not have raises
+    :class:`SpannerTypeError` naming the column and the type.
     """
-    if isinstance(value, LogicalType):
-        if value.element is None:
-            return _scalar(value.code, column, value)
-        return _array(parse_spanner_type(value.element, column), column, value)
-    if isinstance(value, str):
-        text = value.strip()
-        if not text.startswith("{"):
-            return _parse_text(text, column)
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise SpannerTypeError(f"column {column!r}: malformed type JSON {value!r}") from exc
-    if isinstance(value, Mapping):
-        code = value.get("code")
-        if not isinstance(code, str):
-            raise SpannerTypeError(f"column {column!r}: type {value!r} has no 'code'")
-        code = code.upper()
-        if code != ARRAY:
-            return _scalar(code, column, value)
-        element = value.get("array_element_type", value.get("arrayElementType"))
-        if element is None:
-            raise SpannerTypeError(f"column {column!r}: ARRAY type {value!r} has no element type")
-        try:
-            element_type = parse_spanner_type(element, column)
-        except SpannerTypeError as exc:
-            raise SpannerTypeError(f"column {column!r}: unsupported Spanner type {value!r}: {exc}") from None
-        return _array(element_type, column, value)
-    raise SpannerTypeError(f"column {column!r}: unsupported type description {value!r}")
+    try:
+        parsed = parse_logical_type(_snake_case_elements(value), column)
+    except LogicalTypeError as exc:
+        detail = str(exc).removeprefix(f"column {column!r}: ")
+        raise SpannerTypeError(f"column {column!r}: unsupported Spanner type {value!r}: {detail}") from None
+    scalar = parsed.element or parsed
+    if scalar.code not in SPANNER_TYPE_CODES:
+        raise SpannerTypeError(f"column {column!r}: unsupported Spanner type {value!r} (code {scalar.code})")
+    return parsed
 
 
-def _parse_text(text: str, column: str) -> LogicalType:
-    array = _ARRAY_TEXT_TYPE.match(text)
-    if array:
-        return _array(_parse_text(array.group(1), column), column, text)
-    match = _TEXT_TYPE.match(text)
-    if not match:
-        raise SpannerTypeError(f"column {column!r}: unsupported Spanner type {text!r}")
-    return _scalar(match.group(1).upper(), column, text)
-
-
-def _scalar(code: str, column: str, original: Any) -> LogicalType:
-    if code not in SPANNER_TYPE_CODES:
-        raise SpannerTypeError(f"column {column!r}: unsupported Spanner type {original!r} (code {code})")
-    return LogicalType(code)
-
-
-def _array(element: LogicalType, column: str, original: Any) -> LogicalType:
-    if element.code == ARRAY:
-        raise SpannerTypeError(f"column {column!r}: nested arrays are not Spanner types: {original!r}")
-    return LogicalType(ARRAY, element)
+def _snake_case_elements(value: Any) -> Any:
+    """``value`` with the protobuf JSON key ``arrayElementType`` spelled ``array_element_type``."""
+    if not isinstance(value, Mapping) or "arrayElementType" not in value:
+        return value
+    renamed = {k: v for k, v in value.items() if k != "arrayElementType"}
+    renamed.setdefault("array_element_type", _snake_case_elements(value["arrayElementType"]))
+    return renamed
 
 
 def parse_spanner_column_types(value: str | Iterable[Mapping[str, Any] | ColumnType]) -> list[ColumnType]:

@@ -1,13 +1,13 @@
-"""A BigQuery CDC table's primary key: the Spanner key itself, or the derived key column ``_cdc_key``.
+"""A BigQuery CDC table's primary key: the source key itself, or the derived key column ``_cdc_key``.
 
 BigQuery allows primary keys only on BIGNUMERIC, BOOL, DATE, DATETIME, INT64, NUMERIC, STRING and
-TIMESTAMP columns, and a primary-key value must not be NULL. A Spanner key may be BYTES, FLOAT64 or
+TIMESTAMP columns, and a primary-key value must not be NULL. A source key may be BYTES, FLOAT64 or
 FLOAT32 and, in a nullable key column, NULL. Such a table gets the **derived key** ``_cdc_key``
-(STRING): the canonical JSON text of the row's Spanner key, which is its BigQuery primary key and
-clustering column; the Spanner key columns stay in the table as ordinary columns.
+(STRING): the canonical JSON text of the row's source key, which is its BigQuery primary key and
+clustering column; the source key columns stay in the table as ordinary columns.
 
 The canonical text is a compact JSON object (no spaces) with the key columns sorted by name, each
-value in Spanner's JSON encoding of the typed value, ASCII-escaped: INT64 and NUMERIC as strings
+value in the JSON value encoding of the typed value, ASCII-escaped: INT64 and NUMERIC as strings
 (NUMERIC without trailing zeros), FLOAT64 and FLOAT32 as the shortest number that reads back as the
 same value (``-0.0`` as ``0.0``; ``"NaN"``, ``"Infinity"``, ``"-Infinity"``), BOOL as ``true`` /
 ``false``, STRING and UUID as strings, BYTES as base64, DATE as ``YYYY-MM-DD``, TIMESTAMP as RFC 3339
@@ -19,7 +19,7 @@ type is one BigQuery refuses (or when the existing BigQuery table is keyed on ``
 ``"always"`` for every table, ``"never"`` for none (a table BigQuery cannot key is refused).
 Nullability is not part of a change set's column types, so ``"auto"`` does not foresee NULL keys: a
 table whose key columns are nullable should use ``"always"``; a NULL key value in a table keyed on
-its Spanner key is refused before anything of the window is sent.
+its source key is refused before anything of the window is sent.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from airflow_provider_cdc.core.identifiers import validate_identifier
 from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.targets.bigquery.schema import BigQueryColumn, BigQuerySchemaError, bigquery_column
 
-#: The derived key column (a Spanner column name starts with a letter, so none is called so).
+#: The derived key column (a source column name starts with a letter, so none is called so).
 DERIVED_KEY_COLUMN = "_cdc_key"
 DERIVED_KEY = BigQueryColumn(DERIVED_KEY_COLUMN, "STRING")
 #: Types BigQuery allows in a primary key.
@@ -83,19 +83,19 @@ def _mode(value: object, what: str) -> str:
 
 
 def refused_key_columns(key: Sequence[ColumnType], table: str) -> list[tuple[str, str]]:
-    """``(column, Spanner type)`` of each key column whose BigQuery type cannot be a primary key."""
+    """``(column, logical type)`` of each key column whose BigQuery type cannot be a primary key."""
     refused = []
     for column in key:
         mapped = bigquery_column(column, table)
         if mapped.mode == "REPEATED" or mapped.type not in PRIMARY_KEY_TYPES:
-            refused.append((column.name, str(column.spanner_type)))
+            refused.append((column.name, str(column.logical_type)))
     return refused
 
 
 def uses_derived_key(
     table: str, bigquery_table: str, key: Sequence[ColumnType], mode: str, declared: Sequence[str] | None
 ) -> bool:
-    """Whether ``bigquery_table`` (of the Spanner table ``table``) is keyed on :data:`DERIVED_KEY_COLUMN`.
+    """Whether ``bigquery_table`` (of the source table ``table``) is keyed on :data:`DERIVED_KEY_COLUMN`.
 
     ``declared`` is the primary key of the existing BigQuery table (``None`` when there is none yet).
     Raises :class:`BigQuerySchemaError` naming table, column and type when ``mode`` is ``"never"`` and
@@ -127,7 +127,7 @@ def uses_derived_key(
             )
         if [c.lower() for c in declared] != [c.lower() for c in wanted]:
             raise BigQuerySchemaError(
-                f"table {bigquery_table!r} declares primary key ({', '.join(declared)}) but the Spanner "
+                f"table {bigquery_table!r} declares primary key ({', '.join(declared)}) but the source "
                 f"table {table!r} has key ({', '.join(natural)}), which with derived_key={mode!r} is "
                 f"the BigQuery key ({', '.join(wanted)})"
             )
@@ -137,7 +137,7 @@ def uses_derived_key(
 def null_key_problem(
     table: str, key: Sequence[ColumnType], keys: pa.Table, texts: Sequence[str]
 ) -> str | None:
-    """The refusal of NULL key values in a table keyed on its Spanner key (``None`` when there are
+    """The refusal of NULL key values in a table keyed on its source key (``None`` when there are
     none); ``keys`` holds the decoded key columns of the rows whose ``_keys_json`` are ``texts``."""
     for column in key:
         values = keys.column(column.name)
@@ -200,10 +200,10 @@ def canonical_key(key: Sequence[ColumnType], values: Sequence[Any]) -> str:
 
 def _encoder(column: ColumnType) -> Callable[[Any], Any]:
     try:
-        return _ENCODERS[column.spanner_type.code]
+        return _ENCODERS[column.logical_type.code]
     except KeyError:
         raise BigQuerySchemaError(
-            f"column {column.name!r}: a key of type {column.spanner_type} has no canonical text"
+            f"column {column.name!r}: a key of type {column.logical_type} has no canonical text"
         ) from None
 
 

@@ -49,7 +49,7 @@ class BigQueryCdcUpsertOperator(WindowStepMixin, BaseOperator):
     :param metastore_conn_id: the metastore that records the sends (templated).
     :param derived_key: ``"auto"`` (default), ``"always"`` or ``"never"``, or a mapping of source table
         to one of them (tables not named: ``"auto"``): whether a table's BigQuery primary key is the
-        derived STRING column ``_cdc_key`` (the Spanner key's canonical JSON, the key columns kept as
+        derived STRING column ``_cdc_key`` (the source key's canonical JSON, the key columns kept as
         ordinary columns). ``"auto"`` uses it for keys of types BigQuery refuses as primary keys
         (BYTES, FLOAT64, FLOAT32) and for tables already keyed on it; use ``"always"`` for tables with
         nullable key columns; ``"never"`` refuses a table BigQuery cannot key, before anything of the

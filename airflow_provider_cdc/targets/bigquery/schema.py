@@ -1,6 +1,9 @@
-"""Spanner columns → BigQuery table schema and Storage Write API proto writer schema (pure mapping).
+"""Source columns → BigQuery table schema and Storage Write API proto writer schema (pure mapping).
 
-| Spanner | BigQuery | proto field |
+A column's BigQuery type is its logical type's (``SCALAR_TYPES[code].bigquery``,
+:mod:`airflow_provider_cdc.core.types`), NUMERIC excepted; the writer sends these logical types:
+
+| logical type | BigQuery | proto field |
 | --- | --- | --- |
 | BOOL | BOOL | bool |
 | INT64 | INT64 | int64 |
@@ -14,6 +17,7 @@
 | TIMESTAMP | TIMESTAMP | int64 (µs since the epoch) |
 | ARRAY<T> | T, mode REPEATED | repeated T |
 
+A column of another logical type (BIGNUMERIC, TIME, DATETIME) is refused naming table and column.
 BigQuery arrays hold no NULL elements and a NULL array is stored as an empty one; an array with a
 NULL element is refused naming table and column. The pseudo columns ``_CHANGE_TYPE`` and
 ``_CHANGE_SEQUENCE_NUMBER`` are string fields of the writer schema only.
@@ -32,8 +36,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from airflow_provider_cdc.core.columns import ColumnType, SpannerType
+from airflow_provider_cdc.core.columns import ColumnType, LogicalType
 from airflow_provider_cdc.core.identifiers import validate_identifier
+from airflow_provider_cdc.core.types import SCALAR_TYPES
 from airflow_provider_cdc.core.values import NUMERIC_PRECISION, NUMERIC_SCALE
 
 CHANGE_TYPE_FIELD = "_CHANGE_TYPE"
@@ -67,18 +72,10 @@ _PROTO_TYPES = {
     "DATE": _F.TYPE_INT32,
     "TIMESTAMP": _F.TYPE_INT64,
 }
-_SCALAR_BQ_TYPES = {
-    "BOOL": "BOOL",
-    "INT64": "INT64",
-    "FLOAT32": "FLOAT64",
-    "FLOAT64": "FLOAT64",
-    "STRING": "STRING",
-    "UUID": "STRING",
-    "JSON": "JSON",
-    "BYTES": "BYTES",
-    "DATE": "DATE",
-    "TIMESTAMP": "TIMESTAMP",
-}
+#: Scalar logical types the writer sends (the table above); NUMERIC's BigQuery type is :func:`numeric_type`.
+_WRITTEN_CODES = frozenset(
+    {"BOOL", "INT64", "FLOAT32", "FLOAT64", "NUMERIC", "STRING", "UUID", "JSON", "BYTES", "DATE", "TIMESTAMP"}
+)
 # BigQuery project ids (optionally domain-scoped) and dataset ids.
 _PROJECT = re.compile(r"^(?:[a-z][a-z0-9.\-]*[a-z0-9]:)?[a-z][a-z0-9\-]{4,28}[a-z0-9]$")
 _DATASET = re.compile(r"^[A-Za-z0-9_]{1,1024}$")
@@ -142,24 +139,24 @@ def numeric_type(precision: int = NUMERIC_PRECISION, scale: int = NUMERIC_SCALE)
     )
 
 
-def _scalar_type(spanner_type: SpannerType, table: str, column: str) -> str:
-    if spanner_type.code == "NUMERIC":
-        return numeric_type()
-    try:
-        return _SCALAR_BQ_TYPES[spanner_type.code]
-    except KeyError:
+def _scalar_type(logical_type: LogicalType, table: str, column: str) -> str:
+    if logical_type.code not in _WRITTEN_CODES:
         raise BigQuerySchemaError(
-            f"table {table!r}: column {column!r} has Spanner type {spanner_type}, which has no BigQuery type"
-        ) from None
+            f"table {table!r}: column {column!r} has the logical type {logical_type}, which the BigQuery "
+            "target does not write"
+        )
+    if logical_type.code == "NUMERIC":
+        return numeric_type()
+    return SCALAR_TYPES[logical_type.code].bigquery
 
 
 def bigquery_column(column: ColumnType, table: str) -> BigQueryColumn:
-    """The BigQuery column of a Spanner column."""
+    """The BigQuery column of a source column."""
     validate_identifier(column.name, "column")
-    spanner_type = column.spanner_type
-    if spanner_type.element is not None:
-        return BigQueryColumn(column.name, _scalar_type(spanner_type.element, table, column.name), "REPEATED")
-    return BigQueryColumn(column.name, _scalar_type(spanner_type, table, column.name))
+    logical_type = column.logical_type
+    if logical_type.element is not None:
+        return BigQueryColumn(column.name, _scalar_type(logical_type.element, table, column.name), "REPEATED")
+    return BigQueryColumn(column.name, _scalar_type(logical_type, table, column.name))
 
 
 def bigquery_columns(columns: Sequence[ColumnType], table: str) -> list[BigQueryColumn]:

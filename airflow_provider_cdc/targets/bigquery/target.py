@@ -1,7 +1,7 @@
 """BigQuery CDC target: applies a window's change set to ``{project}.{dataset}.{table}`` tables.
 
 Per source table: create the table when missing (columns mapped by ``bigquery.schema``, primary key
-``NOT ENFORCED`` on the Spanner key or on the derived key ``_cdc_key`` (``bigquery.keys``),
+``NOT ENFORCED`` on the source key or on the derived key ``_cdc_key`` (``bigquery.keys``),
 clustered on the key, ``max_staleness``), add new columns, then stream every change as an ``UPSERT``
 (full row image, see ``targets.images``) or ``DELETE`` row carrying the change's
 ``_CHANGE_SEQUENCE_NUMBER`` through the table's default stream. BigQuery keeps, per key, the row
@@ -44,7 +44,7 @@ from airflow_provider_cdc.changesets.reader import (
 from airflow_provider_cdc.core.contract.change_set import CHANGE_SET_COLUMNS, COLUMN_TYPES_JSON
 from airflow_provider_cdc.core.identifiers import validate_identifier
 from airflow_provider_cdc.core.timestamps import format_timestamp, to_micros
-from airflow_provider_cdc.core.values import SpannerValueError
+from airflow_provider_cdc.core.values import ValueEncodingError
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.targets.bigquery.keys import (
     DERIVED_KEY,
@@ -263,7 +263,7 @@ class BigQueryCdcTarget:
         if [c.lower() for c in declared] != [k.lower() for k in key]:
             derived = f", which is the BigQuery key ({', '.join(key)})" if derived_key else ""
             raise BigQuerySchemaError(
-                f"table {table_id!r} declares primary key ({', '.join(declared)}) but the Spanner table "
+                f"table {table_id!r} declares primary key ({', '.join(declared)}) but the source table "
                 f"{columns.table!r} has key ({', '.join(natural)}){derived}"
             )
         existing = [BigQueryColumn.from_api(f.to_api_repr()) for f in found.schema]
@@ -294,7 +294,7 @@ class BigQueryCdcTarget:
     def plan_table(self, change_set: ChangeSetTable) -> TablePlan:
         """Decide the table's BigQuery key and check that its changes can be sent: key columns of
         types BigQuery refuses with ``derived_key='never'``, an existing table declaring another key,
-        and NULL key values in a table keyed on its Spanner key fail naming table and column."""
+        and NULL key values in a table keyed on its source key fail naming table and column."""
         source = change_set.name
         table = self.table_name(source)
         if change_set.count_rows() == 0:
@@ -536,7 +536,7 @@ def _null_keys(change_set: ChangeSetTable, columns: TableColumns) -> str | None:
         return None
     try:
         decoded = decode_json_objects(candidates, columns.keys, what=SOURCE_KEYS_JSON)
-    except SpannerValueError as exc:
+    except ValueEncodingError as exc:
         raise BigQueryCdcError(f"table {columns.table!r}: {exc}") from None
     return null_key_problem(columns.table, columns.keys, decoded, candidates.to_pylist())
 

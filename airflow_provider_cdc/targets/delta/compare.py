@@ -1,10 +1,11 @@
-"""Compare Delta tables with the rows their source tables hold, given in Spanner's JSON encoding.
+"""Compare Delta tables with the rows their source tables hold, given in the JSON value encoding.
 
-The expected rows are ``{table: [{column: value}]}`` with values as a change stream encodes them (an
-export of the source tables, or the ground truth of a replayed history). The lake's rows are encoded the
-same way, without the ``_change_sequence_number`` and ``_commit_timestamp`` columns, and both sides are
-compared as sets of rows: NUMERIC and JSON values compare by value, everything else as encoded. Column
-types come from each table's ``spanner.type`` field metadata unless they are given.
+The expected rows are ``{table: [{column: value}]}`` with values in the JSON value encoding of
+:mod:`airflow_provider_cdc.core.types` (an export of the source tables, or the ground truth of a
+replayed history). The lake's rows are encoded the same way, without the ``_change_sequence_number``
+and ``_commit_timestamp`` columns, and both sides are compared as sets of rows: NUMERIC and JSON
+values compare by value, everything else as encoded. Column types come from each table's
+logical-type field metadata (``FIELD_METADATA_TYPE``) unless they are given.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from airflow_provider_cdc.changesets.arrow_values import FIELD_METADATA_TYPE
-from airflow_provider_cdc.core.values import SpannerType, parse_spanner_type, write_json_value
+from airflow_provider_cdc.core.values import LogicalType, encode_value, parse_logical_type
 
 HIDDEN_COLUMNS = ("_change_sequence_number", "_commit_timestamp")
 
-#: Column name → Spanner type (a change-stream type dict such as ``{"code": "INT64"}``, type text such
-#: as ``ARRAY<STRING>``, or a :class:`SpannerType`).
+#: Column name → logical type (its JSON form such as ``{"code": "INT64"}``, its text form such as
+#: ``ARRAY<STRING>``, or a :class:`LogicalType`).
 ColumnTypes = Mapping[str, Any]
 
 
@@ -51,21 +52,22 @@ class TableComparison:
         return not self.only_in_lake and not self.only_in_truth and self.lake_rows == self.truth_rows
 
 
-def schema_column_types(schema: pa.Schema) -> dict[str, SpannerType]:
-    """Column → Spanner type from the fields' ``spanner.type`` metadata (hidden, untyped columns left out)."""
+def schema_column_types(schema: pa.Schema) -> dict[str, LogicalType]:
+    """Column → logical type from the fields' ``FIELD_METADATA_TYPE`` metadata (hidden, untyped columns
+    left out)."""
     key = FIELD_METADATA_TYPE.encode()
-    types: dict[str, SpannerType] = {}
+    types: dict[str, LogicalType] = {}
     for column in schema:
         text = (column.metadata or {}).get(key)
         if text is not None and column.name not in HIDDEN_COLUMNS:
-            types[column.name] = parse_spanner_type(text.decode(), column.name)
+            types[column.name] = parse_logical_type(text.decode(), column.name)
     return types
 
 
 def lake_rows_encoded(
     lake: LakeTables, table: str, column_types: ColumnTypes | None = None
 ) -> list[dict[str, Any]]:
-    """Rows of a Delta table in Spanner's JSON encoding, its typed columns only (the hidden CDC columns
+    """Rows of a Delta table in the JSON value encoding, its typed columns only (the hidden CDC columns
     left out); types from the table's field metadata unless ``column_types`` gives them."""
     data = lake.read_table(table)
     types = _parsed(column_types) if column_types is not None else schema_column_types(data.schema)
@@ -77,7 +79,8 @@ def compare_lake_to_rows(
     expected: Mapping[str, list[Mapping[str, Any]]],
     column_types: Mapping[str, ColumnTypes] | None = None,
 ) -> list[TableComparison]:
-    """Per table of ``expected`` (Spanner-JSON-encoded rows): does the Delta table hold exactly those rows?
+    """Per table of ``expected`` (rows in the JSON value encoding): does the Delta table hold exactly
+    those rows?
 
     A table missing from the lake holds no rows. ``column_types`` gives each table's types; by default
     they come from the Delta table's field metadata.
@@ -106,30 +109,30 @@ def compare_lake_to_rows(
     return results
 
 
-def _parsed(column_types: ColumnTypes) -> dict[str, SpannerType]:
-    return {name: parse_spanner_type(value, name) for name, value in column_types.items()}
+def _parsed(column_types: ColumnTypes) -> dict[str, LogicalType]:
+    return {name: parse_logical_type(value, name) for name, value in column_types.items()}
 
 
-def _encoded(data: pa.Table, types: Mapping[str, SpannerType]) -> list[dict[str, Any]]:
+def _encoded(data: pa.Table, types: Mapping[str, LogicalType]) -> list[dict[str, Any]]:
     return [
-        {name: write_json_value(types[name], value, name) for name, value in row.items() if name in types}
+        {name: encode_value(types[name], value, name) for name, value in row.items() if name in types}
         for row in data.to_pylist()
     ]
 
 
-def _canonical(value: Any, spanner_type: SpannerType | None) -> Any:
+def _canonical(value: Any, logical_type: LogicalType | None) -> Any:
     """NUMERIC compares by value ("1.50" == "1.5"), JSON by value (not its text's escaping); everything
     else, and a value of an unknown column, as encoded."""
-    if value is None or spanner_type is None:
+    if value is None or logical_type is None:
         return value
-    if spanner_type.code == "ARRAY":
-        return [_canonical(v, spanner_type.element) for v in value]
-    if spanner_type.code == "NUMERIC":
+    if logical_type.code == "ARRAY":
+        return [_canonical(v, logical_type.element) for v in value]
+    if logical_type.code == "NUMERIC":
         return format(Decimal(value).normalize(), "f")
-    if spanner_type.code == "JSON":
+    if logical_type.code == "JSON":
         return json.loads(value)
     return value
 
 
-def _row_text(types: Mapping[str, SpannerType], row: Mapping[str, Any]) -> str:
+def _row_text(types: Mapping[str, LogicalType], row: Mapping[str, Any]) -> str:
     return json.dumps({k: _canonical(v, types.get(k)) for k, v in row.items()}, sort_keys=True)
