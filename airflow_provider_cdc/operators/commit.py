@@ -36,6 +36,10 @@ class CdcCommitWindowOperator(WindowStepMixin, BaseOperator):
     watermark lags by more fails the task naming it and its lag. A table BigQuery has not applied
     anything to yet (a NULL watermark) is logged as a warning.
 
+    Any target's results are taken the same way: ``results`` (the targets' per-table
+    ``TableApplyResult``, as dicts) are recorded in the ledger under their target and table, and
+    ``watermarks`` (target → the watermarks that target reported) like ``bigquery_watermarks``.
+
     :param locations: the pipeline's roots (templated), as for the merge and the upsert: the tables
         of the ``changeset_root`` change set's manifest get watermarks (as do all tables already
         applied by the pipeline); ``lake_root`` is checked to hold the window.
@@ -43,6 +47,10 @@ class CdcCommitWindowOperator(WindowStepMixin, BaseOperator):
     :param bigquery_watermarks: the BigQuery upsert's return value (``{"tables": {table: {...,
         "upsert_stream_apply_watermark": ...}}}``) or a mapping of BigQuery table to its
         ``upsert_stream_apply_watermark`` (RFC 3339 text, datetime or ``None``). Templated.
+    :param results: the targets' per-table apply results (``TableApplyResult.to_dict()``; a list, or
+        a list of lists from several tasks). Templated.
+    :param watermarks: target name → that target's reported watermarks (as ``bigquery_watermarks``).
+        Templated.
     :param gcp_conn_id: Google Cloud connection for ``gs://`` locations (default
         ``google_cloud_default``, only read for object-store locations); ``impersonation_chain`` as
         for the google provider.
@@ -58,9 +66,13 @@ class CdcCommitWindowOperator(WindowStepMixin, BaseOperator):
         *WINDOW_STEP_FIELDS,
         "read_summaries",
         "bigquery_watermarks",
+        "results",
+        "watermarks",
         "staleness_reference",
     )
-    template_fields_renderers = {"locations": "json", "bigquery_watermarks": "json"}
+    template_fields_renderers = {
+        "locations": "json", "bigquery_watermarks": "json", "results": "json", "watermarks": "json"
+    }
 
     @window_step_arguments
     def __init__(
@@ -68,6 +80,8 @@ class CdcCommitWindowOperator(WindowStepMixin, BaseOperator):
         *,
         read_summaries: Any = None,
         bigquery_watermarks: Any = None,
+        results: Any = None,
+        watermarks: Any = None,
         max_staleness: timedelta | None = None,
         staleness_reference: Any = None,
         **kwargs: Any,
@@ -75,6 +89,8 @@ class CdcCommitWindowOperator(WindowStepMixin, BaseOperator):
         super().__init__(**kwargs)
         self.read_summaries = read_summaries
         self.bigquery_watermarks = bigquery_watermarks
+        self.results = results
+        self.watermarks = watermarks
         self.max_staleness = max_staleness
         self.staleness_reference = staleness_reference
 
@@ -95,6 +111,20 @@ class CdcCommitWindowOperator(WindowStepMixin, BaseOperator):
                 log=self.log,
                 bigquery_watermarks=self.bigquery_watermarks,
                 epoch=self.window_epoch(),
+                results=_flattened(self.results),
+                watermarks=self.watermarks or None,
             )
         except StaleEpochError as exc:  # the window was opened again: a retry cannot change that
             raise AirflowFailException(str(exc)) from exc
+
+
+def _flattened(results: Any) -> list[Any] | None:
+    """The results of one task (a list) or of several (a list of lists, e.g. a mapped task's output)."""
+    if results is None:
+        return None
+    if not isinstance(results, (list, tuple)):
+        raise TypeError(f"results must be a list of table apply results, got {type(results).__name__}")
+    flat: list[Any] = []
+    for item in results:
+        flat.extend(item if isinstance(item, (list, tuple)) else [item])
+    return flat

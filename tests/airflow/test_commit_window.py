@@ -12,7 +12,7 @@ from unittest import mock
 import pytest
 
 from airflow_provider_cdc.changesets.writer import Change, change_set_table, write_change_set
-from airflow_provider_cdc.core.timestamps import format_timestamp
+from airflow_provider_cdc.core.timestamps import format_timestamp, to_micros
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.pipeline import (
     StaleTablesError,
@@ -389,3 +389,33 @@ def test_status_shows_the_bigquery_watermarks_beside_the_delta_ones(
     rows = {line.split()[0]: line.split() for line in out.splitlines()[out.splitlines().index(header) + 1:]}
     assert rows["Orders"][1] == "2026-03-01T12:10:00.000Z" and rows["Orders"][3] == "2026-03-01T12:10:42.000Z"
     assert rows["Customers"][1] == "2026-03-01T12:10:00.000Z" and rows["Customers"][3:] == ["-", "-"]
+
+
+def test_the_commit_records_any_targets_results_and_reported_watermarks(
+    store: Metastore, tmp_path: Path
+) -> None:
+    from airflow_provider_cdc.targets.protocol import APPLIED, TableApplyResult
+
+    store.open_window(PIPELINE, STREAM, START, END)
+    root = _changeset(tmp_path, ["Orders", "Customers"])
+    reported = datetime(2026, 3, 1, 12, 11, 5, tzinfo=timezone.utc)
+    results = [
+        [TableApplyResult(BIGQUERY_TARGET, "Orders", to_micros(END), APPLIED, rows=7).to_dict()],
+        [TableApplyResult(BIGQUERY_TARGET, "Customers", to_micros(END), APPLIED, rows=3).to_dict()],
+    ]
+    commit = _commit(root, results=results, watermarks={BIGQUERY_TARGET: {"Orders": reported}})
+    assert {"results", "watermarks"} <= set(commit.template_fields)
+    commit.execute({})
+    ledger = store.window_tables(PIPELINE, target=BIGQUERY_TARGET, window=(START, END))
+    assert sorted((entry.table, entry.rows) for entry in ledger) == [("Customers", 3), ("Orders", 7)]
+    assert store.table_watermarks(PIPELINE, target=BIGQUERY_TARGET) == {"Orders": reported}
+
+
+def test_results_that_are_not_apply_results_fail_before_the_window_is_committed(
+    store: Metastore, tmp_path: Path
+) -> None:
+    store.open_window(PIPELINE, STREAM, START, END)
+    root = _changeset(tmp_path, ["Orders"])
+    with pytest.raises(ValueError, match="lacks"):
+        _commit(root, results=[{"table": "Orders"}]).execute({})
+    assert store.get_window(PIPELINE, START, END).state is WindowState.READING
