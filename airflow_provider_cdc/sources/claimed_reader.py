@@ -194,6 +194,18 @@ class ClaimedWindowReader:
             storage_options=self.storage_options,  # type: ignore[arg-type]
         )
 
+    def discard_other_claims(self, writer: StagingWriter, token: str) -> None:
+        """After completing unit ``token``: remove the files other claims staged beside the writer's
+        (not claims marked recorded), and log how many."""
+        removed = discard_other_claims(writer)
+        if removed:
+            self.log.info(
+                "%s %s: removed %d file(s) other claims staged",
+                self.read_error.partition_noun.capitalize(),
+                token,
+                removed,
+            )
+
     def complete(
         self,
         window: Window,
@@ -324,12 +336,5 @@ class ClaimedWindowReader:
             output_files=len(writer.files),
             partition_rows=partition_rows,
         )
-        removed = discard_other_claims(writer)
-        if removed:
-            self.log.info(
-                "%s %s: removed %d file(s) other claims staged",
-                self.read_error.partition_noun.capitalize(),
-                token,
-                removed,
-            )
+        self.discard_other_claims(writer, token)
         return result

@@ -37,7 +37,6 @@ from airflow_provider_cdc.sources.spanner.table_batches import (
 from airflow_provider_cdc.sources.spanner.table_rows import ChangeRowEncoder, ColumnChunk
 from airflow_provider_cdc.sources.spanner.wire_values import wire_column_chunks
 from airflow_provider_cdc.staging.parquet import StagingWriter, window_location
-from airflow_provider_cdc.staging.reading import discard_other_claims
 
 #: Rows turned into staged rows at once (a reader holds at most this many undecoded rows).
 CHUNK_ROWS = 1024
@@ -204,9 +203,7 @@ class TableWindowReader(SpannerClaimedReader):
             window, batch.token, claim_id, rows=result.rows, transactions=float(result.rows),
             output_files=len(writer.files), partition_rows=True,
         )  # fmt: skip
-        removed = discard_other_claims(writer)
-        if removed:
-            self.log.info("Batch %s: removed %d file(s) other claims staged", batch.token, removed)
+        self.discard_other_claims(writer, batch.token)
         self.log.info(
             "Batch %s of window %s: %d rows of %s in %.1fs",
             batch.token,

@@ -36,7 +36,6 @@ from airflow_provider_cdc.sources.spanner.records import (
 from airflow_provider_cdc.staging.parquet import StagingWriter, window_location
 
 __all__ = ["RETRYABLE", "ChangeStreamReadError", "PartitionResult", "ReadSummary", "WindowReader"]
-from airflow_provider_cdc.staging.reading import discard_other_claims
 
 
 class ChangeStreamReadError(WindowReadError):
@@ -227,9 +226,7 @@ class WindowReader(SpannerClaimedReader):
         else:
             self.metastore.advance_watermark(self.stream_key, token, window.end, records=result.rows)
         self._complete(window, token, result, claim_id, output_files=len(writer.files))
-        removed = discard_other_claims(writer)
-        if removed:
-            self.log.info("Partition %s: removed %d file(s) other claims staged", token, removed)
+        self.discard_other_claims(writer, token)
         return result
 
     def _complete(
