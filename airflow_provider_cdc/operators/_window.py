@@ -69,13 +69,18 @@ def locations_of(value: Mapping[str, Any] | WindowLocations | None, *required: s
 EPOCH_XCOM_KEY = "epoch"
 
 
+def xcom_pull_expression(task_id: str, key: str) -> str:
+    """The Jinja expression pulling XCom ``key`` of ``task_id`` (checked to be a task id, so the
+    template cannot be broken out of)."""
+    parts = task_id.split(".")
+    if not task_id or not all(part.replace("_", "").replace("-", "").isalnum() for part in parts):
+        raise ValueError(f"not a task id: {task_id!r}")
+    return f"ti.xcom_pull(task_ids='{task_id}', key='{key}')"
+
+
 def epoch_template(open_task_id: str) -> str:
     """The template of the epoch the open task ``open_task_id`` pushed (give it as ``epoch``)."""
-    if not open_task_id or not all(
-        part.replace("_", "").replace("-", "").isalnum() for part in open_task_id.split(".")
-    ):
-        raise ValueError(f"not a task id: {open_task_id!r}")
-    return f"{{{{ ti.xcom_pull(task_ids='{open_task_id}', key='{EPOCH_XCOM_KEY}') }}}}"
+    return f"{{{{ {xcom_pull_expression(open_task_id, EPOCH_XCOM_KEY)} }}}}"
 
 
 def epoch_of(value: Any) -> int | None:

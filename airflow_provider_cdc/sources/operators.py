@@ -22,7 +22,13 @@ from airflow_provider_cdc.core.contract.window_handle import WINDOW_XCOM_KEY, Wi
 from airflow_provider_cdc.core.timestamps import coerce_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-from airflow_provider_cdc.operators._window import EPOCH_XCOM_KEY, WINDOW_END, WINDOW_START, window_of
+from airflow_provider_cdc.operators._window import (
+    EPOCH_XCOM_KEY,
+    WINDOW_END,
+    WINDOW_START,
+    window_of,
+    xcom_pull_expression,
+)
 
 if TYPE_CHECKING:
     from airflow_provider_cdc.metastore.model import PipelineRecord
@@ -50,11 +56,7 @@ def window_template(open_task_id: str, field: str = "source_key") -> str:
     ``window``), e.g. the merge's ``stream_key=window_template(open.task_id)``."""
     if field not in WindowHandle.xcom_fields():
         raise ValueError(f"a window handle has no field {field!r}; it has {list(WindowHandle.xcom_fields())}")
-    if not open_task_id or not all(
-        part.replace("_", "").replace("-", "").isalnum() for part in open_task_id.split(".")
-    ):
-        raise ValueError(f"not a task id: {open_task_id!r}")
-    return f"{{{{ ti.xcom_pull(task_ids='{open_task_id}', key='{WINDOW_XCOM_KEY}')['{field}'] }}}}"
+    return f"{{{{ {xcom_pull_expression(open_task_id, WINDOW_XCOM_KEY)}['{field}'] }}}}"
 
 
 def reader_owner(context: Context) -> str:
