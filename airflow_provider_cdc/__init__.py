@@ -10,8 +10,9 @@ def get_provider_info() -> dict:
     return {
         "package-name": "airflow-provider-cdc",
         "name": "Change Data Capture",
-        "description": "Read Google Cloud Spanner change streams in bounded windows and apply them "
-        "exactly once, in commit order per key, to Delta Lake tables.",
+        "description": "Read database change data (Google Cloud Spanner change streams and tables, "
+        "Datastream files) in bounded windows and apply them exactly once, in order per key, to Delta "
+        "Lake and BigQuery CDC tables.",
         "versions": [__version__],
         "integrations": [
             {
@@ -27,6 +28,11 @@ def get_provider_info() -> dict:
             {
                 "integration-name": "Google Cloud Spanner tables",
                 "external-doc-url": "https://cloud.google.com/spanner/docs/reads#read_data_in_parallel",
+                "tags": ["gcp"],
+            },
+            {
+                "integration-name": "Google Cloud Datastream",
+                "external-doc-url": "https://cloud.google.com/datastream/docs/events-and-streams",
                 "tags": ["gcp"],
             },
             {
@@ -50,6 +56,10 @@ def get_provider_info() -> dict:
                 "integration-name": "Google Cloud Spanner tables",
                 "python-modules": ["airflow_provider_cdc.sources.spanner.table_hook"],
             },
+            {
+                "integration-name": "Google Cloud Datastream",
+                "python-modules": ["airflow_provider_cdc.sources.datastream.hook"],
+            },
         ],
         "operators": [
             {
@@ -69,6 +79,10 @@ def get_provider_info() -> dict:
                 "integration-name": "Google Cloud Spanner tables",
                 "python-modules": ["airflow_provider_cdc.sources.spanner.table_operators"],
             },
+            {
+                "integration-name": "Google Cloud Datastream",
+                "python-modules": ["airflow_provider_cdc.sources.datastream.operators"],
+            },
         ],
         "sensors": [
             {
@@ -78,6 +92,10 @@ def get_provider_info() -> dict:
             {
                 "integration-name": "CDC metastore",
                 "python-modules": ["airflow_provider_cdc.sensors.window_complete"],
+            },
+            {
+                "integration-name": "Google Cloud Datastream",
+                "python-modules": ["airflow_provider_cdc.sources.datastream.operators"],
             },
         ],
         "triggers": [

@@ -369,3 +369,45 @@ def example_dag_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Examp
     root = tmp_path_factory.mktemp("example-dag")
     with example_dag_home_at(root, EXAMPLE_DAG_WINDOWS, EXAMPLE_DAG_CHANGES_PER_WINDOW) as home:
         yield home
+
+
+# =============================================================================================
+# Cloud Storage: gcp-storage-emulator on loopback (the JSON API the google-cloud-storage client speaks)
+# =============================================================================================
+@dataclass
+class CloudStorage:
+    """A loopback Cloud Storage emulator: ``endpoint`` (``http://host:port``), an anonymous client."""
+
+    endpoint: str
+
+    def client(self) -> Any:
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        return storage.Client(
+            project="test-project",
+            credentials=AnonymousCredentials(),
+            client_options={"api_endpoint": self.endpoint},
+        )
+
+    def bucket(self, name: str) -> Any:
+        client = self.client()
+        bucket = client.bucket(name)
+        if not bucket.exists():
+            bucket = client.create_bucket(name)
+        return bucket
+
+
+@pytest.fixture
+def cloud_storage(monkeypatch: pytest.MonkeyPatch) -> Iterator[CloudStorage]:
+    """A Cloud Storage emulator for the test; ``STORAGE_EMULATOR_HOST`` points every client at it."""
+    server_module = pytest.importorskip("gcp_storage_emulator.server")
+    port = free_port()
+    server = server_module.create_server("127.0.0.1", port, in_memory=True)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", endpoint)
+    try:
+        yield CloudStorage(endpoint)
+    finally:
+        server.stop()

@@ -44,6 +44,7 @@ from typing import Any
 
 from airflow_provider_cdc.core.contract.change_set import manifest_bytes
 from airflow_provider_cdc.core.contract.locations import MANIFEST_NAME
+from airflow_provider_cdc.core.contract.staged_rows import ARRIVAL, COMMIT_TIME, WINDOW_BASES
 from airflow_provider_cdc.core.timestamps import format_timestamp, parse_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.filesystems import StorageOptionsError, storage_options_from_env
@@ -81,6 +82,8 @@ class MergeArguments:
     previous_windows: dict[str, Any] | None = None
     #: the name the manifest is written under (another than ``_manifest.json``: published later)
     manifest_name: str = MANIFEST_NAME
+    #: which staged rows are the window's: committed in it, or every row staged for it (arrival)
+    window_basis: str = COMMIT_TIME
 
 
 def _timestamp_argument(text: str) -> datetime:
@@ -180,6 +183,10 @@ def parse_arguments(argv: Sequence[str] | None = None) -> MergeArguments:
     parser.add_argument("--manifest-name", type=_manifest_name_argument, default=MANIFEST_NAME,
                         help=f"write the manifest under this name (default {MANIFEST_NAME}; another name "
                         "leaves the publishing to the caller)")
+    parser.add_argument("--window-basis", choices=WINDOW_BASES, default=COMMIT_TIME,
+                        help=f"which staged rows are the window's: {COMMIT_TIME} (default) keeps rows "
+                        f"committed in [start, end) and drops the others; {ARRIVAL} keeps every row staged "
+                        "for the window (a source whose windows are the changes that arrived in them)")
     namespace = parser.parse_args(argv)
     if namespace.window_start >= namespace.window_end:
         parser.error(
@@ -199,6 +206,7 @@ def parse_arguments(argv: Sequence[str] | None = None) -> MergeArguments:
         epoch=namespace.epoch,
         previous_windows=namespace.previous_windows,
         manifest_name=namespace.manifest_name,
+        window_basis=namespace.window_basis,
     )
 
 
@@ -230,7 +238,8 @@ def merge_window(spark: Any, args: MergeArguments) -> dict[str, Any]:
             f"{sum(unit.rows for unit in checked)} row(s) their readers recorded")
     if not through_driver:
         manifest = merge_staging(spark, args.window, args.staging, args.changeset, files,
-                                 claims=args.partition_claims, inputs=inputs, details=details)
+                                 claims=args.partition_claims, inputs=inputs, details=details,
+                                 basis=args.window_basis)
         files.write_bytes(f"{args.changeset}/{args.manifest_name}", manifest_bytes(manifest))
     else:
         master = spark.sparkContext.master
@@ -253,6 +262,7 @@ def merge_window(spark: Any, args: MergeArguments) -> dict[str, Any]:
             manifest = merge_staging(
                 spark, args.window, "file://" + local_staging, "file://" + local_changeset, files,
                 claims=args.partition_claims, source=args.staging, inputs=local, details=details,
+                basis=args.window_basis,
             )
             log(f"copying the change set to {args.changeset} through the driver")
             upload_change_set(local_changeset, args.changeset, manifest_bytes(manifest), storage_options,

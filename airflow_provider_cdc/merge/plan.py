@@ -28,7 +28,7 @@ from airflow_provider_cdc.core.contract.change_set import (
     manifest,
 )
 from airflow_provider_cdc.core.contract.locations import MANIFEST_NAME, claim_folder
-from airflow_provider_cdc.core.contract.staged_rows import STAGED_SCHEMA_DDL
+from airflow_provider_cdc.core.contract.staged_rows import ARRIVAL, COMMIT_TIME, STAGED_SCHEMA_DDL
 from airflow_provider_cdc.core.identifiers import InvalidIdentifierError, validate_identifier
 from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.core.values import LogicalTypeError, column_types_json, union_column_types
@@ -104,9 +104,12 @@ def _read_staging(
     return reader.parquet(*paths) if paths else spark.createDataFrame([], STAGED_SCHEMA_DDL)
 
 
-def _in_window(window: Window) -> Any:
+def _in_window(window: Window, basis: str = COMMIT_TIME) -> Any:
+    """Whether a staged row belongs to the window: committed in it, or (``ARRIVAL``) any row."""
     from pyspark.sql import functions as F
 
+    if basis == ARRIVAL:
+        return F.lit(True)
     micros = F.unix_micros("commit_timestamp")
     return (micros >= F.lit(window.start_micros)) & (micros < F.lit(window.end_micros))
 
@@ -160,7 +163,7 @@ class TableStats:
             ) from None
 
 
-def _table_stats(staged: Any, window: Window) -> list[TableStats]:
+def _table_stats(staged: Any, window: Window, basis: str) -> list[TableStats]:
     """Per table: staged rows, rows inside the window, rows lacking required values, and the
     distinct column types of its changes in the window, all from one pass.
 
@@ -173,7 +176,7 @@ def _table_stats(staged: Any, window: Window) -> list[TableStats]:
     """
     from pyspark.sql import functions as F
 
-    in_window = _in_window(window)
+    in_window = _in_window(window, basis)
     groups = (
         staged.groupBy("table_name", "column_types_json")
         .agg(
@@ -200,7 +203,9 @@ def _lacks(column: str) -> Any:
     return F.col(column).isNull()
 
 
-def _table_column_types(staged: Any, tables: Sequence[str], window: Window) -> dict[str, str | None]:
+def _table_column_types(
+    staged: Any, tables: Sequence[str], window: Window, basis: str
+) -> dict[str, str | None]:
     """The column types text of each table's newest change in the window, by sequence number.
 
     One ungrouped aggregation with a ``max_by`` per table: a grouped ``max_by`` of strings
@@ -210,7 +215,7 @@ def _table_column_types(staged: Any, tables: Sequence[str], window: Window) -> d
 
     if not tables:
         return {}
-    in_window = _in_window(window)
+    in_window = _in_window(window, basis)
     index = _table_index(tables)
     sequence = F.col("change_sequence_number")
     newest = staged.agg(
@@ -236,7 +241,7 @@ def _check_tables(tables: list[TableStats]) -> None:
             )
 
 
-def _check_transactions(staged: Any, window: Window) -> tuple[int, int]:
+def _check_transactions(staged: Any, window: Window, basis: str) -> tuple[int, int]:
     """Fail naming incomplete transactions; return (transactions, records) inside the window.
 
     A transaction is complete when the distinct ``transaction_record`` values staged for it (over
@@ -248,7 +253,7 @@ def _check_transactions(staged: Any, window: Window) -> tuple[int, int]:
 
     expected = _RECORD_COUNT
     records = (
-        staged.filter(_in_window(window) & F.col(expected).isNotNull())
+        staged.filter(_in_window(window, basis) & F.col(expected).isNotNull())
         .select("transaction_id", "transaction_record", expected)
         .repartition("transaction_id")
         .groupBy("transaction_id", "transaction_record")
@@ -293,14 +298,16 @@ def collapse_partitions(changes: int, parallelism: int) -> int:
     return max(1, parallelism, -(-changes // CHANGES_PER_COLLAPSE_TASK))
 
 
-def _collapse(staged: Any, window: Window, column_types: dict[str, str], partitions: int) -> Any:
+def _collapse(
+    staged: Any, window: Window, basis: str, column_types: dict[str, str], partitions: int
+) -> Any:
     """The change set as a DataFrame: one row per key, its columns, and the ``table`` partition column."""
     from pyspark.sql import functions as F
 
     # Hash first: a well-spread 8-byte prefix makes the sort fast, and equal (table, key) pairs
     # still end up contiguous, ordered by their sequence numbers.
     key_hash = F.xxhash64("table_name", "keys_json").alias("_key_hash")
-    changes = staged.filter(_in_window(window)).select(key_hash, *COLLAPSE_INPUT_COLUMNS)
+    changes = staged.filter(_in_window(window, basis)).select(key_hash, *COLLAPSE_INPUT_COLUMNS)
     ordered = (
         changes.repartition(partitions, "_key_hash")
         .sortWithinPartitions("_key_hash", *SORT_COLUMNS)
@@ -388,6 +395,7 @@ def merge_staging(
     spark: Any, window: Window, staging: str, changeset: str, files: HadoopFiles, *,
     claims: Mapping[str, str] | None = None, source: str | None = None,
     inputs: Sequence[str] | None = None, details: Mapping[str, Any] | None = None,
+    basis: str = COMMIT_TIME,
 ) -> dict[str, Any]:
     """Merge ``staging`` into ``changeset`` (both reachable by Spark); return the manifest, unwritten.
 
@@ -397,6 +405,8 @@ def merge_staging(
     :param inputs: the exact files to read (the recorded files of every unit, checked against the
         readers' records); overrides ``claims``.
     :param details: further manifest entries (the epoch, the previous windows of the tables).
+    :param basis: which staged rows are the window's (``COMMIT_TIME`` or ``ARRIVAL``; see
+        :mod:`airflow_provider_cdc.core.contract.staged_rows`).
     """
     began = time.monotonic()
     source = staging if source is None else source
@@ -409,7 +419,7 @@ def merge_staging(
         return change_set_manifest(window, source, {}, 0, 0, 0, **details)
 
     staged = _read_staging(spark, staging, files, claims, inputs)
-    stats = _table_stats(staged, window)
+    stats = _table_stats(staged, window, basis)
     read_rows = sum(table.staged_rows for table in stats)
     dropped = sum(table.staged_rows - table.window_rows for table in stats)
     elapsed = max(time.monotonic() - began, 1e-9)
@@ -418,20 +428,21 @@ def merge_staging(
         f"{elapsed:.1f}s ({read_rows / elapsed:,.0f} rows/s); {dropped} outside the window"
     )
     _check_tables(stats)
-    transactions, records = _check_transactions(staged, window)
+    transactions, records = _check_transactions(staged, window, basis)
     log(f"window {window}: {transactions} complete transaction(s) with {records} record(s)")
 
     files.delete(f"{changeset}/{MANIFEST_NAME}")
     changed = [table.table_name for table in stats if table.window_rows]
     tied = [table.table_name for table in stats if table.window_rows and table.types_tied]
-    newest_texts = _table_column_types(staged, tied, window)
+    newest_texts = _table_column_types(staged, tied, window, basis)
     column_types = {
         table.table_name: table.column_types(newest_texts.get(table.table_name))
         for table in stats
         if table.window_rows
     }
     partitions = collapse_partitions(read_rows - dropped, spark.sparkContext.defaultParallelism)
-    collapsed, observation = _counted_by_table(_collapse(staged, window, column_types, partitions), changed)
+    collapsed = _collapse(staged, window, basis, column_types, partitions)
+    collapsed, observation = _counted_by_table(collapsed, changed)
     collapsed.write.mode("overwrite").partitionBy(TABLE_PARTITION_COLUMN).parquet(changeset)
     written = _written_rows(observation, changed)
     tables = {

@@ -13,6 +13,7 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from airflow_provider_cdc._compat import AirflowFailException
+from airflow_provider_cdc.core.contract.staged_rows import COMMIT_TIME, WINDOW_BASES
 from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.connection_fields import connection_arguments_of
@@ -91,6 +92,10 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
         the commit's (see :class:`~airflow_provider_cdc.core.contract.locations.WindowLocations`).
     :param stream_key: the stream as the metastore names it (``projects/…/databases/<db>/<stream>``;
         templated); its last segment names the staging folder.
+    :param window_basis: which staged rows are the window's: ``commit_time`` (default: those committed
+        in the window) or ``arrival`` (every row staged for it: a source whose windows are the changes
+        that arrived in them, such as Datastream). Templated: take it from the open task's window
+        handle, ``window_template(open.task_id, "window_basis")``.
     :param window_start: inclusive window start, RFC 3339 (templated; default the data interval start).
     :param window_end: exclusive window end, RFC 3339 (templated; default the data interval end).
     :param gcp_conn_id: Google Cloud connection (default ``google_cloud_default``) whose credentials
@@ -111,6 +116,7 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
         *SparkSubmitOperator.template_fields,
         *WINDOW_STEP_FIELDS,
         "stream_key",
+        "window_basis",
     )
     template_fields_renderers = {"locations": "json"}
     ui_color = "#f4a460"
@@ -120,6 +126,7 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
         self,
         *,
         stream_key: str,
+        window_basis: str = COMMIT_TIME,
         conn_id: str = "spark_default",
         name: str = "cdc-merge-window",
         **kwargs: Any,
@@ -128,6 +135,7 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
             raise TypeError("SparkMergeWindowOperator runs its bundled merge job; do not pass 'application'")
         super().__init__(application=MERGE_JOB_PATH, conn_id=conn_id, name=name, **kwargs)
         self.stream_key = stream_key
+        self.window_basis = window_basis
         self.spark_conn_id = conn_id
 
     def _window_and_folders(self) -> tuple[Window, str, str]:
@@ -145,6 +153,9 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
         ``claims``: partition key → claim id of each partition's recorded output; ``merge_input``:
         every unit as recorded, the epoch and the tables' previous windows."""
         window, staging, changeset = self._window_and_folders()
+        basis = str(self.window_basis or COMMIT_TIME).strip()
+        if basis not in WINDOW_BASES:
+            raise ValueError(f"window_basis must be one of {list(WINDOW_BASES)}, got {self.window_basis!r}")
         args = [
             "--staging",
             staging,
@@ -154,17 +165,25 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
             format_timestamp(window.start),
             "--window-end",
             format_timestamp(window.end),
+            "--window-basis",
+            basis,
         ]
         if claims is not None:
             args += ["--partition-claims", json.dumps(dict(claims), sort_keys=True)]
         if merge_input is not None:
             args += ["--staged-units", units_json(merge_input.units)]
             if merge_input.epoch is not None:
-                args += ["--epoch", str(merge_input.epoch),
-                         "--manifest-name", pending_manifest_name(merge_input.epoch)]
+                args += [
+                    "--epoch",
+                    str(merge_input.epoch),
+                    "--manifest-name",
+                    pending_manifest_name(merge_input.epoch),
+                ]
             if merge_input.previous_windows is not None:
-                args += ["--previous-windows", json.dumps(merge_input.previous_windows, sort_keys=True,
-                                                          separators=(",", ":"))]
+                args += [
+                    "--previous-windows",
+                    json.dumps(merge_input.previous_windows, sort_keys=True, separators=(",", ":")),
+                ]
         return args
 
     def _pipeline(self, context: Any) -> str | None:
@@ -208,7 +227,10 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
                 ) as used:
                     self.log.info(
                         "Merging window %s from %s into %s on Spark master %s",
-                        window, staging, changeset, used,
+                        window,
+                        staging,
+                        changeset,
+                        used,
                     )
                     super().execute(context)
             finally:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_cdc._compat import BaseHook
 from airflow_provider_cdc._errors import CdcError, metastore_errors
+from airflow_provider_cdc.core.contract.staged_rows import COMMIT_TIME
 from airflow_provider_cdc.core.contract.window_handle import WindowHandle, staging_folder
 from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.core.window import Window
@@ -47,6 +48,9 @@ class WindowSourceHook(BaseHook, metaclass=ABCMeta):
     metastore_conn_id: str = CdcMetastoreHook.default_conn_name
     #: The error a failed window step raises (the reader's or the metastore's error as its cause).
     source_error: ClassVar[type[CdcError]] = SourceError
+    #: Which staged rows are a window's (the window handle carries it to the merge): those committed in
+    #: it, or (``ARRIVAL``, a source whose windows are what arrived in them) every row staged for it.
+    window_basis: ClassVar[str] = COMMIT_TIME
 
     # ----- the source's part ----------------------------------------------------------------------
     @property
@@ -153,7 +157,7 @@ class WindowSourceHook(BaseHook, metaclass=ABCMeta):
         self, pipeline: str, window: Window, staging_root: str, epoch: int | None
     ) -> WindowHandle:
         """The handle of an opening of ``window`` that later steps take."""
-        return WindowHandle(pipeline, self.source_key, window, staging_root, epoch)
+        return WindowHandle(pipeline, self.source_key, window, staging_root, epoch, self.window_basis)
 
     def read_window(self, window: Window, staging_root: str, owner: str, **options: Any) -> ReadSummary:
         """Read units of the window (sharing the work with other readers) into staging."""

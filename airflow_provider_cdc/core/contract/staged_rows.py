@@ -60,6 +60,14 @@ OPERATIONS: tuple[str, ...] = (INSERT, UPDATE, DELETE)
 #: One change's identity: staging may hold a change twice (a retried read), the merge keeps one.
 DEDUPLICATION_KEY: tuple[str, ...] = ("table_name", "keys_json", "change_sequence_number")
 
+#: Which staged rows belong to a window (the merge's ``--window-basis``): by default those committed in
+#: ``[start, end)`` (change streams and tables read by commit time: a row outside is dropped and
+#: counted), or, for a source whose windows are the changes that *arrived* in them (files:
+#: Datastream), every row staged for the window, whatever its commit timestamp.
+COMMIT_TIME = "commit_time"
+ARRIVAL = "arrival"
+WINDOW_BASES: tuple[str, ...] = (COMMIT_TIME, ARRIVAL)
+
 _SPARK_TYPES = {
     "string": "STRING",
     "timestamp": "TIMESTAMP",

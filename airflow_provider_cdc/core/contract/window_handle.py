@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_cdc.core.contract.locations import WindowLocations, staging_folder
+from airflow_provider_cdc.core.contract.staged_rows import COMMIT_TIME, WINDOW_BASES
 from airflow_provider_cdc.core.timestamps import format_timestamp, parse_timestamp
 from airflow_provider_cdc.core.window import Window
 
@@ -22,7 +23,7 @@ __all__ = ["WINDOW_XCOM_KEY", "WindowHandle", "staging_folder"]
 #: The XCom key under which an open operator pushes its window handle (as :meth:`WindowHandle.to_dict`).
 WINDOW_XCOM_KEY = "window"
 
-_FIELDS = ("pipeline", "source_key", "window_start", "window_end", "staging_root", "epoch")
+_FIELDS = ("pipeline", "source_key", "window_start", "window_end", "staging_root", "epoch", "window_basis")
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class WindowHandle:
     :param window: the window ``[start, end)``.
     :param staging_root: the root the window is staged under.
     :param epoch: the opening's epoch (``None``: the opening recorded none).
+    :param window_basis: which staged rows are the window's (the merge's ``window_basis``): those
+        committed in it (``commit_time``) or every row staged for it (``arrival``).
     """
 
     pipeline: str
@@ -41,8 +44,11 @@ class WindowHandle:
     window: Window
     staging_root: str
     epoch: int | None = None
+    window_basis: str = COMMIT_TIME
 
     def __post_init__(self) -> None:
+        if self.window_basis not in WINDOW_BASES:
+            raise ValueError(f"window_basis must be one of {list(WINDOW_BASES)}, got {self.window_basis!r}")
         if not self.pipeline:
             raise ValueError("a window handle names its pipeline")
         staging_folder(self.source_key)  # a key that names no folder is refused here, not by the merge
@@ -73,6 +79,7 @@ class WindowHandle:
             "window_end": format_timestamp(self.window.end),
             "staging_root": self.staging_root,
             "epoch": self.epoch,
+            "window_basis": self.window_basis,
             "window_id": self.window_id,
             "staging_location": self.staging_location,
         }
@@ -89,7 +96,7 @@ class WindowHandle:
             value = json.loads(value)
         if not isinstance(value, Mapping):
             raise TypeError(f"a window handle is a mapping, got {type(value).__name__}")
-        missing = [name for name in _FIELDS if name not in value]
+        missing = [name for name in _FIELDS if name not in value and name != "window_basis"]
         if missing:
             raise ValueError(f"a window handle lacks {missing}")
         handle = cls(
@@ -98,6 +105,7 @@ class WindowHandle:
             window=Window(parse_timestamp(value["window_start"]), parse_timestamp(value["window_end"])),
             staging_root=str(value["staging_root"]),
             epoch=None if value["epoch"] is None else int(value["epoch"]),
+            window_basis=str(value.get("window_basis") or COMMIT_TIME),
         )
         for derived in ("window_id", "staging_location"):
             if derived in value and value[derived] != getattr(handle, derived):

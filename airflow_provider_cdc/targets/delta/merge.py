@@ -151,6 +151,18 @@ def new_table_rows(
     return pa.RecordBatchReader.from_batches(target_schema, _upserts(source)), counts
 
 
+def key_predicate(table: TableColumns, source: pa.Table | pa.RecordBatchReader, materialized: bool) -> str:
+    """A MERGE's key match of ``target`` and ``source``: ``=`` per key column, ``IS NOT DISTINCT FROM``
+    where the source may hold a NULL key (a streamed source, or a NULL in a materialised one)."""
+    conditions = []
+    for key in table.keys:
+        quoted = _quote(key.name)
+        null_safe = not materialized or source[key.name].null_count > 0
+        operator = "IS NOT DISTINCT FROM" if null_safe else "="
+        conditions.append(f"(target.{quoted} {operator} source.{quoted})")
+    return " AND ".join(conditions)
+
+
 def merge_into(
     dt: DeltaTable,
     table: TableColumns,
@@ -162,13 +174,7 @@ def merge_into(
     """MERGE ``source`` into ``dt`` as one commit (``added``: columns new to the table); returns
     delta-rs's metrics. A source that changes no row still commits, without data, to record the window.
     """
-    conditions = []
-    for key in table.keys:
-        quoted = _quote(key.name)
-        null_safe = not materialized or source[key.name].null_count > 0
-        operator = "IS NOT DISTINCT FROM" if null_safe else "="
-        conditions.append(f"(target.{quoted} {operator} source.{quoted})")
-    predicate = " AND ".join(conditions)
+    predicate = key_predicate(table, source, materialized)
     newer = f"(target.{SOURCE_SEQUENCE} IS NULL OR source.{SOURCE_SEQUENCE} > target.{SOURCE_SEQUENCE})"
     names = table.table_schema().names
     values = [c.name for c in table.values if c.name not in added]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,24 @@ from airflow_provider_cdc.operators.window_step import (
 UPSERT_JOB_PATH = str(Path(__file__).resolve().parent / "upsert_job.py")
 
 
+def tombstone_horizon_seconds(value: timedelta | int | float | str | None) -> str | None:
+    """The job's ``--tombstone-horizon-seconds`` for a horizon given as a ``timedelta`` or seconds (a
+    number or its text, as a template renders it); ``None`` or ``""``: tombstones not asked for."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(
+            f"tombstone_horizon must be a positive timedelta or number of seconds, got {value!r}"
+        )
+    return str(int(seconds)) if seconds.is_integer() else repr(seconds)
+
+
 class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
     """Apply one window's change set to the Delta Lake target (``jobs/upsert_job.py``).
 
@@ -51,6 +71,10 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
     :param epoch: the opening of the window this run applies (templated: the open task's ``epoch``
         XCom, see ``epoch_template``). With a metastore the upsert refuses to start when the window was
         opened again since; the job refuses a change set merged in another epoch.
+    :param tombstone_horizon: keep a tombstone per deleted key this long after the delete (a
+        ``timedelta`` or seconds; templated), so that an older upsert of the key arriving in a later
+        window does not insert the row again. Turn it on for sources whose changes can arrive after
+        newer ones were applied (Datastream). Tables that have tombstones keep them without it.
     :param local_python: on a local master (or without the Spark connection) run the job with the
         worker's Python instead of ``spark-submit`` (default ``True``). The job starts no
         SparkSession, so ``spark-submit`` would only add a JVM start (10-20 s) before the same
@@ -61,7 +85,11 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
     """
 
     connection_class = PipelineWindowStepFields
-    template_fields: Sequence[str] = (*SparkSubmitOperator.template_fields, *WINDOW_STEP_FIELDS)
+    template_fields: Sequence[str] = (
+        *SparkSubmitOperator.template_fields,
+        *WINDOW_STEP_FIELDS,
+        "tombstone_horizon",
+    )
     template_fields_renderers = {"locations": "json"}
     ui_color = "#d6f5e3"
 
@@ -69,6 +97,7 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
     def __init__(
         self,
         *,
+        tombstone_horizon: timedelta | int | float | str | None = None,
         local_python: bool = True,
         application: str = UPSERT_JOB_PATH,
         name: str = "cdc-upsert-window",
@@ -78,6 +107,9 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
         if kwargs.get("application_args"):
             raise ValueError("application_args are built by SparkUpsertWindowOperator; do not pass them")
         super().__init__(application=application, name=name, conn_id=conn_id, **kwargs)
+        if not isinstance(tombstone_horizon, str):  # a template is checked once rendered
+            tombstone_horizon_seconds(tombstone_horizon)
+        self.tombstone_horizon = tombstone_horizon
         self.local_python = local_python
         self.spark_conn_id = conn_id
         self._local_job: LocalPythonJob | None = None
@@ -97,6 +129,9 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
             "--window-version",
             str(window.end_micros),
         ]
+        horizon = tombstone_horizon_seconds(self.tombstone_horizon)
+        if horizon is not None:
+            args += ["--tombstone-horizon-seconds", horizon]
         epoch = self.window_epoch()
         if epoch is not None:
             args += ["--epoch", str(epoch)]

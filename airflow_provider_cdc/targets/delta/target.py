@@ -14,9 +14,17 @@ Guarantees, per table and window:
   (``source._CHANGE_SEQUENCE_NUMBER > target._change_sequence_number``, sortable strings). An
   ``UPSERT`` with a full image inserts or replaces the row; a partial image updates only its
   present columns (a missing row is inserted with NULLs elsewhere); ``DELETE`` removes the row.
-* **No resurrection.** A deleted row leaves no tombstone; what stops an older window from bringing
-  it back is the version guard: a replay of an applied older window is skipped, and an older
-  window that was never applied is refused (windows must be applied in order).
+* **No resurrection.** A replay of an applied older window is skipped, and an older window that
+  was never applied is refused (windows must be applied in order). A later window can still carry
+  changes older than what the table holds (a source delivering late, out-of-order or repeated
+  files, a backfill overlapping the changes): a stored row ignores them (order above), but a
+  deleted row is absent, so an older ``UPSERT`` of its key would insert it again. With
+  ``tombstone_horizon`` set, each ``DELETE`` leaves a tombstone in ``{lake_root}/_tombstones/{table}``
+  and an ``UPSERT`` not newer than its key's tombstone is dropped before the MERGE, for windows
+  ending within the horizon of the delete (:mod:`.tombstones`; the tombstone commit comes first,
+  tagged with the window, so a crash between the two commits re-runs to the same table). A table
+  that has tombstones keeps using them when a later run does not set the option. A table without
+  tombstones costs one look for their table, nothing else.
 * **Schema.** The first window creates the table from the column types (plus
   ``_change_sequence_number`` and ``_commit_timestamp``); new columns are added (nullable) in the
   window's commit; a changed column type fails naming table and column.
@@ -31,8 +39,8 @@ vectors (which delta-rs does not write) costs in proportion to the table. Hash-p
 key bucket was measured and not kept: such a change set touches every bucket, and the partitions
 only added overhead (0.53 s instead of 0.38 s for 10k changes into 1M rows).
 
-What the log records about windows (app transactions, RESTOREs) is :mod:`.delta_log`; the MERGE
-and a new table's rows are :mod:`.delta_merge`.
+What the log records about windows (app transactions, RESTOREs) is :mod:`.log`; the MERGE
+and a new table's rows are :mod:`.merge`; deleted keys' tombstones are :mod:`.tombstones`.
 """
 
 from __future__ import annotations
@@ -41,8 +49,8 @@ import logging
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -76,6 +84,12 @@ from airflow_provider_cdc.targets.delta.merge import (
     materialized_source,
     merge_into,
     new_table_rows,
+)
+from airflow_provider_cdc.targets.delta.tombstones import (
+    TableTombstones,
+    change_set_tombstones,
+    check_horizon,
+    window_tombstones,
 )
 from airflow_provider_cdc.targets.protocol import ALREADY_APPLIED, APPLIED, SKIPPED, TableApplyResult
 
@@ -114,6 +128,8 @@ class ApplyResult:
     created: bool = False
     added_columns: tuple[str, ...] = ()
     detail: str = ""
+    #: UPSERTs dropped because a tombstone of their key is as new or newer
+    rows_tombstoned: int = 0
     metrics: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,8 +163,51 @@ def _row_count_hint(change_set: Any) -> int | None:
     return None
 
 
+def _readable_twice(change_set: Any, table: str) -> Any:
+    """``change_set`` if it can be read twice (its tombstones, then the MERGE), else its batches in memory."""
+    if _row_count_hint(change_set) is not None:  # a Table, batch, Dataset or list of them
+        return change_set
+    log.info("table %s: reading a one-pass change set into memory: its tombstones are committed first", table)
+    return list(iter_batches(change_set))
+
+
+def _record_tombstones(
+    tombstones: TableTombstones, window: pa.Table, app_id: str, window_version: int
+) -> None:
+    """Commit the window's tombstones before the table's own commit (a concurrent commit starts over)."""
+    created = tombstones.delta_table is None
+    try:
+        tombstones.record_window(window, app_id, window_version)
+    except DeltaError as exc:
+        if isinstance(exc, CommitFailedError) or (
+            created and DeltaTable.is_deltatable(tombstones.uri, storage_options=tombstones.storage_options)
+        ):
+            raise _ConcurrentCommit from exc
+        raise LakeError(
+            f"table {tombstones.table.table!r}: window {window_version}: committing its tombstones to "
+            f"{tombstones.uri!r} failed ({exc}); nothing was applied to the table"
+        ) from exc
+
+
+def _with_tombstoned(result: ApplyResult, dropped: int) -> ApplyResult:
+    """``result`` counting the UPSERTs dropped for their keys' tombstones (logged when any were)."""
+    if not dropped:
+        return result
+    log.info(
+        "table %s: window %s: %s upsert(s) dropped: a tombstone of their key is as new or newer",
+        result.table,
+        result.window_version,
+        dropped,
+    )
+    return replace(result, rows_tombstoned=dropped)
+
+
 class DeltaLakeTarget:
     """One Delta table per source table at ``{lake_root}/{table}``, local or on object storage.
+
+    ``tombstone_horizon``: keep a tombstone per deleted key for this long after the delete's commit,
+    so that an older ``UPSERT`` arriving in a later window does not insert the row again (see the
+    module docstring); ``None`` (the default) keeps none, unless the table has tombstones already.
 
     ``storage_options`` are delta-rs object-store options (for ``gs://``:
     ``google_service_account_key`` with the key JSON, ``google_service_account`` with a key file
@@ -169,6 +228,7 @@ class DeltaLakeTarget:
         *,
         target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
         max_materialized_rows: int = DEFAULT_MAX_MATERIALIZED_ROWS,
+        tombstone_horizon: timedelta | None = None,
     ) -> None:
         if not isinstance(lake_root, str) or not lake_root.strip():
             raise ValueError("lake_root must be a non-empty path or URI")
@@ -180,6 +240,7 @@ class DeltaLakeTarget:
         self._storage_options = {str(k): str(v) for k, v in (storage_options or {}).items()} or None
         self.target_file_size = int(target_file_size)
         self.max_materialized_rows = int(max_materialized_rows)
+        self.tombstone_horizon = check_horizon(tombstone_horizon)
 
     def __repr__(self) -> str:
         keys = sorted(self._storage_options or {})
@@ -337,27 +398,50 @@ class DeltaLakeTarget:
             added = added_columns(dt.schema(), table)
 
         materialize = rows_hint is not None and rows_hint <= self.max_materialized_rows
+        tombstones = TableTombstones.open(
+            self.lake_root, table, self.tombstone_horizon, self._storage_options
+        )
+        dropped: list[int] = []  # UPSERTs dropped for their keys' tombstones (counted as a stream is read)
         source: pa.Table | pa.RecordBatchReader
         if materialize:
             source = materialized_source(change_set, table)
             if source.num_rows == 0:
                 return ApplyResult(name, "empty", window_version, dt.version() if dt else None)
+            if tombstones is not None:
+                kept, count = tombstones.drop_tombstoned(source, window_version)
+                dropped.append(count)
+                _record_tombstones(
+                    tombstones, window_tombstones(source, table, window_version), app_id, window_version
+                )
+                source = kept
         else:
+            if tombstones is not None:
+                change_set = _readable_twice(change_set, name)
+                _record_tombstones(
+                    tombstones,
+                    change_set_tombstones(change_set, table, window_version),
+                    app_id,
+                    window_version,
+                )
             batches = (to_merge_source(batch, table) for batch in iter_batches(change_set))
+            if tombstones is not None:
+                batches = tombstones.drop_tombstoned_batches(batches, window_version, dropped)
             source = pa.RecordBatchReader.from_batches(table.source_schema(), batches)
 
         commit = commit_properties(app_id, window_version)
         if dt is None:
             try:
-                return self._create(table, source, commit, window_version)
+                result = self._create(table, source, commit, window_version)
             except DeltaError as exc:
                 if isinstance(exc, CommitFailedError) or self._load(name) is not None:
                     raise _ConcurrentCommit from exc  # the table was created meanwhile
                 raise
-        try:
-            return self._merge(dt, table, source, materialize, commit, window_version, added)
-        except CommitFailedError as exc:
-            raise _ConcurrentCommit from exc
+        else:
+            try:
+                result = self._merge(dt, table, source, materialize, commit, window_version, added)
+            except CommitFailedError as exc:
+                raise _ConcurrentCommit from exc
+        return _with_tombstoned(result, sum(dropped))
 
     def _window_guard(
         self, dt: DeltaTable, table: str, app_id: str, window_version: int

@@ -16,7 +16,10 @@ Without the metastore the job still refuses a window whose predecessor a table h
 merge records in the manifest, per table, the end of the last earlier window that changed it
 (``previous_windows``, from the pipeline's ledger), and each table of the change set must hold
 exactly that window (its Delta app-transaction version) or this one already. With ``--epoch`` (the
-opening of the window the run belongs to) a change set merged in another epoch is refused. A lake
+opening of the window the run belongs to) a change set merged in another epoch is refused. With
+``--tombstone-horizon-seconds`` each DELETE leaves a tombstone that keeps older upserts of its key,
+arriving in later windows, from inserting the row again (``targets.delta.tombstones``); tables that
+have tombstones keep them without the flag. A lake
 that cannot be reached (a bad path, credentials or host) fails with :class:`ApplyError` naming the
 window and the table.
 
@@ -31,6 +34,7 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from deltalake.exceptions import DeltaError
@@ -75,8 +79,13 @@ class ApplyError(LakeError):
 
 
 def apply_error(
-    exc: BaseException, reader: ChangeSetReader, table: ChangeSetTable, target: DeltaLakeTarget,
-    pipeline_id: str, version: int, applied: Sequence[str],
+    exc: BaseException,
+    reader: ChangeSetReader,
+    table: ChangeSetTable,
+    target: DeltaLakeTarget,
+    pipeline_id: str,
+    version: int,
+    applied: Sequence[str],
 ) -> ApplyError:
     """The :class:`ApplyError` for ``exc`` raised while applying ``table``: a change-set file that cannot
     be read is named as the cause, else the Delta table that was being written."""
@@ -87,7 +96,9 @@ def apply_error(
         what, cause = f"writing Delta table {target.table_uri(table.name)!r} failed", exc
     done = (
         f"tables applied before it in this run: {', '.join(applied)} (kept; a re-run skips them and applies "
-        "the rest)" if applied else "no table was applied in this run"
+        "the rest)"
+        if applied
+        else "no table was applied in this run"
     )
     return ApplyError(
         f"window {reader.window_id} (version {version}) of pipeline {pipeline_id!r}: table {table.name!r}: "
@@ -136,37 +147,59 @@ def check_previous_windows(
     problems = [
         problem
         for table, found in held.items()
-        if (problem := previous_window_problem(
-            pipeline_id, table, found, version, previous["tables"].get(table),
-            recorded_from if isinstance(recorded_from, int) else None,
-        )) is not None
+        if (
+            problem := previous_window_problem(
+                pipeline_id,
+                table,
+                found,
+                version,
+                previous["tables"].get(table),
+                recorded_from if isinstance(recorded_from, int) else None,
+            )
+        )
+        is not None
     ]
     if problems:
         raise PredecessorNotAppliedError(
-            f"window version {version}: " + "; ".join(problems)
+            f"window version {version}: "
+            + "; ".join(problems)
             + ". Nothing was applied. Apply the windows before it first (or re-apply what the tables lack "
-            + "with: " + repair + ")"
+            + "with: "
+            + repair
+            + ")"
         )
 
 
 def check_agreement(
-    target: DeltaLakeTarget, tables: Sequence[str], pipeline_id: str, version: int, expected: TableVersions,
-    repair: str, held: Mapping[str, int | None] | None = None,
+    target: DeltaLakeTarget,
+    tables: Sequence[str],
+    pipeline_id: str,
+    version: int,
+    expected: TableVersions,
+    repair: str,
+    held: Mapping[str, int | None] | None = None,
 ) -> None:
     """Refuse (before any apply) when a table's last applied window is not the one the metastore recorded."""
     problems = [
         problem
         for table in tables
-        if (problem := version_problem(
-            pipeline_id, table,
-            held[table] if held is not None and table in held else target.applied_window_version(
-                table, pipeline_id),
-            version, expected,
-        )) is not None
+        if (
+            problem := version_problem(
+                pipeline_id,
+                table,
+                held[table]
+                if held is not None and table in held
+                else target.applied_window_version(table, pipeline_id),
+                version,
+                expected,
+            )
+        )
+        is not None
     ]
     if problems:
         raise LakeAgreementError(
-            f"window version {version}: " + "; ".join(problems)
+            f"window version {version}: "
+            + "; ".join(problems)
             + ". Nothing was applied. Re-apply the windows the tables lack from their change sets with: "
             + repair
         )
@@ -200,16 +233,18 @@ def run(
     storage_options: Mapping[str, str] | None = None,
     expected: TableVersions | None = None,
     epoch: int | None = None,
+    tombstone_horizon: timedelta | None = None,
 ) -> dict[str, Any]:
     """Apply every table of the change set; return the summary.
 
     ``epoch``: the opening of the window the run belongs to; a change set whose manifest records
-    another is refused.
+    another is refused. ``tombstone_horizon``: keep tombstones of deleted keys this long (see
+    :class:`DeltaLakeTarget`).
     """
     app_id_for(pipeline_id)  # validates the pipeline id before any I/O
     reader = ChangeSetReader(changeset, storage_options)
     version = _window_version(None if window_version is None else str(window_version), reader)
-    target = DeltaLakeTarget(lake_root, storage_options)
+    target = DeltaLakeTarget(lake_root, storage_options, tombstone_horizon=tombstone_horizon)
     tables = reader.tables()  # refuses a change set without manifest, or one that disagrees with it
     manifest = reader.manifest()
     merged = manifest.get("epoch")
@@ -241,6 +276,7 @@ def run(
         "tables": results,
         "rows_upserted": sum(r["rows_inserted"] + r["rows_updated"] for r in results),
         "rows_deleted": sum(r["rows_deleted"] for r in results),
+        "rows_tombstoned": sum(r["rows_tombstoned"] for r in results),
         "tables_applied": [r["table"] for r in applied],
         "skipped_as_applied": [r["table"] for r in results if r["status"] == "already_applied"],
         "storage_option_names": sorted(storage_options or {}),
@@ -272,7 +308,24 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="the opening of the window this run belongs to; a change set merged in another is refused",
     )
+    parser.add_argument(
+        "--tombstone-horizon-seconds",
+        type=_horizon_seconds,
+        default=None,
+        help="keep a tombstone per deleted key this many seconds after the delete, so that older "
+        "upserts of the key arriving in later windows do not insert the row again",
+    )
     return parser
+
+
+def _horizon_seconds(text: str) -> timedelta:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return timedelta(seconds=seconds)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -281,8 +334,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         expected = None if args.expected_versions is None else TableVersions.from_json(args.expected_versions)
         summary = run(
-            args.changeset, args.lake_root, args.pipeline_id, args.window_version, storage_options_from_env(),
-            expected, args.epoch,
+            args.changeset,
+            args.lake_root,
+            args.pipeline_id,
+            args.window_version,
+            storage_options_from_env(),
+            expected,
+            args.epoch,
+            args.tombstone_horizon_seconds,
         )
     except (UpsertJobError, ChangeSetError, LakeError, ValueError) as exc:
         print(json.dumps({"error": type(exc).__name__, "message": str(exc)}), file=sys.stderr, flush=True)

@@ -1,0 +1,1 @@
+"""Google Cloud Datastream: change events in Cloud Storage files as staged change rows."""

@@ -1,0 +1,281 @@
+"""The Datastream source's hook: windows of the files a Datastream stream wrote to Cloud Storage (or a
+local folder), by arrival.
+
+A window ``[start, end)`` is the set of data files **created** in it (see
+:mod:`~airflow_provider_cdc.sources.datastream.listing`), readable once the clock is past ``end`` plus
+the lateness margin (:meth:`DatastreamHook.check_readable`; default two file rotation intervals plus a
+minute of clock slack). Opening a window lists its files once and records each as a unit (a partition
+of the window in the metastore, living ``[start, end)``); an opening again of the same window reads the
+recorded files, never a new listing, so a re-run reads exactly the same objects (and, on Cloud Storage,
+the same generations). Mapped readers claim the files like partitions
+(:class:`~airflow_provider_cdc.sources.datastream.reader.DatastreamWindowReader`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_cdc.core.contract.staged_rows import ARRIVAL
+from airflow_provider_cdc.core.identifiers import validate_identifier
+from airflow_provider_cdc.core.timestamps import format_timestamp
+from airflow_provider_cdc.core.window import Window
+from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+from airflow_provider_cdc.hooks.storage import DEFAULT_GCP_CONN_ID
+from airflow_provider_cdc.metastore.model import PartitionSpec
+from airflow_provider_cdc.sources.datastream.listing import (
+    ArrivedFile,
+    FolderBounds,
+    StreamFiles,
+    stream_files,
+)
+from airflow_provider_cdc.sources.datastream.settings import DatastreamSettings
+from airflow_provider_cdc.sources.hook import SourceError, WindowSourceHook
+
+if TYPE_CHECKING:
+    from airflow_provider_cdc.sources.datastream.reader import DatastreamWindowReader
+
+__all__ = [
+    "DEFAULT_FILE_ROTATION_INTERVAL",
+    "DatastreamHook",
+    "DatastreamSourceError",
+    "WindowNotArrivedError",
+    "lateness_margin_for",
+]
+
+#: Datastream's longest file rotation interval (it allows 15-60 seconds).
+DEFAULT_FILE_ROTATION_INTERVAL = timedelta(seconds=60)
+#: Slack for the clocks of Cloud Storage and the worker.
+CLOCK_SLACK = timedelta(seconds=60)
+#: How far ahead of Cloud Storage's clock the source database's clock may run (folder pruning only).
+DEFAULT_CLOCK_SKEW = timedelta(minutes=10)
+_KEY_SEGMENT = re.compile(r"^[A-Za-z0-9_.:-]+$")
+
+Duration = timedelta | int | float | str | None
+
+
+class DatastreamSourceError(SourceError):
+    """A Datastream window step failed (listing, reading or recording); the message names the window
+    and the file, the cause is kept."""
+
+
+class WindowNotArrivedError(DatastreamSourceError):
+    """A window whose files may still be arriving (the clock is not past its end plus the margin)."""
+
+
+def as_duration(value: Duration, name: str) -> timedelta | None:
+    """A duration from a ``timedelta`` or seconds (a number or its text); ``None``/blank stays None."""
+    if value is None or isinstance(value, timedelta):
+        return value
+    if isinstance(value, str):
+        if not value.strip():
+            return None
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"{name} must be a number of seconds, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"{name} must be a non-negative number of seconds, got {value!r}")
+    return timedelta(seconds=value)
+
+
+def lateness_margin_for(file_rotation_interval: timedelta) -> timedelta:
+    """The default lateness margin: two rotation intervals (a file is created when its writer closes
+    it, up to one interval after its first event; one more for the upload) plus clock slack."""
+    return 2 * file_rotation_interval + CLOCK_SLACK
+
+
+def source_key_of(stream_root: str, source: str) -> str:
+    """The metastore key of a Datastream source: ``datastream/{root's segments}/{source}``."""
+    validate_identifier(source, "source")
+    root = stream_root.rstrip("/")
+    if root.startswith("gs://"):
+        segments = ["gs", *root[len("gs://") :].split("/")]
+    else:
+        segments = ["local", *[s for s in root.split("/") if s]]
+    if not all(_KEY_SEGMENT.match(segment) for segment in segments):
+        import hashlib
+
+        segments = ["root", hashlib.sha256(root.encode()).hexdigest()[:24]]
+    return "/".join(["datastream", *segments, source])
+
+
+class DatastreamHook(WindowSourceHook):
+    """Windows of the Datastream files under ``stream_root`` (``gs://bucket/prefix`` or an absolute
+    local folder), read into staging.
+
+    :param stream_root: the stream's destination path: its objects are the folders directly below.
+    :param source: the source's name (a plain identifier): its staging folder and metastore key.
+    :param objects: the Datastream objects (folders, e.g. ``shop_customers``) to read; default all.
+    :param settings: :class:`DatastreamSettings` or its dict: the database kind override, primary keys,
+        JSONL column types and table names.
+    :param file_rotation_interval: the stream's ``file_rotation_interval`` (default 60 s), from which
+        the lateness margin is derived.
+    :param lateness_margin: how long after a window's end its files are listed (default
+        :func:`lateness_margin_for` the rotation interval).
+    :param max_file_delay: skip minute folders older than the window's start minus this (default: list
+        every folder; a backfill writes into its start minute's folder for as long as it runs).
+    :param gcp_conn_id: the Google Cloud connection (read for a ``gs://`` root or staging).
+    :param impersonation_chain: a service account (or chain) to impersonate when reading the files.
+    :param metastore_conn_id: connection of the metastore.
+    :param clock: the current UTC time (a test drives it).
+    """
+
+    def __init__(
+        self,
+        stream_root: str,
+        source: str,
+        *,
+        objects: Sequence[str] | None = None,
+        settings: DatastreamSettings | Mapping[str, Any] | None = None,
+        file_rotation_interval: Duration = DEFAULT_FILE_ROTATION_INTERVAL,
+        lateness_margin: Duration = None,
+        max_file_delay: Duration = None,
+        gcp_conn_id: str = DEFAULT_GCP_CONN_ID,
+        impersonation_chain: str | Sequence[str] | None = None,
+        metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        super().__init__()
+        self.stream_root = stream_root
+        self.source = validate_identifier(source, "source")
+        self.objects = [validate_identifier(obj, "Datastream object") for obj in objects or ()]
+        if isinstance(settings, DatastreamSettings):
+            self.settings = settings
+        else:
+            self.settings = DatastreamSettings.from_dict(dict(settings or {}))
+        rotation = (
+            as_duration(file_rotation_interval, "file_rotation_interval") or DEFAULT_FILE_ROTATION_INTERVAL
+        )
+        self.file_rotation_interval = rotation
+        margin = as_duration(lateness_margin, "lateness_margin")
+        self.lateness_margin = lateness_margin_for(rotation) if margin is None else margin
+        self.max_file_delay = as_duration(max_file_delay, "max_file_delay")
+        self.gcp_conn_id = gcp_conn_id
+        self.impersonation_chain = impersonation_chain
+        self.metastore_conn_id = metastore_conn_id
+        self._clock = clock or (lambda: datetime.now(timezone.utc))
+
+    # ----- the source's part ----------------------------------------------------------------------
+    source_error = DatastreamSourceError
+    #: A window is the files that arrived in it: every event staged for it is the window's, whatever
+    #: its source timestamp (the merge keeps them all).
+    window_basis = ARRIVAL
+
+    @property
+    def source_key(self) -> str:
+        return source_key_of(self.stream_root, self.source)
+
+    def readable_at(self, window: Window) -> datetime:
+        """When every file of ``window`` has arrived: its end plus the lateness margin."""
+        return window.end + self.lateness_margin
+
+    def check_readable(self, window: Window) -> None:
+        """Fail while files of ``window`` may still arrive (the clock before its end plus the margin)."""
+        now, ready = self._clock(), self.readable_at(window)
+        if now < ready:
+            raise WindowNotArrivedError(
+                f"window {window}: files created before its end may still be arriving; it is readable "
+                f"from {format_timestamp(ready)} (end + lateness margin {self.lateness_margin}), "
+                f"it is {format_timestamp(now)}"
+            )
+
+    @cached_property
+    def files(self) -> StreamFiles:
+        """The stream root's files (a Cloud Storage client through the Google connection for gs://)."""
+        return stream_files(self.stream_root, self._storage_client)
+
+    def _storage_client(self) -> Any:
+        """A Cloud Storage client with the identity of ``gcp_conn_id`` (the google provider's
+        ``GCSHook``); without a ``google_cloud_default`` connection, Application Default Credentials."""
+        from airflow.providers.google.cloud.hooks.gcs import GCSHook
+
+        from airflow_provider_cdc._compat import AirflowNotFoundException
+
+        hook = GCSHook(gcp_conn_id=self.gcp_conn_id, impersonation_chain=self.impersonation_chain)
+        try:
+            return hook.get_conn()
+        except AirflowNotFoundException:
+            if self.gcp_conn_id != DEFAULT_GCP_CONN_ID or self.impersonation_chain:
+                raise
+            from google.cloud import storage
+
+            self.log.info(
+                "No connection %s: Cloud Storage with Application Default Credentials", self.gcp_conn_id
+            )
+            return storage.Client()
+
+    def list_window(self, window: Window) -> list[ArrivedFile]:
+        """The data files created in ``window``, by object then name (one listing)."""
+        bounds = FolderBounds.of(window.start, window.end, DEFAULT_CLOCK_SKEW, self.max_file_delay)
+        objects = self.objects or self.files.object_names()
+        found: list[ArrivedFile] = []
+        for obj in objects:
+            found.extend(self.files.arrived(obj, window.start, window.end, bounds))
+        return sorted(found, key=lambda f: f.name)
+
+    def recorded_files(self, window: Window) -> list[str] | None:
+        """The files an earlier opening of ``window`` recorded (``None``: it was never listed)."""
+        store = self.metastore
+        if not store.is_known_stream(self.source_key):
+            return None
+        tokens = [
+            record.token
+            for record in store.partitions_overlapping(self.source_key, window.start, window.end)
+            if record.start_timestamp == window.start and record.end_timestamp == window.end
+        ]
+        return sorted(tokens) or None
+
+    def plan_units(self, window: Window, staging_root: str, owner: str, **options: Any) -> list[str]:
+        """The window's files as its units: those an earlier opening recorded, else one listing,
+        recorded (each file a partition living ``[start, end)``)."""
+        tokens = self.recorded_files(window)
+        if tokens is not None:
+            self.log.info(
+                "Window %s: reading the %d file(s) recorded when it was first opened", window, len(tokens)
+            )
+        else:
+            try:
+                arrived = self.list_window(window)
+            except Exception as exc:
+                raise DatastreamSourceError(
+                    f"window {window}: listing the files of {self.stream_root} failed: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+            tokens = [f.token for f in arrived]
+            size = sum(f.size for f in arrived)
+            self.log.info(
+                "Window %s: %d file(s) (%.1f MiB) of %s arrived",
+                window,
+                len(tokens),
+                size / 2**20,
+                self.stream_root,
+            )
+        if not tokens:  # one empty unit, so that readers and the merge see the window done
+            tokens = [f"{EMPTY_WINDOW_TOKEN}{window.window_id}"]
+        store = self.metastore
+        store.add_partitions(self.source_key, [PartitionSpec(token, window.start) for token in tokens])
+        store.end_partitions(self.source_key, tokens, window.end)
+        store.add_window_partitions(self.source_key, window.start, window.end, tokens)
+        return tokens
+
+    def window_reader(self, staging_root: str, owner: str, **options: Any) -> DatastreamWindowReader:
+        from airflow_provider_cdc.sources.datastream.reader import DatastreamWindowReader
+
+        return DatastreamWindowReader(
+            self.files,
+            self.settings,
+            self.metastore,
+            self.source_key,
+            self.staging_folder,
+            staging_root,
+            owner=owner,
+            **self.reader_options(staging_root, options),
+        )
+
+
+#: The unit of a window no file arrived in (it stages nothing).
+EMPTY_WINDOW_TOKEN = "_no_files_"
