@@ -126,8 +126,9 @@ def status(args: argparse.Namespace) -> int:
             )
         )
         return 0
-    named = " and ".join(f"the {kind.title} tables' ({kind.watermark}, as the commit recorded it)"
-                         for kind, _marks in reported)
+    named = " and ".join(
+        f"the {kind.title} tables' ({kind.watermark}, as the commit recorded it)" for kind, _marks in reported
+    )
     print(f"\nApply watermarks of {args.pipeline}: the Delta tables' (committed window ends) and {named}")
     headers = ["table", "Delta watermark", "lag behind now"]
     for kind, _marks in reported:
@@ -153,8 +154,11 @@ def _reported_watermarks(store: Any, pipeline: str) -> list[tuple[Any, dict[str,
     from airflow_provider_cdc.targets.registry import target_kind, target_names
 
     kinds = [target_kind(name) for name in target_names()]
-    found = [(kind, store.table_watermarks(pipeline, target=kind.name))
-             for kind in kinds if not kind.watermark_is_window_end]
+    found = [
+        (kind, store.table_watermarks(pipeline, target=kind.name))
+        for kind in kinds
+        if not kind.watermark_is_window_end
+    ]
     return [(kind, marks) for kind, marks in found if marks]
 
 
@@ -172,7 +176,10 @@ def tables(args: argparse.Namespace) -> int:
     names = sorted(
         info.base_name
         for info in filesystem.get_file_info(fs.FileSelector(root, allow_not_found=True))
-        if info.type == fs.FileType.Directory and lake.exists(info.base_name)
+        # folders of the lake's own (``_tombstones``) are not tables
+        if info.type == fs.FileType.Directory
+        and not info.base_name.startswith("_")
+        and lake.exists(info.base_name)
     )
     if not names:
         print(f"No Delta tables under {args.lake_root}")
@@ -271,13 +278,23 @@ def repair(args: argparse.Namespace) -> int:
 
     store = _metastore(args.metastore_url)
     options = json.loads(args.storage_options) if args.storage_options else None
-    reports = repair_pipeline(store, args.pipeline, args.lake_root, args.changeset_root, options,
-                              dry_run=args.dry_run)
+    reports = repair_pipeline(
+        store, args.pipeline, args.lake_root, args.changeset_root, options, dry_run=args.dry_run
+    )
     if not reports:
         print(f"Every table of pipeline {args.pipeline} holds the windows the metastore applied to it")
         return 0
-    rows = [[r.table, r.expected, _count(r.found), len(r.reapplied), ", ".join(r.missing) or "-",
-             (r.problem or "")[:80]] for r in reports]
+    rows = [
+        [
+            r.table,
+            r.expected,
+            _count(r.found),
+            len(r.reapplied),
+            ", ".join(r.missing) or "-",
+            (r.problem or "")[:80],
+        ]
+        for r in reports
+    ]
     print(_table(["table", "metastore", "table held", "re-applied", "change sets gone", "problem"], rows))
     return 0 if all(r.agrees for r in reports) else 1
 

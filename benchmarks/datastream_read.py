@@ -1,8 +1,8 @@
 """Datastream read throughput and memory: the source against a plain read of the same files, same run.
 
-    .venv/bin/python benchmarks/datastream_read.py                                  # 100k and 1M events, 5 repeats
+    .venv/bin/python benchmarks/datastream_read.py                      # 100k and 1M events, 5 repeats
     .venv/bin/python benchmarks/datastream_read.py --sizes 100000,1000000 --repeat 3
-    .venv/bin/python benchmarks/datastream_read.py --sizes 20000 --repeat 1 --formats jsonl   # a quick look
+    .venv/bin/python benchmarks/datastream_read.py --sizes 20000 --repeat 1 --formats jsonl  # quick
 
 For each size and file format (avro, jsonl, jsonl.gz) a seeded Datastream scenario
 (``airflow_provider_cdc.testing.datastream``, ``--database``, default mysql) writes one window of about
@@ -44,7 +44,9 @@ def _data_files(root: str) -> list[str]:
     """Every Datastream data file under ``root``, by path."""
     found = []
     for folder, _, names in os.walk(root):
-        found.extend(os.path.join(folder, name) for name in names if name.endswith((".avro", ".jsonl", ".gz")))
+        found.extend(
+            os.path.join(folder, name) for name in names if name.endswith((".avro", ".jsonl", ".gz"))
+        )
     return sorted(found)
 
 
@@ -95,9 +97,10 @@ def _source(folder: str, info: dict[str, Any], workdir: str, conn: Any) -> None:
     )
     import logging
 
-    logging.getLogger("airflow").setLevel(logging.WARNING)
     from airflow_provider_cdc.core.window import Window
     from airflow_provider_cdc.sources.datastream.hook import DatastreamHook
+
+    logging.disable(logging.INFO)  # per-file progress lines; warnings still show
 
     window = Window(datetime.fromisoformat(info["start"]), datetime.fromisoformat(info["end"]))
     hook = DatastreamHook(
@@ -113,7 +116,9 @@ def _source(folder: str, info: dict[str, Any], workdir: str, conn: Any) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", default="100000,1000000", help="events per window, comma-separated")
     parser.add_argument("--repeat", type=int, default=5, help="runs of each side per size and format")
     parser.add_argument("--database", default="mysql", choices=("mysql", "oracle", "postgresql", "sqlserver"))
@@ -170,7 +175,7 @@ def main() -> int:
         f"{'events':>10} {'format':>8} {'files':>5} {'plain events/s':>27} {'source events/s':>27} "
         f"{'ratio':>6} {'plain RSS MB':>14} {'source RSS MB':>14}"
     )
-    for (size, file_format), (info, plain_runs, source_runs) in results.items():
+    for (_, file_format), (info, plain_runs, source_runs) in results.items():
         plain_rates = [run["events"] / run["seconds"] for run in plain_runs]
         source_rates = [run["events"] / run["seconds"] for run in source_runs]
         print(

@@ -11,12 +11,19 @@
 # instead: no change stream, the emulator's commit-timestamp demo database (Performances updated in place
 # with soft deletes, the changelog DocumentHistory mapped to each document's latest entry), then prints
 # the Delta tables, the status, the task timings and whether the tables equal the committed history.
-# Usage: scripts/demo.sh [bigquery|commit-timestamp] [WINDOWS]   (default 5; at most 6 for the Delta Lake DAG)
+# `scripts/demo.sh datastream [WINDOWS]` runs the example DAG datastream_to_lake instead: a MySQL stream
+# written in Avro, as Datastream lays it out, to Cloud Storage (the loopback gcp-storage-emulator) over
+# WINDOWS (default 4) 30-second windows in real time, then each window through the DAG with the Delta tables
+# compared with the truth; `datastream-bigquery` runs datastream_to_bigquery against the BigQuery fake.
+# Usage: scripts/demo.sh [bigquery|commit-timestamp|datastream|datastream-bigquery] [WINDOWS]
+#   (default 5; at most 6 for the Delta Lake DAG)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=lake
 if [ "${1:-}" = bigquery ]; then target=bigquery; shift; fi
 if [ "${1:-}" = commit-timestamp ]; then target=commit-timestamp; shift; fi
+if [ "${1:-}" = datastream ]; then target=datastream; shift; fi
+if [ "${1:-}" = datastream-bigquery ]; then target=datastream-bigquery; shift; fi
 windows=${1:-5}
 bash scripts/setup.sh
 root=$(pwd)
@@ -42,6 +49,24 @@ if [ "$target" = bigquery ]; then
   python -m airflow_provider_cdc status --pipeline spanner_change_stream_to_bigquery --limit 12
   log "task timings per window (seconds)"
   python -m airflow_provider_cdc timings --dag-id spanner_change_stream_to_bigquery
+  exit "$status"
+fi
+
+if [ "$target" = datastream ] || [ "$target" = datastream-bigquery ]; then
+  dag=datastream_to_lake kind=lake
+  [ "$target" = datastream-bigquery ] && dag=datastream_to_bigquery kind=bigquery
+  log "writing a Datastream stream to the Cloud Storage emulator, then running $dag window by window"
+  status=0
+  python -m airflow_provider_cdc.testing.datastream.demo --windows "${1:-4}" --target "$kind" \
+    --log-dir "$CDC_DEMO_HOME" || status=$?
+  if [ "$kind" = lake ]; then
+    log "target tables (Delta Lake, $CDC_DEMO_HOME/datastream/lake)"
+    python -m airflow_provider_cdc tables --lake-root "$CDC_DEMO_HOME/datastream/lake" --rows 3
+  fi
+  log "metastore: windows, files and apply watermarks"
+  python -m airflow_provider_cdc status --pipeline "$dag" --limit 12
+  log "task timings per window (seconds)"
+  python -m airflow_provider_cdc timings --dag-id "$dag"
   exit "$status"
 fi
 

@@ -180,3 +180,31 @@ def test_cloud_storage_windows_by_creation_time(
     assert all(split_token(f.token)[1] == f.generation and f.generation for f in one + two)
     with hook.files.open(two[0].token) as stream:
         assert stream.read() == b"events"
+
+
+def test_a_window_on_cloud_storage_stages_the_files_that_arrived_in_it(
+    cloud_storage: Any, sqlite_url: str, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Files uploaded to Cloud Storage as Datastream writes them are read back through the Google
+    connection's client into staging: every event of the window's files, nothing of the next window's."""
+    from airflow_provider_cdc.testing.datastream.scenario import DatastreamScenario
+    from airflow_provider_cdc.testing.datastream.writer import GcsSink, write_file
+
+    cloud_storage.bucket("datastream-bucket")
+    scenario = DatastreamScenario("oracle", "avro", seed=3, windows=2)
+    sink = GcsSink(cloud_storage.client(), "datastream-bucket", "streams/hr")
+    first = [write_file(planned, sink) for planned in scenario.files_for(0)]
+    boundary = max(written.arrival for written in first) + timedelta(microseconds=1)
+    while datetime.now(timezone.utc) <= boundary:  # the emulator stamps creation with its clock
+        time.sleep(0.001)
+    second = [write_file(planned, sink) for planned in scenario.files_for(1)]
+    start = min(written.arrival for written in first)
+    now = [max(written.arrival for written in second) + timedelta(hours=1)]
+    hook = clocked_hook(sqlite_url, "gs://datastream-bucket/streams/hr", now)
+    monkeypatch.setattr(DatastreamHook, "_storage_client", lambda self: cloud_storage.client())
+    window = Window(start, boundary)
+    _, tokens = hook.open_window_epoch("pipe", window, str(tmp_path / "staging"), "owner")
+    assert len(tokens) == len(first)
+    summary = hook.read_window(window, str(tmp_path / "staging"), "reader").to_dict()
+    assert summary["rows"] == sum(written.events for written in first) > 0
+    assert summary["partitions"] == len(first)

@@ -48,11 +48,11 @@ from airflow_provider_cdc.sources.datastream.events import (
 from airflow_provider_cdc.sources.datastream.json_text import (
     canonical_json,
     json_texts,
-    mapped_texts,
     object_format,
 )
 from airflow_provider_cdc.sources.datastream.names import AVRO, DatastreamFile
 from airflow_provider_cdc.sources.datastream.read_methods import MYSQL, database_of, is_backfill
+from airflow_provider_cdc.sources.datastream.sequence_columns import mysql_sequence_texts
 from airflow_provider_cdc.sources.datastream.sequence_numbers import SECTIONS, is_mysql_backfill
 from airflow_provider_cdc.sources.datastream.settings import DatastreamSettings
 from airflow_provider_cdc.sources.datastream.types import (
@@ -64,12 +64,16 @@ from airflow_provider_cdc.sources.datastream.types import (
     inferred_value_converter,
     json_value_converter,
     json_value_type,
+    utc_text_of,
+    utc_timestamp_text,
     value_converter,
     widen,
 )
 
 #: Rows per batch handed to the staging writer.
 BATCH_ROWS = 10_000
+#: Events converted together (column-wise).
+CHUNK_EVENTS = 250
 #: ``source_metadata`` fields copied into ``source_metadata_json`` (each database's ordering fields).
 SOURCE_FIELDS: tuple[str, ...] = (
     "database",
@@ -89,10 +93,14 @@ SOURCE_FIELDS: tuple[str, ...] = (
     "tx_id",
     "physical_location",
 )
+#: Staged change rows column-wise: one list per ``STAGED_CHANGE_COLUMNS`` entry, all of one length.
+ChangeColumns = list[list[Any]]
 INSERT_OPERATION = "INSERT"
 DELETE_OPERATION = "DELETE"
 _EMPTY: Mapping[str, Any] = {}
 _SOURCE_FIELD_SET = frozenset(SOURCE_FIELDS)
+_SCANNER = json.JSONDecoder()
+_JSON_WHITESPACE = " \t\n\r"
 _ONE_MICROSECOND = timedelta(microseconds=1)
 #: An event's generic fields, in the order :meth:`_FileEncoder.rows` takes them.
 _GENERIC_FIELDS = (
@@ -233,15 +241,17 @@ class _FileEncoder:
             detail = f"field {exc.args[0]!r} is missing" if isinstance(exc, KeyError) else str(exc)
             raise DatastreamEventError(f"{self.where(uuid)}: {detail}") from exc
 
-    def rows(self, events: list[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
-        """The staged rows of a batch of events: built column-wise, or event by event (:meth:`row`,
-        which names the event and field of a problem) when the batch is not uniform."""
+    def change_columns(self, events: list[Mapping[str, Any]]) -> ChangeColumns:
+        """The staged rows of a batch of events, column-wise: built a column at a time, or event by
+        event (:meth:`row`, which names the event and field of a problem) when the batch is not
+        uniform."""
         try:
-            return self._columns_rows(events)
+            return self._uniform_columns(events)
         except (KeyError, TypeError, ValueError, AttributeError, ArithmeticError, _NotUniform):
-            return [self.row(event) for event in events]
+            rows = [self.row(event) for event in events]
+            return [list(column) for column in zip(*rows, strict=True)]
 
-    def _columns_rows(self, events: list[Mapping[str, Any]]) -> list[tuple[Any, ...]]:
+    def _uniform_columns(self, events: list[Mapping[str, Any]]) -> ChangeColumns:
         count = len(events)
         try:
             columns = list(zip(*map(_generic_fields, events), strict=True))
@@ -253,8 +263,8 @@ class _FileEncoder:
                 )
             )
         uuids, reads, stamps, objects, methods, _, _, metas, payloads = columns
-        if len(set(objects)) != 1 or len(set(methods)) != 1:
-            raise _NotUniform
+        if {*map(type, objects), *map(type, methods)} != {str} or len(set(objects)) + len(set(methods)) != 2:
+            raise _NotUniform  # one object and read method (a file's), as text
         object_name, read_method = objects[0], methods[0]
         table = self._tables.get(object_name) or self.table(object_name, uuids[0])
         sections, backfill, mysql = self._methods.get(read_method) or self.method(read_method, uuids[0])
@@ -276,39 +286,37 @@ class _FileEncoder:
             upserted = [p for p, upsert in zip(payloads, upserts, strict=True) if upsert]
             texts = iter(_objects(shape.value_format, shape.values, upserted, len(upserted), False))
             after_json = [next(texts) if upsert else "{}" for upsert in upserts]
-        if mysql and not backfill:
-            backfills: Sequence[bool] = [is_mysql_backfill(m) for m in metas]
-        else:
-            backfills = repeat(backfill, count)  # type: ignore[assignment]
-        csns = [
-            "%016X/%016X/%016X/%016X"  # noqa: UP031
-            % sections(m, back, upsert, ms, object_name, uuid)
-            for m, back, upsert, ms, uuid in zip(metas, backfills, upserts, millis, uuids, strict=False)
-        ]
+        csns = mysql_sequence_texts(metas, backfill, upserts, millis) if mysql else None
+        if csns is None:
+            if mysql and not backfill:
+                backfills: Sequence[bool] = [is_mysql_backfill(m) for m in metas]
+            else:
+                backfills = repeat(backfill, count)  # type: ignore[assignment]
+            csns = [
+                "%016X/%016X/%016X/%016X"  # noqa: UP031
+                % sections(m, back, upsert, ms, object_name, uuid)
+                for m, back, upsert, ms, uuid in zip(metas, backfills, upserts, millis, uuids, strict=False)
+            ]
         transactions = [m.get("tx_id") for m in metas]
         if transactions.count(None) != count:
             transactions = [None if t is None or t == "" else str(t) for t in transactions]
         operations = [INSERT_OPERATION if upsert else DELETE_OPERATION for upsert in upserts]
         sources = self._source_texts(columns, metas, count)
-        nothing = repeat(None, count)
-        return list(
-            zip(
-                repeat(self.unit, count),
-                commits,
-                transactions,
-                nothing,
-                repeat(None, count),
-                repeat(table, count),
-                operations,
-                keys_json,
-                after_json,
-                repeat(None, count),
-                repeat(shape.types_json, count),
-                sources,
-                csns,
-                strict=False,
-            )
-        )
+        return [  # every column its own list: a batch extends them
+            [self.unit] * count,
+            commits,
+            transactions,
+            [None] * count,
+            [None] * count,
+            [table] * count,
+            operations,
+            keys_json,
+            after_json,
+            [None] * count,
+            [shape.types_json] * count,
+            sources,
+            csns,
+        ]
 
     def _commit_times(self, stamps: Sequence[Any]) -> tuple[list[datetime], list[int]]:
         """Each ``source_timestamp`` as a UTC datetime and epoch milliseconds (each distinct one
@@ -333,39 +341,55 @@ class _FileEncoder:
     def _source_texts(
         self, columns: list[tuple[Any, ...]], metas: Sequence[Mapping[str, Any]], count: int
     ) -> list[str]:
-        """``source_metadata_json`` of each event: one format per metadata layout."""
+        """``source_metadata_json`` of each event: one format per batch, the fields that are the same
+        in every event of the batch written into it."""
         layouts = set(map(tuple, metas))
         if len(layouts) != 1:
-            raise _NotUniform
+            raise _NotUniform  # events with other metadata fields (or in another order)
         fields = [name for name in next(iter(layouts)) if name in _SOURCE_FIELD_SET]
-        values: dict[str, Sequence[Any]] = {}
-        if fields:
-            picked = list(zip(*map(itemgetter(*fields), metas), strict=True)) if len(fields) > 1 else None
-            for at, name in enumerate(fields):
-                column = picked[at] if picked is not None else [m[name] for m in metas]
-                nulls = column.count(None)
-                if nulls == count:
-                    continue  # absent from every event's metadata
-                if nulls:
-                    raise _NotUniform
-                values[name] = column
-        reads = columns[1]
-        read_texts = self._read_texts(reads)
-        texts = {name: mapped_texts(values[name]) for name in values}
-        texts["uuid"] = json_texts(columns[0])
-        texts["read_timestamp"] = read_texts
-        for name, at in _SOURCE_COLUMNS.items():
-            texts[name] = mapped_texts(columns[at])
-        file_text = canonical_json(self.file.name)
-        template = object_format(list(texts), {"file": file_text})
-        ordered = [texts[name] for name in sorted(texts)]
+        columns_of: dict[str, Sequence[Any]] = {}
+        if len(fields) > 1:
+            picked = list(zip(*map(itemgetter(*fields), metas), strict=True))
+            columns_of = dict(zip(fields, picked, strict=True))
+        elif fields:
+            columns_of = {fields[0]: [m[fields[0]] for m in metas]}
+        columns_of.update((name, columns[at]) for name, at in _SOURCE_COLUMNS.items())
+        constants = {"file": canonical_json(self.file.name)}
+        varying: dict[str, list[str]] = {}
+        for name, column in columns_of.items():
+            nulls = column.count(None)
+            if nulls == count and name in _SOURCE_FIELD_SET:
+                continue  # absent from every event's metadata
+            if nulls and name in _SOURCE_FIELD_SET:
+                raise _NotUniform
+            if column.count(column[0]) == count and len(set(map(type, column))) == 1:
+                constants[name] = canonical_json(column[0])
+            else:
+                varying[name] = json_texts(column)
+        varying["uuid"] = json_texts(columns[0])
+        reads = self._read_texts(columns[1])
+        if reads.count(reads[0]) == count:
+            constants["read_timestamp"] = reads[0]
+        else:
+            varying["read_timestamp"] = reads
+        template = object_format(list(varying), constants)
+        ordered = [varying[name] for name in sorted(varying)]
+        if len(ordered) == 1:
+            return [template % text for text in ordered[0]]
         return [template % row for row in zip(*ordered, strict=True)]
 
     def _read_texts(self, reads: Sequence[Any]) -> list[str]:
         """``read_timestamp`` of each event as the JSON text of its RFC 3339 form."""
         if len(set(map(type, reads))) != 1:
             raise _NotUniform
-        text = {value: canonical_json(self.read_timestamp_text(value, "?")) for value in set(reads)}
+        text = {}
+        for value in set(reads):
+            if type(value) is datetime and value.tzinfo is timezone.utc:
+                text[value] = '"' + utc_timestamp_text(value) + '"'
+            elif type(value) is str and (utc := utc_text_of(value)) is not None:
+                text[value] = '"' + utc + '"'
+            else:
+                text[value] = canonical_json(self.read_timestamp_text(value, "?"))
         return [text[value] for value in reads]
 
     def _row(self, event: Mapping[str, Any], uuid: Any) -> tuple[Any, ...]:
@@ -498,8 +522,14 @@ def _objects(
     texts = []
     for name, convert in columns:
         values = [p[name] for p in payloads] if required else [p.get(name) for p in payloads]
-        if convert is not None:
-            values = [value if value is None else convert(value) for value in values]
+        convert_column = getattr(convert, "column", None)
+        if convert_column is not None:
+            values = convert_column(values)
+        elif convert is not None:
+            if None in values:
+                values = [value if value is None else convert(value) for value in values]
+            else:
+                values = list(map(convert, values))
         texts.append(json_texts(values))
     if len(texts) == 1:
         return [template % text for text in texts[0]]
@@ -511,15 +541,37 @@ def read_file_changes(
 ) -> Iterator[list[tuple[Any, ...]]]:
     """Batches (≤ :data:`BATCH_ROWS` rows) of staged change rows, as tuples in
     ``STAGED_CHANGE_COLUMNS`` order, of the events of ``file`` read from ``stream``."""
+    for columns in read_file_change_columns(stream, file, unit, settings):
+        yield list(zip(*columns, strict=True))
+
+
+def read_file_change_columns(
+    stream: BinaryIO, file: DatastreamFile, unit: str, settings: DatastreamSettings
+) -> Iterator[ChangeColumns]:
+    """:func:`read_file_changes` column-wise: each batch is one list per ``STAGED_CHANGE_COLUMNS``
+    entry, all of one length (what ``StagingWriter.write_columns`` takes)."""
     encoder = _FileEncoder(file, unit, settings)
     if file.format == AVRO:
         return _avro_batches(stream, encoder)
     return _jsonl_batches(gzip.GzipFile(fileobj=stream, mode="rb") if file.compressed else stream, encoder)
 
 
-def _batches(events: Iterator[Mapping[str, Any]], encoder: _FileEncoder) -> Iterator[list[tuple[Any, ...]]]:
-    while batch := list(islice(events, BATCH_ROWS)):
-        yield encoder.rows(batch)
+def _batches(events: Iterator[Mapping[str, Any]], encoder: _FileEncoder) -> Iterator[ChangeColumns]:
+    """Batches of up to :data:`BATCH_ROWS` rows, converted :data:`CHUNK_EVENTS` events at a time
+    (decoded events are dropped soon, so few of them live long enough to cost garbage collections)."""
+    batch: ChangeColumns = []
+    while chunk := list(islice(events, CHUNK_EVENTS)):
+        columns = encoder.change_columns(chunk)
+        if not batch:
+            batch = columns
+        else:
+            for values, more in zip(batch, columns, strict=True):
+                values.extend(more)
+        if len(batch[0]) >= BATCH_ROWS:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 # --------------------------------------------------------------------------- Avro
@@ -547,7 +599,7 @@ def avro_payload_columns(schema: Mapping[str, Any], object_name: str) -> list[_C
     return columns
 
 
-def _avro_batches(stream: BinaryIO, encoder: _FileEncoder) -> Iterator[list[tuple[Any, ...]]]:
+def _avro_batches(stream: BinaryIO, encoder: _FileEncoder) -> Iterator[ChangeColumns]:
     import fastavro
 
     try:
@@ -579,21 +631,32 @@ def _validated(columns: list[_Column], encoder: _FileEncoder) -> list[_Column]:
 
 
 def _jsonl_events(stream: Any, encoder: _FileEncoder, first_line: int = 1) -> Iterator[Mapping[str, Any]]:
+    """The events of JSONL lines (blank lines skipped). A UTF-8 line holding one JSON value is
+    decoded by the C scanner alone; anything else goes through ``json.loads``, whose errors name the
+    line."""
     loads = json.loads
+    scan = _SCANNER.scan_once
     number = first_line - 1
-    for line in iter(stream.readline, b""):
+    for line in stream:
         number += 1
-        if not line.strip():
-            continue
         try:
-            yield loads(line)
-        except ValueError as exc:
-            raise DatastreamEventError(
-                f"file {encoder.file.path!r}, line {number}: not JSON: {exc}"
-            ) from None
+            text = line.decode()
+            event, end = scan(text, 0)
+            if end != len(text) and text[end:].strip(_JSON_WHITESPACE):
+                raise ValueError("more than one value")
+        except (ValueError, StopIteration):
+            if not line.strip():
+                continue
+            try:
+                event = loads(line)
+            except ValueError as exc:
+                raise DatastreamEventError(
+                    f"file {encoder.file.path!r}, line {number}: not JSON: {exc}"
+                ) from None
+        yield event
 
 
-def _jsonl_batches(stream: Any, encoder: _FileEncoder) -> Iterator[list[tuple[Any, ...]]]:
+def _jsonl_batches(stream: Any, encoder: _FileEncoder) -> Iterator[ChangeColumns]:
     events = _jsonl_events(stream, encoder)
     head: list[Mapping[str, Any]] = []
     for event in events:
@@ -616,8 +679,8 @@ def _jsonl_columns(head: list[Mapping[str, Any]], rest: Any, encoder: _FileEncod
     table = encoder.table(object_name, head[0].get("uuid")) if isinstance(object_name, str) else None
     declared = encoder.settings.declared_types(table) if table else {}
     order: dict[str, None] = {}
-    inferred: dict[str, LogicalType | None] = {}
-    conflicts: dict[str, Any] = {}
+    # each column's kinds of values: the Python type of each and its first value
+    kinds: dict[str, dict[type, Any]] = {}
 
     def scan(events: Iterator[Mapping[str, Any]] | list[Mapping[str, Any]], only: set[str] | None) -> None:
         for event in events:
@@ -631,6 +694,55 @@ def _jsonl_columns(head: list[Mapping[str, Any]], rest: Any, encoder: _FileEncod
                     if only is not None:
                         continue
                     order[name] = None
+                    kinds[name] = {}
+                if value is not None and name not in declared:
+                    kinds[name].setdefault(type(value), value)
+
+    scan(head, None)
+    unknown = {name for name, seen in kinds.items() if not seen and name not in declared}
+    if unknown and rest is not None and hasattr(rest, "seekable") and rest.seekable():
+        position = rest.tell()
+        scan(_jsonl_events(rest, encoder, len(head) + 1), unknown)
+        rest.seek(position)
+    inferred: dict[str, LogicalType | None] = {}
+    for name, seen in kinds.items():
+        logical = None
+        for value in seen.values():
+            logical = widen(logical, json_value_type(value))
+            if logical is None:
+                _refuse_mixed_kinds(head, rest, encoder, declared)
+        inferred[name] = logical
+    columns = []
+    for position, name in enumerate(order, start=1):
+        if name in declared:
+            columns.append(
+                _Column(name, declared[name], position, json_value_converter(declared[name], name))
+            )
+        else:
+            logical = inferred[name] or LogicalType("STRING")
+            columns.append(_Column(name, logical, position, inferred_value_converter(logical, name)))
+    return columns
+
+
+def _refuse_mixed_kinds(
+    head: list[Mapping[str, Any]], rest: Any, encoder: _FileEncoder, declared: Mapping[str, Any]
+) -> None:
+    """Raise for the first column, in the file's order, whose values are of different kinds (with the
+    first value of another kind than the column's earlier ones)."""
+    inferred: dict[str, LogicalType | None] = {}
+    conflicts: dict[str, Any] = {}
+
+    def scan(events: Iterator[Mapping[str, Any]] | list[Mapping[str, Any]], only: set[str] | None) -> None:
+        for event in events:
+            payload = event.get("payload") if isinstance(event, Mapping) else None
+            if not isinstance(payload, Mapping):
+                continue
+            for name, value in payload.items():
+                if only is not None and name not in only:
+                    continue
+                if name not in inferred:
+                    if only is not None:
+                        continue
                     inferred[name] = None
                 if name in declared or value is None:
                     continue
@@ -646,19 +758,8 @@ def _jsonl_columns(head: list[Mapping[str, Any]], rest: Any, encoder: _FileEncod
         position = rest.tell()
         scan(_jsonl_events(rest, encoder, len(head) + 1), unknown)
         rest.seek(position)
-    if conflicts:
-        name, value = next(iter(conflicts.items()))
-        raise DatastreamEventError(
-            f"file {encoder.file.path!r}: column {name!r} holds values of different kinds "
-            f"(e.g. {value!r}); declare its type in column_types"
-        )
-    columns = []
-    for position, name in enumerate(order, start=1):
-        if name in declared:
-            columns.append(
-                _Column(name, declared[name], position, json_value_converter(declared[name], name))
-            )
-        else:
-            logical = inferred[name] or LogicalType("STRING")
-            columns.append(_Column(name, logical, position, inferred_value_converter(logical, name)))
-    return columns
+    name, value = next(iter(conflicts.items()))
+    raise DatastreamEventError(
+        f"file {encoder.file.path!r}: column {name!r} holds values of different kinds "
+        f"(e.g. {value!r}); declare its type in column_types"
+    )

@@ -53,20 +53,6 @@ def json_texts(values: Sequence[Any]) -> list[str]:
     return [canonical_json(value) for value in values]
 
 
-def mapped_texts(values: Sequence[Any]) -> list[str]:
-    """:func:`json_texts` of a column with few distinct values (each encoded once)."""
-    if len(set(map(type, values))) != 1:  # 1, True and 1.0 are one set member
-        return json_texts(values)
-    try:
-        distinct = set(values)
-    except TypeError:  # unhashable values
-        return json_texts(values)
-    if len(distinct) == 1:
-        return [canonical_json(values[0])] * len(values)
-    text = {value: canonical_json(value) for value in distinct}
-    return [text[value] for value in values]
-
-
 def object_format(names: Sequence[str], constants: dict[str, str] | None = None) -> str:
     """A ``%`` format of the canonical JSON object with keys ``names`` (sorted here) whose values
     are given as JSON texts, in sorted-name order; ``constants``: keys whose text is fixed."""

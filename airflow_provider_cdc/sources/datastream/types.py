@@ -31,9 +31,12 @@ a converter is ``None`` where the Python value already is its JSON value.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
 from typing import Any
 
+from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.core.types import (
     ARRAY,
     BIGNUMERIC_PRECISION,
@@ -222,6 +225,52 @@ def _json_text(value: Any) -> str:
     return _COMPACT.encode(_array_values(value) if isinstance(value, list) else value)
 
 
+def utc_timestamp_text(value: datetime) -> str:
+    """RFC 3339 text of an aware UTC datetime, as ``format_timestamp`` writes it (``…:SS.ffffffZ``)."""
+    return value.isoformat(timespec="microseconds")[:-6] + "Z"
+
+
+def _timestamp_text(value: Any) -> str:
+    """TIMESTAMP's JSON value of a datetime (fastavro's ``timestamp-millis/micros``)."""
+    if type(value) is datetime and value.tzinfo is timezone.utc:
+        return value.isoformat(timespec="microseconds")[:-6] + "Z"
+    return format_timestamp(value)
+
+
+# RFC 3339 text in UTC (``Z`` or no zone) with up to 9 fractional digits.
+_UTC_TEXT = re.compile(
+    r"([0-9]{4}-[0-9]{2}-[0-9]{2})[Tt ]([0-9]{2}:[0-9]{2}:[0-9]{2})(?:\.([0-9]{1,9}))?[Zz]?"
+)
+
+
+def utc_text_of(text: str) -> str | None:
+    """TIMESTAMP's JSON value of RFC 3339 text in UTC (``Z`` or no zone), as ``format_timestamp``
+    writes the parsed text (microseconds kept, further digits dropped); ``None`` for other text."""
+    match = _UTC_TEXT.fullmatch(text)
+    if match is None:
+        return None
+    day, clock, fraction = match.groups()
+    try:
+        datetime.fromisoformat(f"{day}T{clock}")  # the date and time exist
+    except ValueError:
+        return None
+    return f"{day}T{clock}.{(fraction or '')[:6].ljust(6, '0')}Z"
+
+
+def _timestamp_text_converter(slow: Converter) -> Converter:
+    """``slow`` (decode then encode a JSONL timestamp), short-cut for text in UTC."""
+
+    def convert(value: Any) -> Any:
+        text = utc_text_of(value) if type(value) is str else None
+        return slow(value) if text is None else text
+
+    return convert
+
+
+#: Converters of types whose encoding is ``str`` of the value fastavro gives (int, Decimal).
+_STR_CODES = frozenset({"INT64", "NUMERIC"})
+
+
 def value_converter(
     logical_type: LogicalType, column: str = "?", array_records: bool = False
 ) -> Converter | None:
@@ -245,6 +294,10 @@ def value_converter(
         return str
     if logical_type.code in _IDENTITY_CODES:
         return None
+    if logical_type.code in _STR_CODES:
+        return str
+    if logical_type.code == "TIMESTAMP":
+        return _timestamp_text
     return SCALAR_TYPES[logical_type.code].encode
 
 
@@ -264,6 +317,8 @@ def json_value_converter(logical_type: LogicalType, column: str = "?") -> Conver
         return None
     scalar = SCALAR_TYPES[logical_type.code]
     decode, encode = scalar.decode, scalar.encode
+    if logical_type.code == "TIMESTAMP":
+        return _timestamp_text_converter(lambda value: encode(decode(value)))
     return lambda value: encode(decode(value))
 
 
@@ -302,6 +357,8 @@ __all__ = [
     "json_value_converter",
     "inferred_value_converter",
     "json_value_type",
+    "utc_text_of",
+    "utc_timestamp_text",
     "value_converter",
     "widen",
 ]
@@ -320,6 +377,7 @@ def _kind_check(logical_type: LogicalType, column: str) -> Converter | None:
     else:
         accepts = (str,)
     encode = SCALAR_TYPES[code].encode if code in ("INT64", "FLOAT64") else None
+    exact = frozenset(accepts) | {type(None)}
 
     def check(value: Any) -> Any:
         if not isinstance(value, accepts) or (code != "BOOL" and isinstance(value, bool)):
@@ -329,9 +387,20 @@ def _kind_check(logical_type: LogicalType, column: str) -> Converter | None:
             )
         return value if encode is None else encode(value)
 
+    def check_column(values: list[Any]) -> list[Any]:
+        if not exact.issuperset(map(type, values)):
+            return [value if value is None else check(value) for value in values]
+        if encode is None:
+            return values
+        if code == "INT64" and None not in values:
+            return list(map(str, values))  # INT64's encoding of an int
+        return [value if value is None else encode(value) for value in values]
+
+    check.column = check_column  # type: ignore[attr-defined]
     return check
 
 
 def inferred_value_converter(logical_type: LogicalType, column: str = "?") -> Converter | None:
-    """A JSONL column typed from its values' kind: values of another kind are refused."""
+    """A JSONL column typed from its values' kind: values of another kind are refused. Its
+    ``column`` attribute converts a list of values (``None`` kept) at once."""
     return _kind_check(logical_type, column)

@@ -17,7 +17,7 @@ from typing import Any
 
 from .history import CUSTOMERS, CUSTOMERS_WITH_TIER, ORDERS, TableSpec, Truth
 
-__all__ = ["TableDifference", "compare_rows", "compare_to_truth", "delta_rows"]
+__all__ = ["TableDifference", "comparable", "compare_rows", "compare_to_truth", "delta_rows"]
 
 TABLES: dict[str, TableSpec] = {CUSTOMERS.object_name: CUSTOMERS_WITH_TIER, ORDERS.object_name: ORDERS}
 
@@ -42,7 +42,7 @@ class TableDifference:
         )
 
 
-def _comparable(kind: str, value: Any) -> Any:
+def comparable(kind: str, value: Any) -> Any:
     if value is None:
         return None
     if kind == "json":
@@ -73,18 +73,18 @@ def compare_rows(
     difference = TableDifference(table)
     actual: dict[tuple[Any, ...], Mapping[str, Any]] = {}
     for row in rows:
-        key = tuple(_comparable(kinds[name], row[name]) for name in spec.key)
+        key = tuple(comparable(kinds[name], row[name]) for name in spec.key)
         actual[key] = row
     wanted = {
-        tuple(_comparable(kinds[n], v) for n, v in zip(spec.key, key, strict=True)): row
+        tuple(comparable(kinds[n], v) for n, v in zip(spec.key, key, strict=True)): row
         for key, row in expected.items()
     }
     difference.missing = sorted(set(wanted) - set(actual), key=repr)
     difference.unexpected = sorted(set(actual) - set(wanted), key=repr)
     for key in sorted(set(wanted) & set(actual), key=repr):
         for column, kind in kinds.items():
-            want = _comparable(kind, wanted[key].get(column))
-            got = _comparable(kind, actual[key].get(column))
+            want = comparable(kind, wanted[key].get(column))
+            got = comparable(kind, actual[key].get(column))
             if want != got:
                 difference.differing.append(f"key {key} column {column}: expected {want!r}, got {got!r}")
     return difference

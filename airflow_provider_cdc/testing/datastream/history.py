@@ -136,16 +136,25 @@ class DatastreamEvent:
 Truth = dict[str, dict[tuple[Any, ...], dict[str, Any]]]
 
 
-def truth(events: Iterable[DatastreamEvent]) -> Truth:
+def truth(events: Iterable[DatastreamEvent], *, backfill_below_log_events: bool = False) -> Truth:
     """Table state after applying ``events`` in their true order: the latest change of a key wins and a
     delete removes it. Re-delivered events (same ``uuid``) count once. Every row has every column any
-    applied event of its object carried (a column added later is ``None`` in rows written before)."""
+    applied event of its object carried (a column added later is ``None`` in rows written before).
+
+    ``backfill_below_log_events``: apply backfill events before every log event (Datastream's rule for
+    consumers: backfill events "can be consumed in any order", below the log). Both orders give the
+    source's state once every event arrived; they differ while a log event older than a backfill read
+    of its row has not arrived yet (the backfill's newer image waits for it)."""
     unique: dict[str, DatastreamEvent] = {}
     for event in events:
         unique.setdefault(event.uuid, event)
     state: Truth = {}
     columns: dict[str, dict[str, None]] = {}
-    for event in sorted(unique.values(), key=lambda e: e.ordinal):
+
+    def order(event: DatastreamEvent) -> tuple[bool, int]:
+        return (backfill_below_log_events and not event.is_backfill, event.ordinal)
+
+    for event in sorted(unique.values(), key=order):
         rows = state.setdefault(event.object_name, {})
         seen = columns.setdefault(event.object_name, {})
         for column in event.columns:

@@ -180,8 +180,9 @@ class DatastreamScenario:
         return [event for planned in self.files if planned.arrival < end for event in planned.events]
 
     def truth_after(self, window: int) -> Truth:
-        """Table state from every event in files arriving in windows ``0..window``."""
-        return truth(self.events_after(window))
+        """Table state from every event in files arriving in windows ``0..window``, backfill events
+        below log events (what a consumer of Datastream's ordering rule holds; see :func:`.truth`)."""
+        return truth(self.events_after(window), backfill_below_log_events=True)
 
     def final_truth(self) -> Truth:
         """Table state from every delivered event (equals the source's final state)."""
