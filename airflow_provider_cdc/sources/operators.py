@@ -12,6 +12,7 @@ A source's operators derive from :class:`OpenWindowOperatorBase` / :class:`ReadW
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -41,6 +42,7 @@ __all__ = [
     "SourceWindowOperator",
     "WINDOW_FIELDS",
     "check_predecessor",
+    "json_argument",
     "reader_owner",
     "record_pipeline",
     "refuse_never_run",
@@ -49,6 +51,23 @@ __all__ = [
 
 #: The fields every window step of a source takes after its connection fields (all templated).
 WINDOW_FIELDS: tuple[str, ...] = ("staging_root", "window_start", "window_end", "pipeline_id")
+
+
+def json_argument(name: str, value: Any, kind: str = "a list") -> Any:
+    """An argument as given, or parsed when a template rendered it as JSON text (``{{ params.x |
+    tojson }}``); blank text is ``None``. Text that is not JSON fails without retries, naming ``name``."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise AirflowFailException(
+            f"{name} must be {kind}, or its JSON text (render a param with '| tojson'), "
+            f"got {text[:200]!r}: {exc}"
+        ) from None
 
 
 def window_template(open_task_id: str, field: str = "source_key") -> str:

@@ -20,7 +20,12 @@ reads) are accepted. JSONL files may be gzip-compressed. Each event becomes one 
 | ``change_sequence_number`` | :mod:`.sequence_numbers`, sortable form |
 
 Per-file work (column order, types, encoders, key columns, table names) is done once per file
-and shape; the per-event path only converts values and formats text.
+and shape. Events are converted :data:`CHUNK_EVENTS` at a time, a column at a time: each column's
+values become JSON texts in one encoder call, each distinct timestamp is converted once, the
+metadata fields a chunk's events share are written into its ``source_metadata_json`` format, and
+keys, images and metadata are each one ``%`` format per row. A chunk that is not uniform (events of
+several shapes, metadata of several layouts, a field the column path does not take) is converted
+event by event, which gives the same rows and names the event and field of a problem.
 """
 
 from __future__ import annotations

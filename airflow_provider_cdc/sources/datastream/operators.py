@@ -11,13 +11,12 @@ the Google provider nor fastavro, so DAG files stay quick to parse.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_cdc._compat import AirflowFailException, BaseSensorOperator, Context
+from airflow_provider_cdc._compat import BaseSensorOperator, Context
 from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.hooks.connection_fields import (
     ConnectionFields,
@@ -32,6 +31,7 @@ from airflow_provider_cdc.sources.operators import (
     OpenWindowOperatorBase,
     ReadWindowOperatorBase,
     SourceWindowOperator,
+    json_argument,
 )
 
 if TYPE_CHECKING:
@@ -43,22 +43,6 @@ __all__ = [
     "DatastreamSource",
     "DatastreamWindowArrivedSensor",
 ]
-
-
-def json_argument(name: str, value: Any) -> Any:
-    """A list or dict argument as given, or parsed when a template rendered it as JSON text."""
-    if not isinstance(value, str):
-        return value
-    text = value.strip()
-    if not text:
-        return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise AirflowFailException(
-            f"{name} must be a list or a dict, or its JSON text (render a param with '| tojson'), "
-            f"got {text[:200]!r}: {exc}"
-        ) from None
 
 
 @dataclass(frozen=True)
@@ -95,7 +79,7 @@ class DatastreamSource(ConnectionFields):
 
         arguments = self.arguments()
         arguments["objects"] = json_argument("objects", arguments["objects"])
-        arguments["settings"] = json_argument("settings", arguments["settings"])
+        arguments["settings"] = json_argument("settings", arguments["settings"], "a dict")
         return DatastreamHook(**arguments)
 
 

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.sources.claimed_reader import ClaimedWindowReader, UnitRead, WindowReadError
-from airflow_provider_cdc.sources.datastream.files import read_file_changes
+from airflow_provider_cdc.sources.datastream.files import read_file_change_columns
 from airflow_provider_cdc.sources.datastream.listing import StreamFiles, split_token
 from airflow_provider_cdc.sources.datastream.names import parse_file_name
 from airflow_provider_cdc.sources.datastream.settings import DatastreamSettings
@@ -75,8 +75,8 @@ class DatastreamWindowReader(ClaimedWindowReader):
         file = parse_file_name(name)
         started, logged = time.monotonic(), time.monotonic()
         with self.files.open(token) as stream:
-            for batch in read_file_changes(stream, file, token, self.settings):
-                read.rows += writer.write_tuples(batch)
+            for columns in read_file_change_columns(stream, file, token, self.settings):
+                read.rows += writer.write_columns(columns)
                 if time.monotonic() - logged >= self.progress_seconds:
                     logged = time.monotonic()
                     self.renew(window, token)

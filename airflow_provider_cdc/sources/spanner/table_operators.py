@@ -13,7 +13,6 @@ A pipeline that starts on a database with data takes a snapshot as its first win
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -33,6 +32,7 @@ from airflow_provider_cdc.sources.operators import (
     OpenWindowOperatorBase,
     ReadWindowOperatorBase,
     SourceWindowOperator,
+    json_argument,
     refuse_never_run,
 )
 from airflow_provider_cdc.sources.spanner.connection import DEFAULT_GCP_CONN_ID
@@ -54,18 +54,7 @@ def snapshot_window_bounds(first_window_start: datetime | str) -> dict[str, str]
 def tables_argument(tables: Any) -> Any:
     """``tables`` as given, or parsed when a template rendered it as JSON text (``{{ params.tables |
     tojson }}``); blank text is no tables."""
-    if not isinstance(tables, str):
-        return tables
-    text = tables.strip()
-    if not text:
-        return None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise AirflowFailException(
-            f"tables must be a list, or its JSON text (render a param with '| tojson'), "
-            f"got {text[:200]!r}: {exc}"
-        ) from None
+    return json_argument("tables", tables)
 
 
 @dataclass(frozen=True)
