@@ -11,7 +11,7 @@ def get_provider_info() -> dict:
         "package-name": "airflow-provider-cdc",
         "name": "Change Data Capture",
         "description": "Read database change data (Google Cloud Spanner change streams and tables, "
-        "Datastream files) in bounded windows and apply them exactly once, in order per key, to Delta "
+        "Datastream files, Table Store streams) in bounded windows and apply them exactly once, in order per key, to Delta "
         "Lake and BigQuery CDC tables.",
         "versions": [__version__],
         "integrations": [
@@ -34,6 +34,11 @@ def get_provider_info() -> dict:
                 "integration-name": "Google Cloud Datastream",
                 "external-doc-url": "https://cloud.google.com/datastream/docs/events-and-streams",
                 "tags": ["gcp"],
+            },
+            {
+                "integration-name": "Alibaba Cloud Table Store streams",
+                "external-doc-url": "https://www.alibabacloud.com/help/doc-detail/60305.htm",
+                "tags": ["alibaba"],
             },
             {
                 "integration-name": "CDC metastore",
@@ -60,6 +65,13 @@ def get_provider_info() -> dict:
                 "integration-name": "Google Cloud Datastream",
                 "python-modules": ["airflow_provider_cdc.sources.datastream.hook"],
             },
+            {
+                "integration-name": "Alibaba Cloud Table Store streams",
+                "python-modules": [
+                    "airflow_provider_cdc.sources.tablestore.hook",
+                    "airflow_provider_cdc.sources.tablestore.connection",
+                ],
+            },
         ],
         "operators": [
             {
@@ -82,6 +94,10 @@ def get_provider_info() -> dict:
             {
                 "integration-name": "Google Cloud Datastream",
                 "python-modules": ["airflow_provider_cdc.sources.datastream.operators"],
+            },
+            {
+                "integration-name": "Alibaba Cloud Table Store streams",
+                "python-modules": ["airflow_provider_cdc.sources.tablestore.operators"],
             },
         ],
         "sensors": [
@@ -112,6 +128,10 @@ def get_provider_info() -> dict:
             {
                 "hook-class-name": "airflow_provider_cdc.hooks.metastore.CdcMetastoreHook",
                 "connection-type": "cdc_metastore",
-            }
+            },
+            {
+                "hook-class-name": "airflow_provider_cdc.sources.tablestore.connection.TablestoreHook",
+                "connection-type": "tablestore",
+            },
         ],
     }

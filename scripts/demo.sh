@@ -15,7 +15,12 @@
 # written in Avro, as Datastream lays it out, to Cloud Storage (the loopback gcp-storage-emulator) over
 # WINDOWS (default 4) 30-second windows in real time, then each window through the DAG with the Delta tables
 # compared with the truth; `datastream-bigquery` runs datastream_to_bigquery against the BigQuery fake.
-# Usage: scripts/demo.sh [bigquery|commit-timestamp|datastream|datastream-bigquery] [WINDOWS]
+# `scripts/demo.sh tablestore [WINDOWS]` runs tablestore_stream_to_lake against the project's Table Store stream
+# emulator (puts, partial updates, column and row deletes, a shard split and a merge; WINDOWS one-minute windows,
+# default 3), comparing the Delta table with the emulator's table after each; `tablestore-bigquery` runs
+# tablestore_stream_to_bigquery (Delta, then BigQuery CDC tables in the fake).
+# Usage: scripts/demo.sh [bigquery|commit-timestamp|datastream|datastream-bigquery|tablestore|tablestore-bigquery]
+#   [WINDOWS]
 #   (default 5; at most 6 for the Delta Lake DAG)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +29,8 @@ if [ "${1:-}" = bigquery ]; then target=bigquery; shift; fi
 if [ "${1:-}" = commit-timestamp ]; then target=commit-timestamp; shift; fi
 if [ "${1:-}" = datastream ]; then target=datastream; shift; fi
 if [ "${1:-}" = datastream-bigquery ]; then target=datastream-bigquery; shift; fi
+if [ "${1:-}" = tablestore ]; then target=tablestore; shift; fi
+if [ "${1:-}" = tablestore-bigquery ]; then target=tablestore-bigquery; shift; fi
 windows=${1:-5}
 bash scripts/setup.sh
 root=$(pwd)
@@ -64,6 +71,24 @@ if [ "$target" = datastream ] || [ "$target" = datastream-bigquery ]; then
     python -m airflow_provider_cdc tables --lake-root "$CDC_DEMO_HOME/datastream/lake" --rows 3
   fi
   log "metastore: windows, files and apply watermarks"
+  python -m airflow_provider_cdc status --pipeline "$dag" --limit 12
+  log "task timings per window (seconds)"
+  python -m airflow_provider_cdc timings --dag-id "$dag"
+  exit "$status"
+fi
+
+if [ "$target" = tablestore ] || [ "$target" = tablestore-bigquery ]; then
+  dag=tablestore_stream_to_lake kind=lake lake="$CDC_DEMO_HOME/tablestore/lake"
+  if [ "$target" = tablestore-bigquery ]; then
+    dag=tablestore_stream_to_bigquery kind=bigquery lake="$CDC_DEMO_HOME/tablestore/bigquery/lake"
+  fi
+  log "starting the Table Store stream emulator with a seeded workload, then running $dag window by window"
+  status=0
+  python -m airflow_provider_cdc.testing.tablestore_emulator.demo --windows "${1:-3}" --target "$kind" \
+    --log-dir "$CDC_DEMO_HOME" || status=$?
+  log "target tables (Delta Lake, $lake)"
+  python -m airflow_provider_cdc tables --lake-root "$lake" --rows 3 || true
+  log "metastore: windows, shards and apply watermarks"
   python -m airflow_provider_cdc status --pipeline "$dag" --limit 12
   log "task timings per window (seconds)"
   python -m airflow_provider_cdc timings --dag-id "$dag"

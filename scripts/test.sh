@@ -27,8 +27,8 @@ mkdir -p "$AIRFLOW_HOME"
 # 3 + 3 + 2 minutes, mostly subprocesses waiting on each other), the tests against Google's Cloud Spanner emulator (about 4 minutes, mostly waiting for
 # real-time windows to pass; they skip, naming the reason, where the emulator is not installed), the
 # crash campaign (about 7 minutes: SIGKILLs at 20 seeded points, CDC_CRASH_POINTS for more) and the
-# Datastream pipeline and example DAG tests (about 6 minutes: every database and format through Spark,
-# then both DAGs with kills).
+# Datastream and Table Store pipeline and example DAG tests (about 9 minutes: every database and format
+# through Spark, both Datastream DAGs with kills, both Table Store DAGs).
 side_names=() side_pids=() side_logs=()
 run_alongside() {  # NAME FILE...
   local name=$1 log
@@ -51,8 +51,10 @@ if [ "$#" -eq 0 ]; then
   ignored+=(--ignore=tests/e2e/test_google_emulator_read.py --ignore=tests/e2e/test_example_dag_google.py)
   run_alongside crash tests/e2e/test_crash_campaign.py
   ignored+=(--ignore=tests/e2e/test_crash_campaign.py)
-  run_alongside datastream tests/adapters/test_datastream_pipeline.py tests/e2e/test_example_dag_datastream.py
-  ignored+=(--ignore=tests/adapters/test_datastream_pipeline.py --ignore=tests/e2e/test_example_dag_datastream.py)
+  run_alongside sources tests/adapters/test_datastream_pipeline.py tests/e2e/test_example_dag_datastream.py \
+    tests/e2e/test_example_dag_tablestore.py
+  ignored+=(--ignore=tests/adapters/test_datastream_pipeline.py --ignore=tests/e2e/test_example_dag_datastream.py
+    --ignore=tests/e2e/test_example_dag_tablestore.py)
   trap 'kill "${side_pids[@]}" 2>/dev/null' INT TERM
   .venv/bin/python -m pytest "${ignored[@]}"
   statuses=("$?")

@@ -21,9 +21,9 @@ def emulator() -> Iterator[TablestoreEmulator]:
         yield running
 
 
-def client_of(emulator: TablestoreEmulator, *, secret: str = SECRET, retries: int = 3) -> tuple[
-    TablestoreStreamClient, list[float]
-]:
+def client_of(
+    emulator: TablestoreEmulator, *, secret: str = SECRET, retries: int = 3
+) -> tuple[TablestoreStreamClient, list[float]]:
     slept: list[float] = []
     client = TablestoreStreamClient(
         emulator.endpoint,
@@ -65,7 +65,12 @@ def test_signed_calls_list_describe_and_read_decoded_records(emulator: Tablestor
     assert [r.action for r in records] == ["PUT_ROW", "UPDATE_ROW", "DELETE_ROW"]
     put, update, delete = records
     assert put.key == (("id", 1),)
-    assert {c.name: c.value for c in put.cells} == {"name": "ann", "price": 2.5, "paid": True, "blob": b"\x00\x01"}
+    assert {c.name: c.value for c in put.cells} == {
+        "name": "ann",
+        "price": 2.5,
+        "paid": True,
+        "blob": b"\x00\x01",
+    }
     assert [(c.name, c.op) for c in update.cells] == [("name", "PUT"), ("blob", "DELETE_ALL_VERSION")]
     assert delete.key == (("id", 1),)
     assert put.sequence.timestamp_us < update.sequence.timestamp_us < delete.sequence.timestamp_us

@@ -60,7 +60,10 @@ def read(hook: TablestoreStreamHook, window: Window, root: Path, owner: str = "r
 
 
 def staged(hook: TablestoreStreamHook, window: Window, root: Path) -> list[dict[str, Any]]:
-    claims = {p.token: p.claim_id for p in hook.metastore.window_partitions(hook.source_key, window.start, window.end)}
+    claims = {
+        p.token: p.claim_id
+        for p in hook.metastore.window_partitions(hook.source_key, window.start, window.end)
+    }
     assert claims and all(claims.values()), "a shard of the window was not read"
     table = read_staged_changes(str(root), hook.staging_folder, window, claims=claims).to_table()
     return table.to_pylist()
@@ -95,9 +98,12 @@ def truth(emulator: TablestoreEmulator) -> dict[str, dict[str, Any]]:
     }
 
 
-def write_round(emulator: TablestoreEmulator, ids: range, tag: str) -> None:
+def write_round(emulator: TablestoreEmulator, ids: range, tag: str) -> int:
+    """Puts, partial updates and deletes of ``ids``; returns how many records they wrote."""
     for i in ids:
-        emulator.put_row(TABLE, {"id": i}, {"tag": tag, "n": i, "price": i / 4, "ok": i % 2 == 0, "b": bytes([i])})
+        emulator.put_row(
+            TABLE, {"id": i}, {"tag": tag, "n": i, "price": i / 4, "ok": i % 2 == 0, "b": bytes([i])}
+        )
         emulator.clock.advance(0.5)
     for i in ids[::2]:
         emulator.update_row(TABLE, {"id": i}, put={"tag": f"{tag}-upd"}, delete_all=["b"])
@@ -105,24 +111,31 @@ def write_round(emulator: TablestoreEmulator, ids: range, tag: str) -> None:
     for i in ids[1::3]:
         emulator.delete_row(TABLE, {"id": i})
         emulator.clock.advance(0.5)
+    return len(ids) + len(ids[::2]) + len(ids[1::3])
 
 
 def open_shard(emulator: TablestoreEmulator, index: int = 0) -> str:
     return [s["shard_id"] for s in emulator.shards(TABLE) if not s["closed"]][index]
 
 
-def test_windows_read_after_splits_and_merges_stage_the_table(emulator: TablestoreEmulator, tmp_path: Path, sqlite_url: str) -> None:
+def test_windows_read_after_splits_and_merges_stage_the_table(
+    emulator: TablestoreEmulator, tmp_path: Path, sqlite_url: str
+) -> None:
     # Window 1: writes on two shards. Window 2: a split in the middle. Window 3: its children merge.
-    write_round(emulator, range(1, 13), "w1")
+    written = write_round(emulator, range(1, 13), "w1")
     emulator.clock.advance(60 - (emulator.clock() - to_micros(T0)) / 1e6)
-    write_round(emulator, range(5, 15), "w2a")
+    written += write_round(emulator, range(5, 15), "w2a")
     left, right = emulator.split_shard(TABLE, open_shard(emulator))
-    write_round(emulator, range(1, 20), "w2b")
+    written += write_round(emulator, range(1, 20), "w2b")
     emulator.clock.advance(120 - (emulator.clock() - to_micros(T0)) / 1e6)
-    write_round(emulator, range(3, 9), "w3a")
+    written += write_round(emulator, range(3, 9), "w3a")
     emulator.merge_shards(TABLE, left, right)
-    write_round(emulator, range(1, 25), "w3b")
-    windows = [Window(T0, T0 + MINUTE), Window(T0 + MINUTE, T0 + 2 * MINUTE), Window(T0 + 2 * MINUTE, T0 + 10 * MINUTE)]
+    written += write_round(emulator, range(1, 25), "w3b")
+    windows = [
+        Window(T0, T0 + MINUTE),
+        Window(T0 + MINUTE, T0 + 2 * MINUTE),
+        Window(T0 + 2 * MINUTE, T0 + 10 * MINUTE),
+    ]
     emulator.clock.advance(20 * 60)
     hook = hook_of(emulator, sqlite_url)
     rows: list[dict[str, Any]] = []
@@ -135,7 +148,7 @@ def test_windows_read_after_splits_and_merges_stage_the_table(emulator: Tablesto
         rows += window_rows
     assert fold(rows) == truth(emulator)
     # Every record was staged exactly once, and each key's sequence numbers are distinct.
-    assert len(rows) == sum(len(r) for r in [rows])
+    assert len(rows) == written
     per_key = Counter((r["keys_json"], r["change_sequence_number"]) for r in rows)
     assert max(per_key.values()) == 1
     # The window with the split read the parent before its children (greater sequence numbers).
@@ -168,7 +181,27 @@ def test_windows_read_as_the_table_changes_continue_from_checkpoints(
         start = end
 
 
-def test_a_window_read_again_stages_the_same_changes(emulator: TablestoreEmulator, tmp_path: Path, sqlite_url: str) -> None:
+def test_deleting_the_version_just_written_clears_the_column(
+    emulator: TablestoreEmulator, tmp_path: Path, sqlite_url: str
+) -> None:
+    version = emulator.clock() // 1000
+    emulator.put_row(TABLE, {"id": 1}, {"n": 1, "note": "x"})
+    emulator.clock.advance(1)
+    emulator.update_row(TABLE, {"id": 1}, put={}, delete_one={"n": version})
+    emulator.update_row(TABLE, {"id": 1}, put={}, delete_one={"note": version - 5})
+    emulator.clock.advance(600)
+    hook = hook_of(emulator, sqlite_url, column_types={"n": "INTEGER"})
+    window = Window(T0, T0 + MINUTE)
+    read(hook, window, tmp_path)
+    rows = staged(hook, window, tmp_path)
+    assert fold(rows) == truth(emulator) == {'{"id":"1"}': {"note": "x"}}
+    deleted = [json.loads(r["source_metadata_json"]).get("deleted_versions") for r in rows]
+    assert [d for d in deleted if d] == [{"n": [version]}, {"note": [version - 5]}]
+
+
+def test_a_window_read_again_stages_the_same_changes(
+    emulator: TablestoreEmulator, tmp_path: Path, sqlite_url: str
+) -> None:
     write_round(emulator, range(1, 30), "a")
     emulator.clock.advance(100)
     write_round(emulator, range(1, 30), "b")
@@ -176,15 +209,21 @@ def test_a_window_read_again_stages_the_same_changes(emulator: TablestoreEmulato
     emulator.clock.advance(600)
     hook = hook_of(emulator, sqlite_url, batch_limit=7)
     read(hook, window, tmp_path)
-    first = sorted((r["keys_json"], r["change_sequence_number"], r["after_json"]) for r in staged(hook, window, tmp_path))
+    first = sorted(
+        (r["keys_json"], r["change_sequence_number"], r["after_json"]) for r in staged(hook, window, tmp_path)
+    )
     write_round(emulator, range(1, 5), "later")
     emulator.clock.advance(600)
     read(hook, window, tmp_path, owner="reader-2")
-    again = sorted((r["keys_json"], r["change_sequence_number"], r["after_json"]) for r in staged(hook, window, tmp_path))
+    again = sorted(
+        (r["keys_json"], r["change_sequence_number"], r["after_json"]) for r in staged(hook, window, tmp_path)
+    )
     assert first == again and first
 
 
-def test_busy_shards_are_retried_and_trimmed_windows_refused(emulator: TablestoreEmulator, tmp_path: Path, sqlite_url: str) -> None:
+def test_busy_shards_are_retried_and_trimmed_windows_refused(
+    emulator: TablestoreEmulator, tmp_path: Path, sqlite_url: str
+) -> None:
     write_round(emulator, range(1, 6), "a")
     window = Window(T0, T0 + MINUTE)
     hook = hook_of(emulator, sqlite_url)
@@ -197,4 +236,6 @@ def test_busy_shards_are_retried_and_trimmed_windows_refused(emulator: Tablestor
     emulator.clock.advance(24 * 3600)
     with pytest.raises(WindowTrimmedError) as refused:
         read(hook, Window(T0 + MINUTE, T0 + 2 * MINUTE), tmp_path)
-    assert str(Window(T0 + MINUTE, T0 + 2 * MINUTE)) in str(refused.value) and "retention" in str(refused.value)
+    assert str(Window(T0 + MINUTE, T0 + 2 * MINUTE)) in str(refused.value) and "retention" in str(
+        refused.value
+    )

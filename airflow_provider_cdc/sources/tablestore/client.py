@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
@@ -466,8 +466,3 @@ def _error_of(body: bytes, status: int) -> tuple[str, str]:
         pass
     text = body[:200].decode("utf-8", "replace").strip()
     return f"HTTP{status}", text or "no error body"
-
-
-def client_from(fields: Mapping[str, Any]) -> TablestoreStreamClient:
-    """A client from a mapping of its arguments (``endpoint``, ``instance``, the key, options)."""
-    return TablestoreStreamClient(**fields)
