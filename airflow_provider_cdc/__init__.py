@@ -11,8 +11,8 @@ def get_provider_info() -> dict:
         "package-name": "airflow-provider-cdc",
         "name": "Change Data Capture",
         "description": "Read database change data (Google Cloud Spanner change streams and tables, "
-        "Datastream files, Table Store streams) in bounded windows and apply them exactly once, in order per key, to Delta "
-        "Lake and BigQuery CDC tables.",
+        "Datastream files, Table Store streams) in bounded windows and apply them exactly once, in "
+        "order per key, to Delta Lake and BigQuery CDC tables.",
         "versions": [__version__],
         "integrations": [
             {
