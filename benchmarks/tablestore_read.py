@@ -50,12 +50,13 @@ def _load(emulator: Any, size: int, end_us: int) -> None:
     from airflow_provider_cdc.testing.tablestore_emulator.workload import TABLE
 
     rng = random.Random(f"tablestore-read:{size}")
-    step = (end_us - emulator.clock()) / (size + 2) / 1_000_000
+    start_us = emulator.clock()
     live: list[dict[str, Any]] = []
     regions = ("amer", "emea", "apac")
     statuses = ("new", "paid", "shipped", "returned")
     for change in range(size):
-        emulator.clock.advance(step)
+        at_us = start_us + (change + 1) * (end_us - start_us) // (size + 1)  # inside (start, end)
+        emulator.clock.advance((at_us - emulator.clock()) / 1_000_000)
         roll = rng.random()
         columns = {
             "amount": round(rng.uniform(1, 5000), 2),
@@ -85,15 +86,12 @@ def _serve(size: int, conn: Any) -> None:
     """Child: the emulator loaded with one window; reports it, then serves until told to stop."""
     from airflow_provider_cdc.core.timestamps import to_micros
     from airflow_provider_cdc.testing.tablestore_emulator import ManualClock, TablestoreEmulator
-    from airflow_provider_cdc.testing.tablestore_emulator import server as server_module
     from airflow_provider_cdc.testing.tablestore_emulator.workload import PRIMARY_KEY, TABLE
 
     end = START + timedelta(seconds=WINDOW_SECONDS)
-    # answer in one segment: the handler writes headers and body separately, which Nagle's algorithm
-    # and delayed ACKs would otherwise turn into ~40 ms per call on loopback, for both sides alike
-    server_module._Handler.disable_nagle_algorithm = True
     emulator = TablestoreEmulator(ManualClock(to_micros(START) - 1_000_000), shards=SHARDS, seed=3)
     emulator.create_table(TABLE, PRIMARY_KEY, expiration_hours=24)
+    emulator.clock.advance((to_micros(START) - emulator.clock()) / 1_000_000)  # to the window's start
     _load(emulator, size, to_micros(end))
     emulator.clock.advance(SETTLED.total_seconds())
     shards = emulator.shards(TABLE)

@@ -25,6 +25,7 @@ from airflow_provider_cdc.metastore.schema import (
     PIPELINES_TABLE,
     SCHEMA_VERSION_TABLE,
     TABLE_WATERMARKS_TABLE,
+    UNIT_CHECKPOINTS_TABLE,
     WINDOW_PARTITIONS_TABLE,
     WINDOW_TABLES_TABLE,
     WINDOWS_TABLE,
@@ -252,8 +253,9 @@ def _v4_pipelines_and_window_tables(conn: Connection) -> None:
     ).create(conn)
     # Pipelines that already have windows: their first window is the earliest recorded, and the
     # windows applied so far changed tables without a per-table record.
-    windows = sa.table(WINDOWS_TABLE, sa.column("pipeline"), sa.column("start_us"), sa.column("end_us"),
-                       sa.column("state"))
+    windows = sa.table(
+        WINDOWS_TABLE, sa.column("pipeline"), sa.column("start_us"), sa.column("end_us"), sa.column("state")
+    )
     applied_end = sa.func.max(sa.case((windows.c.state == "applied", windows.c.end_us)))
     existing = sa.select(
         windows.c.pipeline, sa.func.min(windows.c.start_us), applied_end, utc_now_micros()
@@ -268,9 +270,7 @@ def _v4_pipelines_and_window_tables(conn: Connection) -> None:
 def _v5_windows_reading_then_applied(conn: Connection) -> None:
     """Windows are ``reading`` or ``applied``; their error and drained/merged timings go."""
     windows = sa.table(WINDOWS_TABLE, sa.column("state"))
-    conn.execute(
-        sa.update(windows).where(windows.c.state.in_(("drained", "merged"))).values(state="reading")
-    )
+    conn.execute(sa.update(windows).where(windows.c.state.in_(("drained", "merged"))).values(state="reading"))
     if conn.dialect.name == "sqlite":
         _v5_rebuild_sqlite_windows(conn)
         return
@@ -398,6 +398,20 @@ def _v6_rebuild_sqlite(conn: Connection) -> None:
     _v6_window_tables_index(_v6_tables(sa.MetaData())[0]).create(conn)
 
 
+def _v7_unit_checkpoints(conn: Connection) -> None:
+    sa.Table(
+        UNIT_CHECKPOINTS_TABLE,
+        sa.MetaData(),
+        sa.Column("stream", sa.String(512), primary_key=True),
+        sa.Column("unit", sa.String(1024), primary_key=True),
+        sa.Column("boundary_us", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column("kind", sa.String(16), nullable=False),
+        sa.Column("position", sa.Text, nullable=True),
+        sa.Column("records", sa.BigInteger, nullable=False),
+        sa.Column("recorded_us", sa.BigInteger, nullable=False),
+    ).create(conn)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "partitions and windows", _v1_partitions_and_windows),
     Migration(
@@ -421,6 +435,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         "window tables and table watermarks keyed by pipeline, target and table",
         _v6_ledger_by_target,
     ),
+    Migration(7, "unit checkpoints at window boundaries", _v7_unit_checkpoints),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 
@@ -446,8 +461,14 @@ def upgrade(conn: Connection) -> list[int]:
         inspector = sa.inspect(conn)
         present = [
             t
-            for t in (PARTITIONS_TABLE, WINDOWS_TABLE, TABLE_WATERMARKS_TABLE, WINDOW_PARTITIONS_TABLE,
-                      PIPELINES_TABLE, WINDOW_TABLES_TABLE)
+            for t in (
+                PARTITIONS_TABLE,
+                WINDOWS_TABLE,
+                TABLE_WATERMARKS_TABLE,
+                WINDOW_PARTITIONS_TABLE,
+                PIPELINES_TABLE,
+                WINDOW_TABLES_TABLE,
+            )
             if inspector.has_table(t)
         ]
         if present:

@@ -31,6 +31,7 @@ TABLE_WATERMARKS_TABLE = "cdc_table_watermarks"
 WINDOW_PARTITIONS_TABLE = "cdc_window_partitions"
 PIPELINES_TABLE = "cdc_pipelines"
 WINDOW_TABLES_TABLE = "cdc_window_tables"
+UNIT_CHECKPOINTS_TABLE = "cdc_unit_checkpoints"
 MAX_TABLE_NAME_LENGTH = 128
 STATE_LENGTH = 16
 
@@ -165,6 +166,21 @@ window_tables = sa.Table(
     sa.Column("target", sa.String(MAX_TARGET_LENGTH), nullable=False),
     sa.PrimaryKeyConstraint("pipeline", "target", "window_start_us", "window_end_us", "table_name"),
     sa.Index("ix_cdc_window_tables_table", "pipeline", "target", "table_name", "window_end_us"),
+)
+
+
+# version 7: where a unit of a source (a Table Store shard) stands at a window boundary, so the next window
+# continues there and a re-read of the window ending there reads exactly the same records.
+unit_checkpoints = sa.Table(
+    UNIT_CHECKPOINTS_TABLE,
+    metadata,
+    sa.Column("stream", sa.String(MAX_STREAM_LENGTH), primary_key=True),
+    sa.Column("unit", sa.String(MAX_TOKEN_LENGTH), primary_key=True),
+    sa.Column("boundary_us", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("kind", sa.String(STATE_LENGTH), nullable=False),
+    sa.Column("position", sa.Text, nullable=True),
+    sa.Column("records", sa.BigInteger, nullable=False),
+    sa.Column("recorded_us", sa.BigInteger, nullable=False),
 )
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 from airflow_provider_cdc.metastore.engine import SUPPORTED_BACKENDS
 from airflow_provider_cdc.metastore.partitions import PartitionAccess
 from airflow_provider_cdc.metastore.pipelines import PipelineLedger
+from airflow_provider_cdc.metastore.unit_checkpoints import UnitCheckpointAccess
 from airflow_provider_cdc.metastore.watermarks import WatermarkAccess
 from airflow_provider_cdc.metastore.window_partitions import WindowPartitionAccess
 from airflow_provider_cdc.metastore.windows import WindowAccess
@@ -23,7 +24,14 @@ from airflow_provider_cdc.metastore.windows import WindowAccess
 __all__ = ["SUPPORTED_BACKENDS", "Metastore"]
 
 
-class Metastore(PartitionAccess, WatermarkAccess, WindowAccess, WindowPartitionAccess, PipelineLedger):
+class Metastore(
+    PartitionAccess,
+    WatermarkAccess,
+    WindowAccess,
+    WindowPartitionAccess,
+    PipelineLedger,
+    UnitCheckpointAccess,
+):
     """Partition lineage, leases and watermarks, window states and per-table apply watermarks.
 
     ``url`` is a SQLAlchemy URL of a PostgreSQL or SQLite database (``sqlite:////path/cdc.db``;

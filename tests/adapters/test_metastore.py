@@ -226,7 +226,7 @@ def test_upgrade_from_version_1_keeps_data(metastore_url: str, sqlite_url: str) 
 
     store = Metastore(metastore_url)
     assert store.schema_version() == 1
-    assert store.create_schema() == [2, 3, 4, 5, 6]
+    assert store.create_schema() == [2, 3, 4, 5, 6, 7]
     assert store.create_schema() == []
     # The pipeline's first window is its earliest recorded one; none of its windows is applied.
     assert store.get_pipeline(PIPELINE) == PipelineRecord(PIPELINE, T0, None)
@@ -866,7 +866,7 @@ def test_upgrade_from_version_2_adds_window_partitions(metastore_url: str) -> No
     store.advance_watermark(STREAM, "p", at(5), records=3)
     assert not sa.inspect(store.engine).has_table("cdc_window_partitions")
 
-    assert store.create_schema() == [3, 4, 5, 6]
+    assert store.create_schema() == [3, 4, 5, 6, 7]
     assert store.create_schema() == []
     assert store.schema_version() == CURRENT_VERSION
     p = store.get_partition(STREAM, "p")
@@ -1326,7 +1326,7 @@ def test_upgrade_to_version_4_records_existing_pipelines(metastore_url: str) -> 
             sa.text("UPDATE cdc_windows SET state = 'merged' WHERE start_us = :start"),
             {"start": to_micros(at(120))},
         )
-    assert store.create_schema() == [4, 5, 6]
+    assert store.create_schema() == [4, 5, 6, 7]
     assert store.get_pipeline(PIPELINE) == PipelineRecord(PIPELINE, T0, at(120))
     assert store.table_versions(PIPELINE).recorded_from_us == to_micros(at(120))
     assert [w.state.value for w in store.list_windows(PIPELINE)] == ["applied", "applied", "reading"]
@@ -1383,10 +1383,10 @@ def test_upgrade_from_version_4_leaves_windows_reading_or_applied(
     store = Metastore(metastore_url)
     assert store.schema_version() == 4
     assert cli.main(["migrate", "--metastore-url", metastore_url]) == 0
-    assert capsys.readouterr().out == f"metastore at schema version {CURRENT_VERSION} (applied [5, 6])\n"
+    assert capsys.readouterr().out == f"metastore at schema version {CURRENT_VERSION} (applied [5, 6, 7])\n"
     assert cli.main(["migrate", "--metastore-url", metastore_url]) == 0
     assert capsys.readouterr().out == f"metastore at schema version {CURRENT_VERSION}\n"
-    assert store.schema_version() == CURRENT_VERSION == 6
+    assert store.schema_version() == CURRENT_VERSION == 7
 
     # Drained and merged windows are reading again; everything else of every window is kept.
     windows = store.list_windows(PIPELINE)
@@ -1513,9 +1513,9 @@ def test_upgrade_from_version_5_keys_the_ledger_and_watermarks_by_target(metasto
     build_version_5(metastore_url)
     store = Metastore(metastore_url)
     assert store.schema_version() == 5
-    assert store.create_schema() == [6]
+    assert store.create_schema() == [6, 7]
     assert store.create_schema() == []
-    assert store.schema_version() == CURRENT_VERSION == 6
+    assert store.schema_version() == CURRENT_VERSION == 7
 
     def ledger(pipeline: str, target: str = "delta") -> list[tuple]:
         return [(r.table, r.window_end, r.target_version, r.rows)

@@ -7,17 +7,14 @@ boundary begin: an ``ITERATOR`` (the service's iterator at the first record of t
 shard gave the window ending at the boundary, so a re-read of that window reads exactly those records.
 
 Checkpoints are written once (insert unless present): the first complete reading of a window fixes
-its end for every later reading, and the next window starts where it says. They live in the table
-``cdc_tablestore_checkpoints`` of the metastore's database, created on first use.
+its end for every later reading, and the next window starts where it says. They are the metastore's
+unit checkpoints (``cdc_unit_checkpoints``, :mod:`airflow_provider_cdc.metastore.unit_checkpoints`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import ClassVar
-
-import sqlalchemy as sa
 
 from airflow_provider_cdc.metastore import Metastore
 
@@ -27,18 +24,6 @@ ITERATOR = "ITERATOR"
 SHARD_END = "SHARD_END"
 TRIM_HORIZON = "TRIM_HORIZON"
 KINDS = (ITERATOR, SHARD_END, TRIM_HORIZON)
-
-_metadata = sa.MetaData()
-checkpoints_table = sa.Table(
-    "cdc_tablestore_checkpoints",
-    _metadata,
-    sa.Column("source", sa.String(512), primary_key=True),
-    sa.Column("shard_id", sa.String(1024), primary_key=True),
-    sa.Column("boundary_us", sa.BigInteger, primary_key=True, autoincrement=False),
-    sa.Column("kind", sa.String(16), nullable=False),
-    sa.Column("iterator", sa.Text, nullable=True),
-    sa.Column("records", sa.BigInteger, nullable=False),
-)
 
 
 @dataclass(frozen=True)
@@ -69,76 +54,33 @@ class Checkpoint:
 
 
 class ShardCheckpoints:
-    """The checkpoints of the shards of one source (its metastore key) in the metastore's database."""
-
-    _created: ClassVar[set[str]] = set()
+    """The checkpoints of the shards of one source (its metastore key): the metastore's unit
+    checkpoints, a shard's iterator as the position."""
 
     def __init__(self, metastore: Metastore, source: str) -> None:
         self.metastore = metastore
         self.source = source
-        url = repr(metastore)
-        if url not in self._created:
-            checkpoints_table.create(metastore.engine, checkfirst=True)
-            self._created.add(url)
 
     def at(self, boundary_us: int) -> dict[str, Checkpoint]:
         """Every shard's checkpoint at ``boundary_us``, by shard id."""
-        t = checkpoints_table
-        with self.metastore._tx() as conn:
-            rows = conn.execute(
-                sa.select(t.c.shard_id, t.c.kind, t.c.iterator, t.c.records).where(
-                    (t.c.source == self.source) & (t.c.boundary_us == boundary_us)
-                )
-            ).all()
-        return {shard: Checkpoint(kind, iterator, records) for shard, kind, iterator, records in rows}
+        found = self.metastore.unit_checkpoints_at(self.source, boundary_us)
+        return {shard: Checkpoint(*recorded) for shard, recorded in found.items()}
 
     def get(self, shard_id: str, boundary_us: int) -> Checkpoint | None:
         """The shard's checkpoint at ``boundary_us`` (``None``: none recorded)."""
-        t = checkpoints_table
-        with self.metastore._tx() as conn:
-            row = conn.execute(
-                sa.select(t.c.kind, t.c.iterator, t.c.records).where(
-                    (t.c.source == self.source)
-                    & (t.c.shard_id == shard_id)
-                    & (t.c.boundary_us == boundary_us)
-                )
-            ).first()
-        return None if row is None else Checkpoint(row[0], row[1], row[2])
+        recorded = self.metastore.unit_checkpoint(self.source, shard_id, boundary_us)
+        return None if recorded is None else Checkpoint(*recorded)
 
     def shards_with_any(self, shard_ids: list[str], before_us: int) -> set[str]:
         """Which of ``shard_ids`` have a checkpoint at a boundary at or before ``before_us`` (were read)."""
-        t = checkpoints_table
-        if not shard_ids:
-            return set()
-        with self.metastore._tx() as conn:
-            return set(
-                conn.execute(
-                    sa.select(t.c.shard_id)
-                    .where(
-                        (t.c.source == self.source)
-                        & t.c.shard_id.in_(shard_ids)
-                        & (t.c.boundary_us <= before_us)
-                    )
-                    .distinct()
-                ).scalars()
-            )
+        return self.metastore.units_checkpointed_by(self.source, shard_ids, before_us)
 
     def record(self, shard_id: str, boundary_us: int, checkpoint: Checkpoint) -> Checkpoint:
         """Write the checkpoint unless one is recorded; return the recorded one (the first wins)."""
-        values = {
-            "source": self.source,
-            "shard_id": shard_id,
-            "boundary_us": boundary_us,
-            "kind": checkpoint.kind,
-            "iterator": checkpoint.iterator,
-            "records": checkpoint.records,
-        }
-        with self.metastore._tx(write=True) as conn:
-            if self.metastore._insert_if_absent(conn, checkpoints_table, values):
-                return checkpoint
-        recorded = self.get(shard_id, boundary_us)
-        assert recorded is not None
-        return recorded
+        recorded = self.metastore.record_unit_checkpoint(
+            self.source, shard_id, boundary_us, checkpoint.kind, checkpoint.iterator, checkpoint.records
+        )
+        return Checkpoint(*recorded)
 
     def record_many(self, boundary_us: int, checkpoints: Mapping[str, Checkpoint]) -> None:
         """Write several shards' checkpoints at one boundary (each unless present)."""

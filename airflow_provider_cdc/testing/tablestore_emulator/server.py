@@ -262,6 +262,9 @@ class TablestoreEmulator:
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "TablestoreEmulator"
+    # Headers and body go out as separate writes: without TCP_NODELAY, Nagle's algorithm and delayed
+    # ACKs hold each answer ~40 ms on loopback.
+    disable_nagle_algorithm = True
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
