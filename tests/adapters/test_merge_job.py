@@ -456,6 +456,7 @@ def test_operator_renders_the_window_and_fills_the_window_id() -> None:
         "--changeset", f"gs://bucket/changesets/{WINDOW_ID}",
         "--window-start", "2024-06-01T12:00:00.000000Z",
         "--window-end", "2024-06-01T12:10:00.000000Z",
+        "--window-basis", "commit_time",  # the default: rows committed in the window
     ]
 
 
