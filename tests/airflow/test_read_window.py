@@ -379,6 +379,7 @@ def test_operators_open_and_read_a_window_through_their_fields(
         "window_end": window.end.isoformat().replace("+00:00", "Z"),
         "staging_root": str(tmp_path),
         "epoch": 1,
+        "window_basis": "commit_time",  # the merge keeps the changes committed in the window
         "window_id": window.window_id,
         "staging_location": f"{tmp_path}/{ALL_CHANGES_STREAM}/{window.window_id}",
     }
