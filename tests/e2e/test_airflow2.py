@@ -229,9 +229,11 @@ print(json.dumps(report))
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["version"].startswith("2.11."), report["version"]
     assert report["errors"] == {}
-    assert report["dags"] == [
-        "spanner_change_stream_to_bigquery", DAG_ID, "spanner_commit_timestamp_tables_to_lake"
-    ]
+    assert report["dags"] == [  # every example DAG parses on Airflow 2.11
+        "datastream_to_bigquery", "datastream_to_lake", "spanner_change_stream_to_bigquery", DAG_ID,
+        "spanner_commit_timestamp_tables_to_lake", "tablestore_stream_to_bigquery",
+        "tablestore_stream_to_lake",
+    ]  # fmt: skip
     tasks = ["wait_parents", "open_window", "read", "drained", "merge", "upsert", "commit"]
     snapshot = ["is_first_window", "open", "read", "merge", "upsert", "commit"]
     assert report["tasks"] == sorted([*tasks, *(f"initial_snapshot.{t}" for t in snapshot)])

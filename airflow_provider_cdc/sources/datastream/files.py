@@ -2,8 +2,8 @@
 
 Avro files are read with each file's own writer schema (a schema change rotates the file, so two
 files of one object may differ); the null and deflate codecs are read (snappy and the others
-fastavro reads when their package, e.g. ``cramjam``, is installed). JSONL files may be gzip-compressed. Each event becomes one staged change
-(``core.contract.staged_rows``):
+fastavro reads when their package, e.g. ``cramjam``, is installed). JSONL files may be gzip-compressed.
+Each event becomes one staged change (``core.contract.staged_rows``):
 
 | staged column | from the event |
 | --- | --- |
