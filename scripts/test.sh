@@ -47,8 +47,12 @@ if [ "$#" -eq 0 ]; then
     ignored+=(--ignore=tests/e2e/test_airflow2.py --ignore=tests/e2e/test_example_dag_bigquery.py
       --ignore=tests/e2e/test_example_dag_commit_timestamp.py)
   fi
-  run_alongside google tests/e2e/test_google_emulator_read.py tests/e2e/test_example_dag_google.py
-  ignored+=(--ignore=tests/e2e/test_google_emulator_read.py --ignore=tests/e2e/test_example_dag_google.py)
+  # The Google-emulator tests mostly wait for real-time windows: the change-stream example DAG's
+  # end-to-end tests (about 10 minutes of spark-submits) run in their process.
+  run_alongside google tests/e2e/test_google_emulator_read.py tests/e2e/test_example_dag_google.py \
+    tests/e2e/test_example_dag.py
+  ignored+=(--ignore=tests/e2e/test_google_emulator_read.py --ignore=tests/e2e/test_example_dag_google.py
+    --ignore=tests/e2e/test_example_dag.py)
   run_alongside crash tests/e2e/test_crash_campaign.py
   ignored+=(--ignore=tests/e2e/test_crash_campaign.py)
   run_alongside sources tests/adapters/test_datastream_pipeline.py tests/e2e/test_example_dag_datastream.py \
