@@ -68,3 +68,20 @@ def coerce_timestamp(value: datetime | str) -> datetime:
     if isinstance(value, str):
         return parse_timestamp(value)
     raise TypeError(f"expected a timestamp, got {type(value).__name__}")
+
+
+def seconds_duration(value: timedelta | float | str | None, name: str) -> timedelta | None:
+    """A duration from a ``timedelta`` or a non-negative number of seconds (or its text); ``None`` and
+    blank text are ``None``. Anything else fails naming ``name``."""
+    if value is None or isinstance(value, timedelta):
+        return value
+    if isinstance(value, str):
+        if not value.strip():
+            return None
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"{name} must be a number of seconds, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(f"{name} must be a non-negative number of seconds, got {value!r}")
+    return timedelta(seconds=value)

@@ -84,6 +84,11 @@ def window_state(value: WindowState | str, what: str = "window state") -> Window
 # Validation of names and values that reach the database (always as bound parameters).
 
 
+def is_stream_path_segment(segment: str) -> bool:
+    """Whether ``segment`` may stand in a stream key's path (letters, digits, '_', '-', '.' or ':')."""
+    return bool(_DATABASE_PATH_SEGMENT.match(segment))
+
+
 def validate_stream(stream: object) -> str:
     """Validate a stream's qualified name ``{database_path}/{stream}`` (the path may be omitted)."""
     if not isinstance(stream, str) or not stream:
@@ -93,7 +98,7 @@ def validate_stream(stream: object) -> str:
     *path, name = stream.split("/")
     validate_identifier(name, "change stream")
     for segment in path:
-        if not _DATABASE_PATH_SEGMENT.match(segment):
+        if not is_stream_path_segment(segment):
             raise ValueError(
                 f"invalid database path in change stream name {stream!r}: segment {segment!r} must be "
                 "non-empty letters, digits, '_', '-', '.' or ':'"

@@ -13,7 +13,6 @@ the same generations). Mapped readers claim the files like partitions
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from functools import cached_property
@@ -21,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_cdc.core.contract.staged_rows import ARRIVAL
 from airflow_provider_cdc.core.identifiers import validate_identifier
-from airflow_provider_cdc.core.timestamps import format_timestamp
+from airflow_provider_cdc.core.timestamps import format_timestamp, seconds_duration
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.hooks.storage import DEFAULT_GCP_CONN_ID
-from airflow_provider_cdc.metastore.model import PartitionSpec
+from airflow_provider_cdc.metastore.model import PartitionSpec, is_stream_path_segment
 from airflow_provider_cdc.sources.datastream.listing import (
     ArrivedFile,
     FolderBounds,
@@ -52,7 +51,6 @@ DEFAULT_FILE_ROTATION_INTERVAL = timedelta(seconds=60)
 CLOCK_SLACK = timedelta(seconds=60)
 #: How far ahead of Cloud Storage's clock the source database's clock may run (folder pruning only).
 DEFAULT_CLOCK_SKEW = timedelta(minutes=10)
-_KEY_SEGMENT = re.compile(r"^[A-Za-z0-9_.:-]+$")
 
 Duration = timedelta | int | float | str | None
 
@@ -64,22 +62,6 @@ class DatastreamSourceError(SourceError):
 
 class WindowNotArrivedError(DatastreamSourceError):
     """A window whose files may still be arriving (the clock is not past its end plus the margin)."""
-
-
-def as_duration(value: Duration, name: str) -> timedelta | None:
-    """A duration from a ``timedelta`` or seconds (a number or its text); ``None``/blank stays None."""
-    if value is None or isinstance(value, timedelta):
-        return value
-    if isinstance(value, str):
-        if not value.strip():
-            return None
-        try:
-            value = float(value)
-        except ValueError:
-            raise ValueError(f"{name} must be a number of seconds, got {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        raise ValueError(f"{name} must be a non-negative number of seconds, got {value!r}")
-    return timedelta(seconds=value)
 
 
 def lateness_margin_for(file_rotation_interval: timedelta) -> timedelta:
@@ -96,7 +78,7 @@ def source_key_of(stream_root: str, source: str) -> str:
         segments = ["gs", *root[len("gs://") :].split("/")]
     else:
         segments = ["local", *[s for s in root.split("/") if s]]
-    if not all(_KEY_SEGMENT.match(segment) for segment in segments):
+    if not all(is_stream_path_segment(segment) for segment in segments):
         import hashlib
 
         segments = ["root", hashlib.sha256(root.encode()).hexdigest()[:24]]
@@ -148,12 +130,13 @@ class DatastreamHook(WindowSourceHook):
         else:
             self.settings = DatastreamSettings.from_dict(dict(settings or {}))
         rotation = (
-            as_duration(file_rotation_interval, "file_rotation_interval") or DEFAULT_FILE_ROTATION_INTERVAL
+            seconds_duration(file_rotation_interval, "file_rotation_interval")
+            or DEFAULT_FILE_ROTATION_INTERVAL
         )
         self.file_rotation_interval = rotation
-        margin = as_duration(lateness_margin, "lateness_margin")
+        margin = seconds_duration(lateness_margin, "lateness_margin")
         self.lateness_margin = lateness_margin_for(rotation) if margin is None else margin
-        self.max_file_delay = as_duration(max_file_delay, "max_file_delay")
+        self.max_file_delay = seconds_duration(max_file_delay, "max_file_delay")
         self.gcp_conn_id = gcp_conn_id
         self.impersonation_chain = impersonation_chain
         self.metastore_conn_id = metastore_conn_id

@@ -17,7 +17,6 @@ child waits for them.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta, timezone
 from functools import cached_property
@@ -27,7 +26,7 @@ from airflow_provider_cdc.core.identifiers import validate_identifier
 from airflow_provider_cdc.core.timestamps import format_timestamp, to_micros
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-from airflow_provider_cdc.metastore.model import PartitionSpec, PartitionState
+from airflow_provider_cdc.metastore.model import PartitionSpec, PartitionState, is_stream_path_segment
 from airflow_provider_cdc.sources.hook import SourceError, WindowSourceHook
 from airflow_provider_cdc.sources.tablestore.checkpoints import ShardCheckpoints
 from airflow_provider_cdc.sources.tablestore.client import StreamDescription, TablestoreStreamClient
@@ -49,7 +48,6 @@ __all__ = [
 DEFAULT_SETTLE_MARGIN = timedelta(minutes=5)
 #: How far inside the retention a window's start must be (DataX's ``BEFORE_OFFSET``).
 DEFAULT_RETENTION_MARGIN = timedelta(minutes=10)
-_KEY_SEGMENT = re.compile(r"^[A-Za-z0-9_.:-]+$")
 
 
 class TablestoreSourceError(SourceError):
@@ -130,7 +128,7 @@ class TablestoreStreamHook(WindowSourceHook):
     @property
     def source_key(self) -> str:
         instance = self.client.instance
-        segment = instance if _KEY_SEGMENT.match(instance) else "instance"
+        segment = instance if is_stream_path_segment(instance) else "instance"
         return f"tablestore/{segment}/{self.table}"
 
     @cached_property

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_cdc.core.timestamps import seconds_duration
 from airflow_provider_cdc.hooks.connection_fields import (
     ConnectionFields,
     ConnectionFieldsMixin,
@@ -35,20 +35,6 @@ if TYPE_CHECKING:
 __all__ = ["TablestoreOpenWindowOperator", "TablestoreReadWindowOperator", "TablestoreSource"]
 
 DEFAULT_CONN_ID = "tablestore_default"
-
-
-def _seconds(value: Any, name: str) -> timedelta | None:
-    if value in (None, ""):
-        return None
-    if isinstance(value, timedelta):
-        return value
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a number of seconds, got {value!r}") from None
-    if seconds < 0:
-        raise ValueError(f"{name} must not be negative, got {value!r}")
-    return timedelta(seconds=seconds)
 
 
 @dataclass(frozen=True)
@@ -73,7 +59,7 @@ class TablestoreSource(ConnectionFields):
         from airflow_provider_cdc.sources.tablestore.hook import TablestoreStreamHook
 
         options: dict[str, Any] = {}
-        settle = _seconds(self.settle_margin, "settle_margin")
+        settle = seconds_duration(self.settle_margin, "settle_margin")
         if settle is not None:
             options["settle_margin"] = settle
         return TablestoreStreamHook(
