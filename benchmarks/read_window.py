@@ -1,22 +1,29 @@
-"""Read-window throughput and memory: the provider's reader against the raw client, same queries, same run.
+"""Read-window throughput and memory: the provider's reader against the transport floor and the raw client.
 
     .venv/bin/python benchmarks/read_window.py                            # 100k and 1M changes, 5 repeats
     .venv/bin/python benchmarks/read_window.py --sizes 20000 --repeat 3   # a quick look
 
 For each size an emulator process is loaded with a bulk workload (one window, partitions splitting and
-merging inside it). Then raw and reader runs alternate, ``--repeat`` times each, every run in a fresh
-process so that its peak memory is its own:
-  raw    - the google-cloud-spanner client runs the same change-stream queries in lineage order and
-           only iterates the rows (the floor any reader pays);
+merging inside it). Then the four sides take turns (the first side rotating from repeat to repeat),
+``--repeat`` times each, every run in a fresh process so that its peak memory is its own; every side
+runs the same change-stream queries, walking the partition lineage (child partitions) in order:
+  floor  - the transport floor: the google-cloud-spanner client with ``lazy_decode=True``; a data
+           change record's mods are only counted, only child-partitions records are decoded (the
+           least any reader pays);
+  fields - the floor plus reading every value a staged row is made of (the record's fields, its
+           column types, each mod's keys and images) from the undecoded protobuf values, with no
+           JSON parsing and no staging: what any reader that stages every field pays at least;
+  raw    - the client decoding every value (``lazy_decode=False``) and iterating the rows;
   reader - the provider's WindowReader (what SpannerChangeStreamHook.read_window runs in a task):
            the window opened in a SQLite metastore, partitions claimed with leases in lineage order,
            records decoded and validated, staged to Parquet, watermarks and lineage recorded, progress
-           logged. Both build the Spanner client the same way. ``--hook`` reads through
+           logged. All sides build the Spanner client the same way. ``--hook`` reads through
            SpannerChangeStreamHook instead, which also loads Airflow into the reader's process.
 Printed per size: the median of each side's change rows/s and peak RSS with their spread (min-max over
-the repeats), the ratios of the medians (goals: reader rows/s >= 1.0x raw, reader peak RSS <= 2x raw),
-each process's CPU seconds (imports included), and the growth of the reader's peak RSS from the
-first size to the last (goal: flat in window size).
+the repeats), the ratios of the medians (goals: reader rows/s >= 0.33x the floor's and >= 1.0x raw,
+reader peak RSS <= 2x raw; fields/floor is the bound on reader/floor that reading the values from
+protobuf sets), each process's CPU seconds (imports included), and the growth of the reader's peak
+RSS from the first size to the last (goal: flat in window size).
 """
 
 from __future__ import annotations
@@ -37,6 +44,28 @@ from _harness import in_child, spread, usage
 
 STREAM = "WorkloadChanges"
 PROJECT, INSTANCE, DATABASE = "bench-project", "bench-instance", "bench"
+_SQL = (
+    f"SELECT ChangeRecord FROM READ_{STREAM}(start_timestamp => @s, end_timestamp => @e, "  # noqa: S608
+    "partition_token => @t, heartbeat_milliseconds => @h)"
+)
+
+
+#: The measured sides, in the order of the first repeat (later repeats rotate it).
+SIDES = ("floor", "fields", "raw", "reader")
+#: The reader's throughput goal as a fraction of the transport floor's.
+FLOOR_GOAL = 0.33
+
+
+def _param_types() -> dict[str, Any]:
+    """The query's parameter types (the client is imported in the measured processes only)."""
+    from google.cloud.spanner_v1 import param_types
+
+    return {
+        "s": param_types.TIMESTAMP,
+        "e": param_types.TIMESTAMP,
+        "t": param_types.STRING,
+        "h": param_types.INT64,
+    }
 
 
 def _serve(size: int, rows_per_commit: int, conn: Any) -> None:
@@ -77,21 +106,12 @@ def _serve(size: int, rows_per_commit: int, conn: Any) -> None:
 def _raw(host: str, start: str, end: str, conn: Any) -> None:
     """Child: the raw client walks the window's partitions in lineage order, iterating rows only."""
     os.environ["SPANNER_EMULATOR_HOST"] = host
-    from google.cloud.spanner_v1 import Client, param_types
+    from google.cloud.spanner_v1 import Client
 
     from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, coerce_timestamp
 
     database = Client(project=PROJECT, disable_builtin_metrics=True).instance(INSTANCE).database(DATABASE)
-    sql = (
-        f"SELECT ChangeRecord FROM READ_{STREAM}(start_timestamp => @s, end_timestamp => @e, "  # noqa: S608
-        "partition_token => @t, heartbeat_milliseconds => @h)"
-    )
-    types = {
-        "s": param_types.TIMESTAMP,
-        "e": param_types.TIMESTAMP,
-        "t": param_types.STRING,
-        "h": param_types.INT64,
-    }
+    sql, types = _SQL, _param_types()
     window_start, query_end = coerce_timestamp(start), coerce_timestamp(end) - ONE_MICROSECOND
     started = time.perf_counter()
     queue: list[tuple[str | None, datetime]] = [(None, window_start)]
@@ -110,6 +130,95 @@ def _raw(host: str, start: str, end: str, conn: Any) -> None:
                 elif record[2]:
                     child_start = record[2][0][0]
                     for child in record[2][0][2]:
+                        if child[0] not in seen:
+                            seen.add(child[0])
+                            queue.append((child[0], child_start))
+    seconds = time.perf_counter() - started
+    conn.send({"rows": mods, "seconds": seconds, **usage()})
+
+
+def _floor(host: str, start: str, end: str, conn: Any) -> None:
+    """Child: the transport floor - the same queries with ``lazy_decode=True``, walking the lineage.
+
+    Rows stay undecoded protobuf values: a data change record's mods are only counted, and only
+    child-partitions records are decoded (by the result set's ``decode_row``) to find the children.
+    """
+    os.environ["SPANNER_EMULATOR_HOST"] = host
+    from google.cloud.spanner_v1 import Client
+
+    from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, coerce_timestamp
+
+    database = Client(project=PROJECT, disable_builtin_metrics=True).instance(INSTANCE).database(DATABASE)
+    window_start, query_end = coerce_timestamp(start), coerce_timestamp(end) - ONE_MICROSECOND
+    started = time.perf_counter()
+    queue: list[tuple[str | None, datetime]] = [(None, window_start)]
+    seen: set[str] = set()
+    mods = 0
+    while queue:
+        token, at = queue.pop(0)
+        with database.snapshot() as snapshot:
+            rows = snapshot.execute_sql(
+                _SQL,
+                params={"s": at, "e": query_end, "t": token, "h": 10_000},
+                param_types=_param_types(),
+                lazy_decode=True,
+            )
+            for row in rows:
+                record = row[0].list_value.values[0].list_value.values
+                data = record[0].list_value.values
+                if data:
+                    mods += len(data[0].list_value.values[6].list_value.values)
+                elif record[2].list_value.values:
+                    child_start, _, children = rows.decode_row(row)[0][0][2][0]
+                    for child in children:
+                        if child[0] not in seen:
+                            seen.add(child[0])
+                            queue.append((child[0], child_start))
+    seconds = time.perf_counter() - started
+    conn.send({"rows": mods, "seconds": seconds, **usage()})
+
+
+def _fields(host: str, start: str, end: str, conn: Any) -> None:
+    """Child: the floor of a reader that stages every field - as :func:`_floor`, also reading every
+    value a staged row is made of from the undecoded protobuf values (no JSON parsing, no staging)."""
+    os.environ["SPANNER_EMULATOR_HOST"] = host
+    from google.cloud.spanner_v1 import Client
+
+    from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, coerce_timestamp
+
+    database = Client(project=PROJECT, disable_builtin_metrics=True).instance(INSTANCE).database(DATABASE)
+    window_start, query_end = coerce_timestamp(start), coerce_timestamp(end) - ONE_MICROSECOND
+    started = time.perf_counter()
+    queue: list[tuple[str | None, datetime]] = [(None, window_start)]
+    seen: set[str] = set()
+    mods = 0
+    values: list[Any] = []
+    while queue:
+        token, at = queue.pop(0)
+        with database.snapshot() as snapshot:
+            rows = snapshot.execute_sql(
+                _SQL,
+                params={"s": at, "e": query_end, "t": token, "h": 10_000},
+                param_types=_param_types(),
+                lazy_decode=True,
+            )
+            for row in rows:
+                record = row[0].list_value.values[0].list_value.values
+                data = record[0].list_value.values
+                if data:
+                    f = data[0].list_value.values
+                    values[:] = (
+                        f[0].string_value, f[1].string_value, f[2].string_value, f[3].bool_value,
+                        f[4].string_value, f[5].SerializeToString(), f[7].string_value, f[8].string_value,
+                        f[9].string_value, f[10].string_value,
+                    )  # fmt: skip
+                    for mod in f[6].list_value.values:
+                        keys, new, old = mod.list_value.values
+                        values[:] = (keys.string_value, new.string_value, old.string_value)
+                        mods += 1
+                elif record[2].list_value.values:
+                    child_start, _, children = rows.decode_row(row)[0][0][2][0]
+                    for child in children:
                         if child[0] not in seen:
                             seen.add(child[0])
                             queue.append((child[0], child_start))
@@ -193,21 +302,18 @@ def main() -> int:
         server.start()
         print(f"[{size:,} changes] loading the emulator ...", file=sys.stderr, flush=True)
         info = parent.recv()
-        raw_runs: list[dict] = []
-        our_runs: list[dict] = []
+        runs: dict[str, list[dict]] = {side: [] for side in SIDES}
         for attempt in range(args.repeat):
-            # alternate which side goes first, so that drift on a shared machine hits both alike
-            order = ("raw", "reader") if attempt % 2 == 0 else ("reader", "raw")
-            for side in order:
-                if side == "raw":
-                    raw_runs.append(in_child(_raw, info["host"], info["start"], info["end"]))
-                    run = raw_runs[-1]
-                else:
+            # rotate which side goes first, so that drift on a shared machine hits every side alike
+            shift = attempt % len(SIDES)
+            for side in SIDES[shift:] + SIDES[:shift]:
+                if side == "reader":
                     with tempfile.TemporaryDirectory() as workdir:
-                        our_runs.append(
-                            in_child(reader_target, info["host"], info["start"], info["end"], workdir)
-                        )
-                    run = our_runs[-1]
+                        run = in_child(reader_target, info["host"], info["start"], info["end"], workdir)
+                else:
+                    target = {"floor": _floor, "fields": _fields, "raw": _raw}[side]
+                    run = in_child(target, info["host"], info["start"], info["end"])
+                runs[side].append(run)
                 print(
                     f"[{size:,} changes] {side:>6} run {attempt + 1}: {run['rows'] / run['seconds']:,.0f} "
                     f"rows/s, {run['seconds']:.2f} s, CPU {run['cpu_seconds']:.2f} s, "
@@ -217,38 +323,45 @@ def main() -> int:
                 )
         parent.send("stop")
         server.join(60)
-        for run in raw_runs + our_runs:
-            if run["rows"] != raw_runs[0]["rows"]:
-                print(f"MISMATCH: runs of {size:,} changes saw {run['rows']} and {raw_runs[0]['rows']} rows")
+        expected = runs["raw"][0]["rows"]
+        for run in (run for side in SIDES for run in runs[side]):
+            if run["rows"] != expected:
+                print(f"MISMATCH: runs of {size:,} changes saw {run['rows']} and {expected} rows")
                 return 1
-        results.append((size, raw_runs, our_runs))
+        results.append((size, runs))
     side = "hook" if args.hook else "reader"
+    names = {"floor": "floor", "fields": "fields", "raw": "raw", "reader": side}
     print(
         f"read a window: medians of {args.repeat} interleaved runs per side, each in a fresh process "
         f"(spread min-max); {args.rows_per_commit} changes per commit"
     )
     print(
-        f"{'changes':>10} {'records':>8} {'raw rows/s':>24} {side + ' rows/s':>24} {'ratio':>6} "
-        f"{'raw RSS MB':>14} {side + ' RSS MB':>14} {'RSS ratio':>9} {'CPU s raw/' + side:>16}"
+        f"{'changes':>10} {'records':>8} "
+        + " ".join(f"{names[name] + ' rows/s':>24}" for name in SIDES)
+        + f" {'fields/floor':>12} {side + '/floor':>12} {side + '/raw':>10} "
+        + " ".join(f"{names[name] + ' RSS MB':>14}" for name in SIDES)
+        + f" {'RSS/raw':>7} {'CPU s ' + '/'.join(names[name] for name in SIDES):>30}"
     )
-    for size, raw_runs, our_runs in results:
-        raw_rates = [run["rows"] / run["seconds"] for run in raw_runs]
-        our_rates = [run["rows"] / run["seconds"] for run in our_runs]
-        raw_rss = [run["max_rss_mb"] for run in raw_runs]
-        our_rss = [run["max_rss_mb"] for run in our_runs]
-        cpu = (
-            f"{statistics.median(r['cpu_seconds'] for r in raw_runs):.1f}/"
-            f"{statistics.median(r['cpu_seconds'] for r in our_runs):.1f}"
-        )
+    for size, runs in results:
+        rates = {name: [run["rows"] / run["seconds"] for run in runs[name]] for name in SIDES}
+        rss = {name: [run["max_rss_mb"] for run in runs[name]] for name in SIDES}
+        rate = {name: statistics.median(rates[name]) for name in SIDES}
+        cpu = "/".join(f"{statistics.median(r['cpu_seconds'] for r in runs[name]):.1f}" for name in SIDES)
         print(
-            f"{size:>10,} {our_runs[0]['records']:>8,} {spread(raw_rates):>24} {spread(our_rates):>24} "
-            f"{statistics.median(our_rates) / statistics.median(raw_rates):>6.2f} "
-            f"{spread(raw_rss):>14} {spread(our_rss):>14} "
-            f"{statistics.median(our_rss) / statistics.median(raw_rss):>9.2f} {cpu:>16}"
+            f"{size:>10,} {runs['reader'][0]['records']:>8,} "
+            + " ".join(f"{spread(rates[name]):>24}" for name in SIDES)
+            + f" {rate['fields'] / rate['floor']:>12.2f} {rate['reader'] / rate['floor']:>12.2f}"
+            + f" {rate['reader'] / rate['raw']:>10.2f} "
+            + " ".join(f"{spread(rss[name]):>14}" for name in SIDES)
+            + f" {statistics.median(rss['reader']) / statistics.median(rss['raw']):>7.2f} {cpu:>30}"
         )
+    print(
+        f"goals: {side}/floor >= {FLOOR_GOAL:.2f} (rows/s, ratio of medians), {side}/raw >= 1.0, "
+        f"{side} RSS <= 2x raw; fields/floor bounds {side}/floor (every staged value read from protobuf)"
+    )
     if len(results) > 1:
-        first = statistics.median(run["max_rss_mb"] for run in results[0][2])
-        last = statistics.median(run["max_rss_mb"] for run in results[-1][2])
+        first = statistics.median(run["max_rss_mb"] for run in results[0][1]["reader"])
+        last = statistics.median(run["max_rss_mb"] for run in results[-1][1]["reader"])
         print(f"{side} peak RSS growth {results[0][0]:,} -> {results[-1][0]:,} changes: {last / first:.2f}x")
     return 0
 

@@ -251,8 +251,15 @@ class StagingWriter:
         if len(columns) != len(self._column_lists):
             raise ValueError(f"expected {len(self._column_lists)} columns, got {len(columns)}")
         count = len(columns[0])
-        if any(len(values) != count for values in columns):
+        if set(map(len, columns)) != {count}:
             raise ValueError("staged change columns differ in length")
+        if self._pending + count < BATCH_ROWS and self._buffered + count < self.rows_per_file:
+            # the common case (a few rows, no batch to seal, no file to write): one step
+            for values, given in zip(self._column_lists, columns):  # noqa: B905 - lengths checked
+                values.extend(given)
+            self._pending += count
+            self._buffered += count
+            return count
         done = 0
         while done < count:
             take = min(count - done, self.rows_per_file - self._buffered, BATCH_ROWS - self._pending)

@@ -62,11 +62,73 @@ def test_fast_path_equals_the_record_parser_on_a_hand_built_row() -> None:
     assert fast.is_last_record_in_transaction_in_partition and fast.number_of_partitions_in_transaction == 2
 
 
+def _with_mod_texts(row: list[struct_pb2.Value], *texts: str | None) -> list[struct_pb2.Value]:
+    """``row`` with the JSON texts of its first mod replaced (``None``: a NULL value)."""
+    record = row[0].list_value.values[0].list_value.values[0].list_value.values[0].list_value.values
+    for value, text in zip(record[6].list_value.values[0].list_value.values, texts, strict=True):
+        if text is None:
+            value.null_value = struct_pb2.NULL_VALUE
+        else:
+            value.string_value = text
+    return row
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [
+        ('{"SingerId":"1"}', '{"Name":"Ann"}', "{}"),  # canonical already: kept as sent
+        ('{"b":"1","a":"2"}', '{"Name": "Ann"}', "{ }"),  # unsorted, spaced
+        ('{"SingerId":1.5}', '{"x":1e16,"y":1E+2,"z":-0.0}', '{"w":0.1}'),  # floats
+        ('{"SingerId":"\u00e9"}', '{"Name":"\\u00e9"}', '{"n":"\\ud83d\\ude00"}'),  # non-ASCII
+        ('{"SingerId":"\x7f"}', '{"Name":"\\u007f"}', '{"t":"a\\"b\\\\c\\n\\u0001/"}'),  # DEL, escapes
+        ('{"SingerId":"\x7f"}', '{"Name":"Ann"}', "{}"),  # DEL, escaped by json only
+        ('{"SingerId":"1"}', '{"x":1e16}', "{}"),  # a float msgspec writes as it was sent
+        ('{"SingerId":"1"}', '{"Name":"\\u00e9"}', "{}"),  # one text of a record not canonical
+        ('{"SingerId":123456789012345678901234567890}', '{"a":{"d":1,"c":[1,{"z":2,"y":3}]}}', "null"),
+        ('{"SingerId":-0,"SingerId":2}', "null", None),  # duplicate keys, JSON null, NULL
+        ('{"SingerId":true}', None, '{"a":null,"b":false,"c":[]}'),
+    ],
+)
+def test_fast_path_equals_the_record_parser_on_any_json_text(texts: tuple) -> None:
+    row = _with_mod_texts(_row(), *texts)
+    fast = ChangeRecordDecoder("tok").decode(row, _decode_row)
+    assert isinstance(fast, DataRecordRows)
+    assert fast.rows == _general(row, "tok")
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [('{"SingerId":"1"} ', '{"Name":"Ann"}', "{}"), ('{"SingerId":"1"}', '{"Name":"Ann"}', " {}")],
+)
+def test_a_text_with_surrounding_whitespace_goes_the_general_way(texts: tuple) -> None:
+    row = _with_mod_texts(_row(), *texts)
+    general = ChangeRecordDecoder("tok").decode(row, _decode_row)
+    assert isinstance(general, list) and len(general) == 1
+    assert isinstance(general[0], DataChangeRecord)
+    assert general[0].mods[0].keys == {"SingerId": "1"} and general[0].mods[0].old_values == {}
+
+
+@pytest.mark.parametrize(
+    ("texts", "field"),
+    [
+        (("null", "{}", "{}"), "keys"),
+        (("{}", "{}", "{}"), "keys"),
+        ((None, "{}", "{}"), "keys"),
+        (('{"SingerId":"1"}', '"text"', "{}"), "new_values"),
+        (('{"SingerId":"1"}', "{}", "[{}]"), "old_values"),
+    ],
+)
+def test_a_malformed_mod_fails_naming_the_field(texts: tuple, field: str) -> None:
+    with pytest.raises(MalformedRecordError, match=field):
+        ChangeRecordDecoder("tok").decode(_with_mod_texts(_row(), *texts), _decode_row)
+
+
 @pytest.mark.parametrize(
     ("override", "field"),
     [
         ({"mod_type": "UPSERT"}, "mod_type"),
         ({"record_sequence": "x1"}, "record_sequence"),
+        ({"record_sequence": str(1 << 64)}, "record_sequence"),
         ({"value_capture_type": "EVERYTHING"}, "value_capture_type"),
         ({"records_in_transaction": 0}, "number_of_records_in_transaction"),
         ({"mods": [([1, 2], {}, {})]}, "keys"),

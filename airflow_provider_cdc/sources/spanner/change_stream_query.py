@@ -66,8 +66,9 @@ class ChangeStreamQuery:
             if timeout is not None:
                 kwargs["timeout"] = timeout
             results = snapshot.execute_sql(self.sql, **kwargs)
+            decode_row = results.decode_row
             for row in results:
-                yield row, results.decode_row
+                yield row, decode_row
 
     def records(
         self, token: str | None, start: datetime, end: datetime | None, timeout: float | None = None

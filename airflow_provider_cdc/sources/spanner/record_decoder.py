@@ -2,22 +2,25 @@
 
 The client is asked for undecoded rows (``execute_sql(..., lazy_decode=True)``, a public option of
 ``google-cloud-spanner``); data change records, nearly all of a busy stream, are turned into staged
-rows here in one pass, column-wise, without building intermediate Python objects; JSON texts are
-parsed and re-encoded canonically with the C scanner and encoder of the standard ``json`` module,
-called directly. Anything that does not have the expected shape, and every heartbeat or
-child-partitions record, goes through the client's own decoder and
-:func:`airflow_provider_cdc.sources.spanner.record_parser.parse_change_record_row`, which also produces the
-precise error for a malformed record. Tests check both paths stage identical rows.
+rows here in one pass, column-wise, without building intermediate Python objects. The mods' JSON
+texts are staged in canonical form: a record whose texts already are canonical (what Spanner sends)
+is recognised with one ``msgspec`` round trip of its texts (``msgspec`` comes with Airflow), where
+``msgspec``'s sorted compact encoding is byte for byte the standard ``json`` module's (ASCII, no
+floats), and its texts are staged as sent; any other record's texts are parsed and re-encoded with
+the C scanner and encoder of the standard ``json`` module, called directly. Anything that does not
+have the expected shape, and every heartbeat or child-partitions record, goes through the client's
+own decoder and
+:func:`airflow_provider_cdc.sources.spanner.record_parser.parse_change_record_row`, which also
+produces the precise error for a malformed record. Tests check both paths stage identical rows.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 from json.decoder import JSONDecoder
-from typing import Any
+from typing import Any, NamedTuple
 
 from airflow_provider_cdc.core.columns import ColumnType
 from airflow_provider_cdc.core.contract.staged_rows import STAGED_CHANGE_COLUMNS
@@ -26,6 +29,11 @@ from airflow_provider_cdc.core.timestamps import parse_timestamp, to_micros
 from airflow_provider_cdc.sources.spanner.change_row import source_metadata_json
 from airflow_provider_cdc.sources.spanner.record_parser import parse_change_record_row
 from airflow_provider_cdc.sources.spanner.records import ChangeStreamRecord, ModType, ValueCaptureType
+
+try:
+    import msgspec
+except ImportError:  # pragma: no cover - msgspec comes with Airflow
+    msgspec = None  # type: ignore[assignment]
 
 _MOD_TYPES = frozenset(m.value for m in ModType)
 _CAPTURE_TYPES = frozenset(v.value for v in ValueCaptureType)
@@ -73,12 +81,38 @@ def _parse(text: str) -> Any:
     return value
 
 
+def _no_floats(text: str) -> Any:
+    """``msgspec``'s float hook: floats are written differently by ``msgspec`` and ``json``."""
+    raise ValueError(text)
+
+
+def _make_round_trip() -> tuple[Callable[[str], Any], Callable[[Any], bytes]] | None:
+    """``msgspec``'s JSON decoder (refusing floats) and sorted compact encoder, if ``msgspec`` is
+    installed and escapes ASCII as ``json`` does (see :func:`_all_canonical`)."""
+    if msgspec is None:  # pragma: no cover - msgspec comes with Airflow
+        return None
+    encode = msgspec.json.Encoder(order="sorted").encode
+    if any(encode(chr(code)) != json.dumps(chr(code)).encode() for code in range(127)):
+        return None  # pragma: no cover - a msgspec that escapes differently
+    return msgspec.json.Decoder(float_hook=_no_floats).decode, encode
+
+
+_ROUND_TRIP = _make_round_trip()
+
+
+def _keys_text(text: str) -> str:
+    """Canonical JSON text of a mod's keys (a non-empty JSON object)."""
+    value = _parse(text)
+    if type(value) is not dict or not value:
+        raise _NotFast
+    return _dumps(value)
+
+
 class _NotFast(Exception):
     """The row is not a well-formed data change record: decode it the general way."""
 
 
-@dataclass(frozen=True, slots=True)
-class DataRecordRows:
+class DataRecordRows(NamedTuple):
     """A data change record decoded into staged rows, held column-wise: one list per
     ``STAGED_CHANGE_COLUMNS`` entry, one value per mod (what :meth:`StagingWriter.write_columns` takes).
     """
@@ -96,6 +130,11 @@ class DataRecordRows:
         return list(zip(*self.columns, strict=True))
 
 
+_MAX_SEQUENCE = (1 << 64) - 1  # a record sequence is an unsigned 64-bit number
+_new_tuple = tuple.__new__  # a NamedTuple made without its Python-level __new__
+_MOD_INDEXES = [f"{index:016X}" for index in range(256)]  # the last section of a sequence number
+
+
 class ChangeRecordDecoder:
     """Decodes rows of one partition's query; caches what repeats (timestamps, schemas, fingerprints)."""
 
@@ -104,7 +143,8 @@ class ChangeRecordDecoder:
         self._timestamp_text = ""
         self._timestamp: tuple[datetime, int] | None = None
         self._column_types: dict[bytes, str] = {}
-        self._fingerprints: dict[str, int] = {}
+        # per transaction: its commit timestamp (µs) and the first two sections of its sequence numbers
+        self._heads: dict[str, tuple[int, str]] = {}
 
     def decode(
         self, row: list[Any], decode_row: Callable[[list[Any]], list[Any]]
@@ -122,67 +162,88 @@ class ChangeRecordDecoder:
             elements = row[0].list_value.values
             if len(elements) != 1:
                 raise _NotFast
-            arrays = elements[0].list_value.values
-            data = arrays[0].list_value.values
+            data = elements[0].list_value.values[0].list_value.values
             if len(data) != 1:
                 raise _NotFast
             f = data[0].list_value.values
             if len(f) < 11:
                 raise _NotFast
-            timestamp_text = f[0].string_value
             sequence = f[1].string_value
             transaction = f[2].string_value
+            last = f[3]
             table = f[4].string_value
             mod_type = f[7].string_value
             capture = f[8].string_value
             records_in_transaction = int(f[9].string_value)
             partitions_in_transaction = int(f[10].string_value)
             if (
-                f[3].WhichOneof("kind") != "bool_value"
-                or not (sequence.isascii() and sequence.isdigit())
-                or not transaction
+                not transaction
                 or not table
                 or mod_type not in _MOD_TYPES
                 or capture not in _CAPTURE_TYPES
                 or records_in_transaction < 1
                 or partitions_in_transaction < 1
+                or not (sequence.isascii() and sequence.isdigit())
+                or last.WhichOneof("kind") != "bool_value"
             ):
                 raise _NotFast
-            commit_timestamp, micros = self._commit_timestamp(timestamp_text)
+            timestamp_text = f[0].string_value
+            if timestamp_text == self._timestamp_text:
+                commit_timestamp, micros = self._timestamp  # type: ignore[misc]
+            else:
+                commit_timestamp, micros = self._commit_timestamp(timestamp_text)
             column_types_json = self._column_types_json(f[5])
             mods = f[6].list_value.values
-            if not mods:
+            count = len(mods)
+            if not count:
                 raise _NotFast
-            fingerprint = self._fingerprints.get(transaction)
-            if fingerprint is None:
-                if len(self._fingerprints) > 4096:
-                    self._fingerprints.clear()
-                fingerprint = self._fingerprints[transaction] = fingerprint64(transaction)
-            prefix = f"{micros:016X}/{fingerprint:016X}/{int(sequence):016X}/"
-            is_last = f[3].bool_value
-            keys_json: list[str] = []
-            new_values_json: list[str] = []
-            old_values_json: list[str] = []
-            for mod in mods:
-                parts = mod.list_value.values
+            head = self._heads.get(transaction)
+            if head is None or head[0] != micros:
+                if len(self._heads) > 4096:
+                    self._heads.clear()
+                head = self._heads[transaction] = (
+                    micros,
+                    f"{micros:016X}/{fingerprint64(transaction):016X}/",
+                )
+            record = int(sequence)
+            if record > _MAX_SEQUENCE:
+                raise _NotFast
+            prefix = f"{head[1]}{record:016X}/"
+            is_last = last.bool_value
+            keys_texts: list[str] = []
+            new_texts: list[str] = []
+            old_texts: list[str] = []
+            for index in range(count):
+                parts = mods[index].list_value.values
                 if len(parts) != 3:
                     raise _NotFast
-                keys = _parse(parts[0].string_value)
-                if type(keys) is not dict or not keys:
-                    raise _NotFast
-                keys_json.append(_dumps(keys))
-                new_values_json.append(_object_text(parts[1]))
-                old_values_json.append(_object_text(parts[2]))
-            count = len(keys_json)
+                keys_texts.append(parts[0].string_value)
+                new_texts.append(parts[1].string_value or _null_object(parts[1]))
+                old_texts.append(parts[2].string_value or _null_object(parts[2]))
+            if not _all_canonical(keys_texts, new_texts, old_texts):
+                keys_texts = [_keys_text(text) for text in keys_texts]
+                new_texts = [_object_text(text) for text in new_texts]
+                old_texts = [_object_text(text) for text in old_texts]
             metadata = source_metadata_json(capture, partitions_in_transaction, is_last)
-            columns = [
-                [self.partition_token] * count, [commit_timestamp] * count, [transaction] * count,
-                [sequence] * count, [records_in_transaction] * count, [table] * count, [mod_type] * count,
-                keys_json, new_values_json, old_values_json, [column_types_json] * count,
-                [metadata] * count, [f"{prefix}{index:016X}" for index in range(count)],
-            ]  # fmt: skip
-            return DataRecordRows(
-                commit_timestamp, transaction, sequence, is_last, partitions_in_transaction, columns
+            if count == 1:
+                columns = [
+                    [self.partition_token], [commit_timestamp], [transaction], [sequence],
+                    [records_in_transaction], [table], [mod_type], keys_texts, new_texts,
+                    old_texts, [column_types_json], [metadata], [f"{prefix}{0:016X}"],
+                ]  # fmt: skip
+            else:
+                columns = [
+                    [self.partition_token] * count, [commit_timestamp] * count, [transaction] * count,
+                    [sequence] * count, [records_in_transaction] * count, [table] * count,
+                    [mod_type] * count, keys_texts, new_texts, old_texts,
+                    [column_types_json] * count, [metadata] * count,
+                    list(map(prefix.__add__, _MOD_INDEXES[:count]))
+                    if count <= len(_MOD_INDEXES)
+                    else [f"{prefix}{index:016X}" for index in range(count)],
+                ]  # fmt: skip
+            return _new_tuple(
+                DataRecordRows,
+                (commit_timestamp, transaction, sequence, is_last, partitions_in_transaction, columns),
             )
         except (ValueError, IndexError, AttributeError, TypeError) as exc:
             raise _NotFast from exc
@@ -216,11 +277,49 @@ class ChangeRecordDecoder:
         return cached
 
 
-def _object_text(value: Any) -> str:
-    """Canonical JSON text of a JSON-object column that may be NULL (then ``{}``)."""
+def _null_object(value: Any) -> str:
+    """The text of a JSON-object column whose string is empty: ``{}`` for a NULL; anything else is
+    not JSON text."""
     if value.WhichOneof("kind") == "null_value":
         return "{}"
-    text = value.string_value
+    raise _NotFast
+
+
+def _all_canonical(keys: list[str], new_values: list[str], old_values: list[str]) -> bool:
+    """Whether a record's mods' JSON texts are all canonical JSON objects already (keys non-empty),
+    as nearly all are; checked together, without building canonical texts.
+
+    ``msgspec``'s sorted compact encoding is ``json.dumps(value, sort_keys=True, separators=(",",
+    ":"))`` for values without floats whose strings are ASCII except DEL (which ``json`` escapes): a
+    text that is ASCII without DEL and comes back unchanged from a ``msgspec`` round trip holds no
+    other values, so it is canonical. Texts of 4,000 characters or more (where ``json`` refuses huge
+    integers), and anything ``msgspec`` does not read, are left to ``json``.
+    """
+    if _ROUND_TRIP is None:  # pragma: no cover - msgspec comes with Airflow
+        return False
+    texts = keys
+    for images in (new_values, old_values):
+        if images.count("{}") != len(images):  # an INSERT's old or a DELETE's new images are all {}
+            texts = texts + images
+    joined = "".join(texts)
+    if not joined.isascii() or "\x7f" in joined or max(map(len, texts)) >= 4000:
+        return False
+    decode, encode = _ROUND_TRIP
+    try:
+        values = list(map(decode, texts))
+    except ValueError:
+        return False
+    # Each text holds one JSON object, which ends where its encoding ends: equal concatenations
+    # mean equal texts.
+    return (
+        set(map(type, values)) == {dict}
+        and all(values[: len(keys)])
+        and b"".join(map(encode, values)) == joined.encode("ascii")
+    )
+
+
+def _object_text(text: str) -> str:
+    """Canonical JSON text of a JSON-object column that may hold JSON ``null`` (then ``{}``)."""
     if text == "{}":
         return text
     parsed = _parse(text)

@@ -258,10 +258,7 @@ class WindowReader(SpannerClaimedReader):
                 rows = self.query.lazy_rows(token, resume_at, window.query_end, self.query_timeout)
                 for row, decode_row in rows:
                     decoded = decoder.decode(row, decode_row)
-                    if isinstance(decoded, DataRecordRows):
-                        records: list[Any] = [decoded]
-                    else:
-                        records = decoded
+                    records = (decoded,) if type(decoded) is DataRecordRows else decoded
                     for record in records:
                         if isinstance(record, (DataRecordRows, DataChangeRecord)):
                             ts = record.commit_timestamp
