@@ -1,10 +1,13 @@
 """Airflow 2.11 / 3.x differences of the provider's Airflow surface, in one place.
 
 Import from here rather than from ``airflow``: base classes, exceptions, :data:`Context`,
-:func:`mask_secret` and :func:`default_deferrable`.
+:func:`mask_secret`, :func:`default_deferrable`, assets (:class:`Asset`, :class:`AssetAlias`: Airflow 2's
+``Dataset`` and ``DatasetAlias``) and :func:`triggering_asset_events`.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 try:  # Airflow 3
     from airflow.sdk import BaseHook, BaseOperator, BaseSensorOperator, Context
@@ -30,6 +33,12 @@ except ImportError:  # Airflow 2.11
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+try:  # Airflow 3: assets
+    from airflow.sdk import Asset, AssetAlias
+except ImportError:  # Airflow 2.11: datasets, the same two kinds
+    from airflow.datasets import Dataset as Asset  # type: ignore[no-redef,assignment]
+    from airflow.datasets import DatasetAlias as AssetAlias  # type: ignore[no-redef,assignment]
+
 
 def default_deferrable() -> bool:
     """Airflow's ``[operators] default_deferrable`` (``AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE``), read at
@@ -41,10 +50,27 @@ def default_deferrable() -> bool:
     return conf.getboolean("operators", "default_deferrable", fallback=False)
 
 
+def triggering_asset_events(context: Any) -> list[tuple[str, Any]]:
+    """The events that triggered an asset-scheduled run, as ``(asset URI, event)`` pairs (each event
+    has ``extra``, ``source_dag_id``, ``source_run_id`` and ``timestamp``): Airflow 3's
+    ``triggering_asset_events``, Airflow 2.11's ``triggering_dataset_events``."""
+    events = context.get("triggering_asset_events")
+    if events is None:
+        events = context.get("triggering_dataset_events") or {}
+    pairs = []
+    for key, batch in events.items():
+        uri = key if isinstance(key, str) else getattr(key, "uri", None)
+        if uri is not None:  # Airflow 3 lists an event under its asset and again under its alias
+            pairs.extend((str(uri), event) for event in batch)
+    return pairs
+
+
 __all__ = [
     "AirflowException",
     "AirflowFailException",
     "AirflowNotFoundException",
+    "Asset",
+    "AssetAlias",
     "BaseHook",
     "BaseOperator",
     "BaseSensorOperator",
@@ -53,4 +79,5 @@ __all__ = [
     "TriggerEvent",
     "default_deferrable",
     "mask_secret",
+    "triggering_asset_events",
 ]

@@ -7,6 +7,8 @@ python -m airflow_provider_cdc compare --lake-root /path/to/lake --truth demo-tr
 python -m airflow_provider_cdc repair --pipeline spanner_change_stream_to_lake --lake-root /path/to/lake \
     --changeset-root /path/to/changesets
 python -m airflow_provider_cdc migrate
+python -m airflow_provider_cdc latest --lake-root /path/to/lake --table Orders --output orders.parquet
+python -m airflow_provider_cdc compact --lake-root /path/to/lake --table Orders --pipeline orders
 """
 
 from __future__ import annotations
@@ -162,17 +164,24 @@ def _reported_watermarks(store: Any, pipeline: str) -> list[tuple[Any, dict[str,
     return [(kind, marks) for kind, marks in found if marks]
 
 
+def _storage_options_argument(args: argparse.Namespace) -> dict[str, str] | None:
+    """``--storage-options`` (delta-rs storage options as JSON), or ``None``."""
+    text = getattr(args, "storage_options", None)
+    return json.loads(text) if text else None
+
+
 def tables(args: argparse.Namespace) -> int:
     """Each Delta table under the lake root: row count and a few rows."""
     from pyarrow import fs
 
+    from airflow_provider_cdc.filesystems import resolve
     from airflow_provider_cdc.metastore.model import DELTA_TARGET
     from airflow_provider_cdc.targets.registry import open_target
 
-    lake: Any = open_target(DELTA_TARGET, args.lake_root)
-    filesystem, root = fs.FileSystem.from_uri(
-        args.lake_root if "://" in args.lake_root else f"file://{args.lake_root}"
-    )
+    options = _storage_options_argument(args)
+    lake: Any = open_target(DELTA_TARGET, args.lake_root, options)
+    # the same filesystem every step opens the lake with (gs:// with the same credentials)
+    filesystem, root = resolve(args.lake_root, options)
     names = sorted(
         info.base_name
         for info in filesystem.get_file_info(fs.FileSelector(root, allow_not_found=True))
@@ -253,7 +262,7 @@ def compare(args: argparse.Namespace) -> int:
     with open(args.truth) as handle:
         recorded = json.load(handle)
     truth = recorded["state"] if args.windows is None else recorded["state_after_window"][args.windows - 1]
-    lake: Any = open_target(DELTA_TARGET, args.lake_root)
+    lake: Any = open_target(DELTA_TARGET, args.lake_root, _storage_options_argument(args))
     results = compare_lake_to_rows(lake, truth)
     before = recorded.get("state_before_first_window") or {}
     keys = recorded.get("key_columns") or {}
@@ -309,6 +318,90 @@ def migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def latest(args: argparse.Namespace) -> int:
+    """A Delta table's latest state: its rows with its pending windows applied (merge-on-read)."""
+    import pyarrow.parquet as pq
+
+    from airflow_provider_cdc.core.timestamps import to_micros
+    from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
+
+    lake = DeltaLakeTarget(args.lake_root, json.loads(args.storage_options) if args.storage_options else None)
+    if not lake.exists(args.table):
+        print(f"No Delta table {args.table} under {args.lake_root}")
+        return 1
+    pending = lake.pending(args.table)
+    app_id = pending.last_app_id()
+    pipeline = args.pipeline or (app_id.split(":", 1)[1] if app_id else None)
+    windows = lake.pending_windows(args.table, pipeline) if pipeline else []
+    watermark = lake.apply_watermark(args.table, pipeline) if pipeline else None
+    reader = lake.latest_batches(args.table, pipeline)
+    rows, shown = 0, []
+    writer = None
+    try:
+        for batch in reader:
+            if args.output:
+                writer = writer or pq.ParquetWriter(args.output, reader.schema)
+                writer.write_batch(batch)
+            if len(shown) < args.rows:
+                shown += batch.slice(0, args.rows - len(shown)).to_pylist()
+            rows += batch.num_rows
+    finally:
+        if writer is not None:
+            writer.close()
+        elif args.output:
+            pq.write_table(reader.schema.empty_table(), args.output)
+    micros = "" if watermark is None else f", {to_micros(watermark)} µs"
+    print(
+        f"{args.table}: {rows} rows: Delta version {lake.open(args.table).version()} (apply watermark "
+        f"{_ts(watermark)}{micros}) and {len(windows)} pending window(s)"
+        + (f"; written to {args.output}" if args.output else "")
+    )
+    for row in shown:
+        print("  " + json.dumps(row, default=str, ensure_ascii=False)[:220])
+    return 0
+
+
+def compact(args: argparse.Namespace) -> int:
+    """Fold a Delta table's pending windows into it with one MERGE (deferred apply)."""
+    from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
+
+    lake = DeltaLakeTarget(args.lake_root, json.loads(args.storage_options) if args.storage_options else None)
+    result = lake.compact(args.table, args.pipeline)
+    print(json.dumps(result.to_dict(), sort_keys=True))
+    return 0
+
+
+def spark_connect(args: argparse.Namespace) -> int:
+    """Start, inspect or stop a local Spark Connect server (a warm Spark for every window's merge)."""
+    from airflow_provider_cdc.spark_connect.server import (
+        LocalSparkConnectServer,
+        SparkConnectServerError,
+        warm_up,
+    )
+
+    server = LocalSparkConnectServer(args.state_dir) if args.state_dir else LocalSparkConnectServer()
+    if args.action == "start":
+        try:
+            state = server.start(args.port, master=args.master)
+        except SparkConnectServerError as error:
+            print(f"spark-connect: {error}", file=sys.stderr)
+            return 1
+        print(f"Spark Connect server {state.url} (pid {state.pid}, log {state.log})")
+        if not args.no_warm_up:
+            print(f"warmed up in {warm_up(state.url, server.state_dir):.1f}s")
+        print(
+            "connection: AIRFLOW_CONN_SPARK_DEFAULT="
+            + json.dumps({"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": state.port})
+        )
+        return 0
+    if args.action == "stop":
+        print("stopped" if server.stop() else "no Spark Connect server was running")
+        return 0
+    state = server.state()
+    print(f"running: {state.url} (pid {state.pid})" if state else "not running")
+    return 0 if state else 3
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m airflow_provider_cdc", description=__doc__.split("\n")[0]
@@ -325,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     p = commands.add_parser("tables", help=tables.__doc__)
     p.add_argument("--lake-root", required=True)
     p.add_argument("--rows", type=int, default=3)
+    p.add_argument("--storage-options", help="delta-rs storage options as JSON (for gs:// and other stores)")
     p.set_defaults(run=tables)
     p = commands.add_parser("timings", help=timings.__doc__)
     p.add_argument("--dag-id", required=True)
@@ -335,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--windows", type=int, help="compare with the history of the first N windows (default: all)"
     )
+    p.add_argument("--storage-options", help="delta-rs storage options as JSON (for gs:// and other stores)")
     p.set_defaults(run=compare)
     p = commands.add_parser("repair", help=repair.__doc__)
     p.add_argument("--pipeline", required=True, help="pipeline id (the DAG id by default)")
@@ -347,6 +442,29 @@ def main(argv: list[str] | None = None) -> int:
     p = commands.add_parser("migrate", help=migrate.__doc__)
     p.add_argument("--metastore-url", help="SQLAlchemy URL (default: the cdc_metastore_default connection)")
     p.set_defaults(run=migrate)
+    p = commands.add_parser("latest", help=latest.__doc__)
+    p.add_argument("--lake-root", required=True)
+    p.add_argument("--table", required=True)
+    p.add_argument("--pipeline", help="pipeline id (default: the one that last appended pending changes)")
+    p.add_argument("--rows", type=int, default=3, help="rows shown")
+    p.add_argument("--output", help="also write the rows to this Parquet file")
+    p.add_argument("--storage-options", help="delta-rs storage options as JSON (for gs:// and other stores)")
+    p.set_defaults(run=latest)
+    p = commands.add_parser("compact", help=compact.__doc__)
+    p.add_argument("--lake-root", required=True)
+    p.add_argument("--table", required=True)
+    p.add_argument("--pipeline", required=True, help="pipeline id (names the Delta app transaction)")
+    p.add_argument("--storage-options", help="delta-rs storage options as JSON (for gs:// and other stores)")
+    p.set_defaults(run=compact)
+    p = commands.add_parser("spark-connect", help=spark_connect.__doc__)
+    p.add_argument("action", choices=("start", "stop", "status"))
+    p.add_argument("--port", type=int, default=15002, help="loopback port of the server (default 15002)")
+    p.add_argument("--master", default="local[*]", help="the server's Spark master (default local[*])")
+    p.add_argument("--no-warm-up", action="store_true",
+                   help="skip the small job run after the start (it spares the first window the warm-up)")
+    p.add_argument("--state-dir", help="where the server's pid, port and log are kept "
+                   "(default ~/.cache/cdc-spark-connect, or CDC_SPARK_CONNECT_HOME)")
+    p.set_defaults(run=spark_connect)
     args = parser.parse_args(argv)
     return args.run(args)
 

@@ -83,6 +83,8 @@ def initial_snapshot(
     readers: int = 2,
     enabled: Any = True,
     bigquery: Mapping[str, Any] | None = None,
+    outlets: Sequence[Any] | None = None,
+    bigquery_dataset: str | None = None,
     group_id: str = "initial_snapshot",
     **connection: Any,
 ) -> TaskGroup:
@@ -104,6 +106,9 @@ def initial_snapshot(
     :param enabled: ``False`` (or text rendering to it) skips the snapshot in every run.
     :param bigquery: arguments of a :class:`~airflow_provider_cdc.targets.bigquery.operators.
         BigQueryCdcUpsertOperator` that applies the snapshot to BigQuery after the Delta tables.
+    :param outlets: the commit's outlets, e.g. ``table_asset_outlets(dag_id)``: an asset event per table
+        the snapshot applied (see :class:`~airflow_provider_cdc.operators.commit.CdcCommitWindowOperator`).
+    :param bigquery_dataset: ``project.dataset`` naming the BigQuery tables' assets (templated).
     :param connection: further connection fields of the table operators (``gcp_conn_id``,
         ``impersonation_chain``, ``metastore_conn_id``).
     """
@@ -172,6 +177,8 @@ def initial_snapshot(
             bigquery_watermarks=watermarks,
             locations=locations,
             epoch=epoch,
+            outlets=list(outlets or []),
+            bigquery_dataset=bigquery_dataset,
             **bounds,
         )
         first >> open_snapshot >> read >> merge >> upsert

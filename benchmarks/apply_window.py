@@ -27,6 +27,17 @@ over ``--repeat`` processes is printed, as wall time and as CPU time (all thread
 less sensitive to other work on a busy machine). Base tables are cached under ``--workdir``.
 
     python benchmarks/apply_window.py --sizes 100000,1000000,10000000 --workdir .cache/bench
+
+With ``--deferred`` (random keys only) each size gets ``--windows`` change sets of ``--changes`` keys
+each, applied in one fresh process to a copy of the base table with ``apply_mode="deferred"``: each
+window is appended to the table's pending changes (``append s``: the median over the windows after
+the first; ``append 1st s`` the first), then the table is read plainly (every row, batch by batch) and
+merge-on-read (the pending windows applied; each the fastest of two scans), and one compaction folds
+every window into the table (``compact s``). ``upsert s`` is an immediate upsert of the first window
+on a fresh copy, in the same process after a warm-up apply, for comparison. Row counts of
+merge-on-read and of the compacted table must agree.
+
+    python benchmarks/apply_window.py --deferred --sizes 100000,1000000 --windows 5
 """
 
 from __future__ import annotations
@@ -42,6 +53,7 @@ import sys
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -218,10 +230,148 @@ def _apply_once(method: str, lake: str, changeset: str) -> tuple[float, float]:
             )
         return clock.wall, clock.cpu
     with _Clock() as clock:
-        target = DeltaLakeTarget(lake)
+        target = DeltaLakeTarget(lake, apply_mode="immediate")
         result = target.apply_change_set(TABLE, part.dataset, part.column_types(), PIPELINE, CHANGE_WINDOW)
     assert result.status == "applied", result
     return clock.wall, clock.cpu
+
+
+def build_window_change_sets(workdir: Path, size: int, changes: int, windows: int) -> list[Path]:
+    """``windows`` consecutive windows of random-key change sets (as :func:`build_change_set`'s mix),
+    each window's sequence numbers after the previous window's."""
+    paths = []
+    for w in range(windows):
+        start, end = CHANGE_WINDOW + w * 60_000_000, CHANGE_WINDOW + (w + 1) * 60_000_000
+        path = workdir / f"windows-{size}-{changes}" / f"{start}-{end}"
+        paths.append(path)
+        if (path / "_manifest.json").is_file():
+            continue
+        rng = np.random.default_rng(100 + w)
+        updates, deletes = int(changes * 0.6), int(changes * 0.1)
+        inserts = changes - updates - deletes
+        touched = key_of(rng.choice(size, updates + deletes, replace=False), "random")
+        fresh = key_of(np.arange(size + w * inserts, size + (w + 1) * inserts), "random")
+        commit = BASE_TIME + timedelta(seconds=90 + 60 * w)
+        seq = f"{to_micros(commit):016X}/0000000000000001/0000000000000000/0000000000000000"
+        rows = []
+        for i, key in enumerate(touched.tolist()):
+            if i < deletes:
+                rows.append(Change({"OrderId": key}, "DELETE", seq, commit))
+            elif i % 2:
+                rows.append(Change({"OrderId": key}, "UPSERT", seq, commit, {"Amount": i * 0.5}, ["Amount"]))
+            else:
+                values = {"Customer": f"c{i}", "Amount": i * 0.25, "Quantity": i % 7, "UpdatedAt": commit}
+                rows.append(Change({"OrderId": key}, "UPSERT", seq, commit, values))
+        for i, key in enumerate(fresh.tolist()):
+            values = {"Customer": f"n{i}", "Amount": 1.0, "Quantity": 1, "UpdatedAt": commit}
+            rows.append(Change({"OrderId": key}, "UPSERT", seq, commit, values))
+        write_change_set(str(path), {TABLE: change_set_table(COLUMN_TYPES, rows)})
+    return paths
+
+
+def measure_deferred(base: str, changesets: list[str], scratch: str) -> dict:
+    """Per-window appends, plain and merge-on-read scans, one compaction; one immediate upsert."""
+    from deltalake import DeltaTable
+
+    from airflow_provider_cdc.changesets.reader import ChangeSetReader
+
+    def window_of(changeset: str) -> tuple[Any, int]:
+        (part,) = ChangeSetReader(changeset).tables()
+        return part, int(Path(changeset).name.split("-")[1])
+
+    part, end = window_of(changesets[0])
+    upserts = []
+    for _ in range(2):  # the first warms the process up
+        copy_table(Path(base), Path(scratch))
+        immediate = DeltaLakeTarget(scratch, apply_mode="immediate")
+        with _Clock() as upsert:
+            immediate.apply_change_set(TABLE, part.dataset, part.column_types(), PIPELINE, end)
+        upserts.append(upsert.wall)
+    copy_table(Path(base), Path(scratch))
+    target = DeltaLakeTarget(scratch, apply_mode="deferred", compact_every=None)
+    appends = []
+    for changeset in changesets:
+        part, end = window_of(changeset)
+        with _Clock() as clock:
+            result = target.apply_change_set(TABLE, part.dataset, part.column_types(), PIPELINE, end)
+        assert result.deferred and result.status == "applied", result
+        appends.append(clock.wall)
+    plain, merged = [], []
+    for _ in range(2):  # the fastest of two scans of each kind
+        with _Clock() as clock:
+            stored = sum(
+                b.num_rows for b in DeltaTable(f"{scratch}/{TABLE}").to_pyarrow_dataset().to_batches()
+            )
+        plain.append(clock.wall)
+        with _Clock() as clock:
+            latest = sum(b.num_rows for b in target.latest_batches(TABLE, PIPELINE))
+        merged.append(clock.wall)
+    with _Clock() as compaction:
+        done = target.compact(TABLE, PIPELINE)
+    assert len(done.folded_windows) == len(changesets), done
+    compacted = DeltaTable(f"{scratch}/{TABLE}").count()
+    if compacted != latest:
+        raise RuntimeError(f"merge-on-read gives {latest} rows, the compacted table {compacted}")
+    shutil.rmtree(scratch, ignore_errors=True)
+    return {
+        "append_first_seconds": appends[0],
+        "append_seconds": statistics.median(appends[1:] or appends),
+        "upsert_seconds": upserts[-1],
+        "compact_seconds": compaction.wall,
+        "plain_read_seconds": min(plain),
+        "merge_on_read_seconds": min(merged),
+        "stored_rows": stored,
+        "rows": latest,
+        "peak_rss_mb": _peak_rss_mb(),
+    }
+
+
+def run_deferred(args: argparse.Namespace, workdir: Path, sizes: list[int]) -> None:
+    print(
+        f"apply_window --deferred: random keys, {args.windows} windows of {args.changes:,} changes, "
+        f"median of {args.repeat} process(es), delta.targetFileSize {args.target_file_size_mib} MiB"
+    )
+    print(
+        f"{'rows':>12} {'append s':>9} {'append 1st s':>13} {'upsert s':>9} {'compact s':>10} "
+        f"{'plain read s':>13} {'MoR read s':>11} {'ratio':>6} {'peak MB':>8}"
+    )
+    appends: dict[int, float] = {}
+    for size in sizes:
+        base = build_base(workdir, size, "random", args.target_file_size_mib)
+        changesets = build_window_change_sets(workdir, size, args.changes, args.windows)
+        runs = []
+        for _ in range(args.repeat):
+            completed = subprocess.run(
+                [
+                    *(sys.executable, __file__, "--measure", "deferred", "--lake", str(base)),
+                    *(
+                        "--changeset",
+                        ",".join(map(str, changesets)),
+                        "--scratch",
+                        str(workdir / "run-deferred"),
+                    ),
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+                check=True,
+            )
+            runs.append(json.loads(completed.stdout.strip().splitlines()[-1]))
+
+        def median(name: str, found: list[dict] = runs) -> float:
+            return statistics.median(r[name] for r in found)
+
+        appends[size] = median("append_seconds")
+        plain, merged = median("plain_read_seconds"), median("merge_on_read_seconds")
+        print(
+            f"{size:>12,} {appends[size]:>9.3f} {median('append_first_seconds'):>13.3f} "
+            f"{median('upsert_seconds'):>9.3f} {median('compact_seconds'):>10.3f} {plain:>13.3f} "
+            f"{merged:>11.3f} {merged / plain:>6.2f} {max(r['peak_rss_mb'] for r in runs):>8.0f}",
+            flush=True,
+        )
+    if len(appends) > 1:
+        small, large = min(appends), max(appends)
+        print(f"append growth {small:,} → {large:,} rows: {appends[large] / appends[small]:.2f}x (goal ≤ 2x)")
+    shutil.rmtree(workdir / "run-deferred", ignore_errors=True)
 
 
 def _decode_once(changeset: str) -> float:
@@ -302,11 +452,18 @@ def main() -> None:
     parser.add_argument(
         "--clauses", action="store_true", help="also time the plain MERGE with the upsert's extra clauses"
     )
-    parser.add_argument("--measure", choices=("plain", "guarded", "upsert"), help=argparse.SUPPRESS)
+    parser.add_argument("--deferred", action="store_true", help="measure deferred apply (random keys)")
+    parser.add_argument("--windows", type=int, default=5, help="--deferred: windows appended per size")
+    parser.add_argument(
+        "--measure", choices=("plain", "guarded", "upsert", "deferred"), help=argparse.SUPPRESS
+    )
     parser.add_argument("--lake", help=argparse.SUPPRESS)
     parser.add_argument("--changeset", help=argparse.SUPPRESS)
     parser.add_argument("--scratch", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.measure == "deferred":
+        print(json.dumps(measure_deferred(args.lake, args.changeset.split(","), args.scratch)))
+        return
     if args.measure:
         print(json.dumps(measure(args.measure, args.lake, args.changeset, args.scratch, args.applies)))
         return
@@ -314,6 +471,9 @@ def main() -> None:
     workdir = Path(args.workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.deferred:
+        run_deferred(args, workdir, sizes)
+        return
     print(
         f"apply_window: {args.changes:,} changes per window, median of {args.repeat} process(es) "
         f"(each the fastest of {args.applies} apply/applies), "

@@ -5,7 +5,8 @@
 
 For every size it writes a synthetic staging folder (ARCHITECTURE.md staged rows: several tables,
 multi-record transactions, chains of INSERT/UPDATE/DELETE per key, 1% duplicate rows), then runs,
-in a fresh process with its own Spark session: baselines and ``merge_window``. Baselines: a plain
+in a fresh process with its own Spark session: baselines and ``merge_window``, ``--repeat`` times
+in turn (so load on the machine falls on both; the medians are reported). Baselines: a plain
 read + count of the staging, a full scan of all its columns, and a *floor*: the least any key-ordered
 merge does in Spark (read the collapse's input columns, shuffle them by key hash into the job's
 partitions, sort each key's changes and write them as Parquet; no checks, no collapse). It prints
@@ -19,6 +20,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import threading
@@ -188,8 +190,9 @@ class PeakMemory:
             self._stop.wait(self.interval)
 
 
-def run_child(staging: Path, changeset: Path, cores: int) -> dict:
-    """Baseline and merge in one Spark session; returns timings and peak memory."""
+def run_child(staging: Path, changeset: Path, cores: int, repeat: int) -> dict:
+    """Baselines and merge in one Spark session, ``repeat`` times in turn; returns the timings of
+    every repeat and peak memory."""
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
@@ -199,40 +202,40 @@ def run_child(staging: Path, changeset: Path, cores: int) -> dict:
     from airflow_provider_cdc.merge.plan import collapse_partitions
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    timings: dict[str, list[float]] = {"count": [], "scan": [], "floor": [], "merge": []}
     with PeakMemory() as memory:
         SparkSession.builder.master(f"local[{cores}]").config("spark.ui.enabled", "false").config(
-            "spark.log.level", "WARN").getOrCreate()
+            "spark.log.level", "WARN").config("spark.ui.showConsoleProgress", "false").getOrCreate()
         spark = _spark_session(None)
         staged = spark.read.parquet(str(staging))
-        began = time.monotonic()
-        rows = staged.count()
-        count_seconds = time.monotonic() - began
-        began = time.monotonic()
-        staged.write.format("noop").mode("overwrite").save()
-        scan_seconds = time.monotonic() - began
-        began = time.monotonic()
-        (
-            staged.select(F.xxhash64("table_name", "keys_json").alias("_key_hash"), *COLLAPSE_INPUT_COLUMNS)
-            .repartition(collapse_partitions(rows, spark.sparkContext.defaultParallelism), "_key_hash")
-            .sortWithinPartitions("_key_hash", "table_name", "keys_json", "change_sequence_number")
-            .drop("_key_hash")
-            .write.mode("overwrite")
-            .parquet(str(changeset) + "-floor")
-        )
-        floor_seconds = time.monotonic() - began
-        shutil.rmtree(str(changeset) + "-floor", ignore_errors=True)
-        args = MergeArguments(window=Window(WINDOW_START, WINDOW_END), staging=str(staging),
-                              changeset=str(changeset))
-        began = time.monotonic()
-        manifest = merge_window(spark, args)
-        merge_seconds = time.monotonic() - began
+        for _ in range(repeat):
+            began = time.monotonic()
+            rows = staged.count()
+            timings["count"].append(time.monotonic() - began)
+            began = time.monotonic()
+            staged.write.format("noop").mode("overwrite").save()
+            timings["scan"].append(time.monotonic() - began)
+            began = time.monotonic()
+            key_hash = F.xxhash64("table_name", "keys_json").alias("_key_hash")
+            (
+                staged.select(key_hash, *COLLAPSE_INPUT_COLUMNS)
+                .repartition(collapse_partitions(rows, spark.sparkContext.defaultParallelism), "_key_hash")
+                .sortWithinPartitions("_key_hash", "table_name", "keys_json", "change_sequence_number")
+                .drop("_key_hash")
+                .write.mode("overwrite")
+                .parquet(str(changeset) + "-floor")
+            )
+            timings["floor"].append(time.monotonic() - began)
+            shutil.rmtree(str(changeset) + "-floor", ignore_errors=True)
+            args = MergeArguments(window=Window(WINDOW_START, WINDOW_END), staging=str(staging),
+                                  changeset=str(changeset))
+            began = time.monotonic()
+            manifest = merge_window(spark, args)
+            timings["merge"].append(time.monotonic() - began)
         spark.stop()
     return {
         "staged_rows": rows,
-        "count_seconds": count_seconds,
-        "scan_seconds": scan_seconds,
-        "floor_seconds": floor_seconds,
-        "merge_seconds": merge_seconds,
+        **{f"{name}_seconds": values for name, values in timings.items()},
         "changeset_rows": manifest["rows"],
         "peak_bytes": memory.peak,
     }
@@ -244,11 +247,13 @@ def main() -> None:
     )
     parser.add_argument("--sizes", type=int, nargs="+", default=[500_000, 2_000_000])
     parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="runs of each baseline and the merge, in turn (medians are reported)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/cdc-merge-benchmark"))
     parser.add_argument("--child", nargs=2, metavar=("STAGING", "CHANGESET"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(run_child(Path(args.child[0]), Path(args.child[1]), args.cores)))
+        print(json.dumps(run_child(Path(args.child[0]), Path(args.child[1]), args.cores, args.repeat)))
         return
 
     results = []
@@ -259,20 +264,27 @@ def main() -> None:
             generate_staging(staging, size)
             print(f"generated {size:,} changes in {time.monotonic() - began:.1f}s at {staging}", flush=True)
         child = subprocess.run(
-            [sys.executable, __file__, "--cores", str(args.cores), "--child", str(staging),
+            [sys.executable, __file__, "--cores", str(args.cores), "--repeat", str(args.repeat), "--child",
+             str(staging),
              str(args.workdir / f"changeset-{size}")],
             check=True, capture_output=True, text=True,
         )
         result = json.loads(child.stdout.strip().splitlines()[-1])
         result["changes"] = size
         results.append(result)
+        print(f"{size:,} changes: " + "; ".join(
+            f"{name} {' '.join(f'{seconds:.2f}' for seconds in result[f'{name}_seconds'])} s"
+            for name in ("count", "scan", "floor", "merge")
+        ), flush=True)
 
     mib = 1024 * 1024
-    print(f"\nmerge_window benchmark, local[{args.cores}]")
+    print(f"\nmerge_window benchmark, local[{args.cores}], medians of {args.repeat} run(s)")
     print(f"{'changes':>10} {'staged':>10} {'count s':>8} {'scan s':>7} {'floor s':>8} {'floor/s':>10} "
           f"{'merge s':>8} {'changes/s':>10} {'vs scan':>8} {'vs floor':>9} {'jvm MiB':>8} {'py drv':>7} "
           f"{'py wrk':>7}")
     for result in results:
+        for name in ("count", "scan", "floor", "merge"):
+            result[f"{name}_seconds"] = statistics.median(result[f"{name}_seconds"])
         peak = result["peak_bytes"]
         print(
             f"{result['changes']:>10,} {result['staged_rows']:>10,} {result['count_seconds']:>8.2f} "

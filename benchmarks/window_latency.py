@@ -1,13 +1,17 @@
 """Window latency of the example DAG: window end → applied, per window and as p50/p95, with a baseline.
 
-    .venv/bin/python benchmarks/window_latency.py                        # 5 windows of 50k changes
+    .venv/bin/python benchmarks/window_latency.py --spark connect --changes-per-window 1000
+    .venv/bin/python benchmarks/window_latency.py --spark submit  --changes-per-window 50000
     .venv/bin/python benchmarks/window_latency.py --windows 3 --keep /tmp/window-latency
 
 It starts the change-stream emulator with the demo database (``--demo --demo-windows N
 --demo-changes-per-window M``) in a subprocess, prepares a fresh Airflow home (SQLite), and runs
-the example DAG ``spanner_change_stream_to_lake`` for each window in turn with ``dag.test()``,
-with nothing configured: Spark on ``local[*]`` with the operators' local defaults (the upsert job
-runs with the worker's Python, no ``spark-submit``), Delta tables and change sets on local disk.
+the example DAG ``spanner_change_stream_to_lake`` for each window in turn with ``dag.test()``.
+``--spark connect`` (default) first starts a local Spark Connect server and names it in the Spark
+connection, so every window's merge runs in that warm Spark; ``--spark submit`` configures nothing:
+a cold ``spark-submit`` on ``local[*]`` per window with the operators' local defaults. Either way the
+upsert job runs with the worker's Python, and Delta tables and change sets are on local disk.
+Goals (printed with the result): end → applied p50 ≤ 5 s with Spark Connect, ≤ 12 s with spark-submit.
 
 The runs happen one after another in one Airflow process that has run a one-task DAG first, as a
 running Airflow would have: ``dag.test()`` builds Airflow's in-process execution API on its first
@@ -24,10 +28,13 @@ Per window it prints, from Airflow's records of the run and its task instances:
   workers, the upsert job) during the run, steadier than wall time on a shared machine; ``load``:
   the 1-minute load average when the window started.
 
-Baseline, in the same run after each window so that it sees the same machine: the cold
-``spark-submit`` of a trivial PySpark application (``spark.range(10).count()``), twice in a row
-with Spark's defaults (the floor of a window whose merge and upsert each start a JVM), and once
-with the operators' local settings (``LOCAL_SPARK_CONF``: the floor of one Spark job per window).
+Baseline, in the same run after each window so that it sees the same machine: with ``--spark
+connect``, a trivial job (``spark.range(10).count()``) in a new session on the warm server (the
+floor of a window's Spark work there); with ``--spark submit``, the cold ``spark-submit`` of a
+trivial PySpark application, twice in a row with Spark's defaults (the floor of a window whose
+merge and upsert each start a JVM), and once with the operators' local settings
+(``LOCAL_SPARK_CONF``: the floor of one Spark job per window). The window p50's ratio to the
+baseline's p50 is printed.
 
 After each window the Delta tables are compared with the emulator's ground truth for the windows
 applied so far; the benchmark exits with status 1 if a table differs or a run fails.
@@ -61,6 +68,8 @@ DAG_ID = "spanner_change_stream_to_lake"
 FIRST_WINDOW_START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 WINDOW = timedelta(minutes=10)
 RUNNER_FLAG = "--dag-runner"
+#: Goals for end → applied p50 by where the merge runs.
+GOAL_P50_SECONDS = {"connect": 5.0, "submit": 12.0}
 TASK_ORDER = ("wait_parents", "open_window", "read", "drained", "merge", "upsert", "commit")
 WARM_UP_DAG_ID = "window_latency_warm_up"
 WARM_UP_DAG = f"""from datetime import datetime, timezone
@@ -223,6 +232,30 @@ def baseline_round(workdir: Path, env: dict[str, str]) -> tuple[Measurement, Mea
     return two, Measurement(wall, {"submit": wall}, cpu, os.getloadavg()[0])
 
 
+def start_spark_connect(workdir: Path) -> tuple[object, str, int]:
+    """A local Spark Connect server for the windows' merges: (server, URI, port)."""
+    from airflow_provider_cdc.spark_connect.server import LocalSparkConnectServer, free_port, warm_up
+
+    server = LocalSparkConnectServer(workdir / "spark-connect")
+    began = time.monotonic()
+    state = server.start(free_port())
+    print(f"Spark Connect server {state.url} started in {time.monotonic() - began:.0f}s", flush=True)
+    # as `python -m airflow_provider_cdc spark-connect start` does: warm the JVM and the merges' session
+    print(f"warmed up in {warm_up(state.url, workdir / 'spark-connect'):.0f}s", flush=True)
+    return server, state.url, state.port
+
+
+def connect_baseline(url: str) -> Measurement:
+    """A trivial job on the warm server in a session of its own, as each window's merge opens one."""
+    from airflow_provider_cdc.spark_connect.session import remote_session
+
+    load, cpu, began = os.getloadavg()[0], own_cpu(), time.monotonic()
+    with remote_session(url, what="the baseline") as spark:
+        assert spark.range(10).count() == 10
+    wall = time.monotonic() - began
+    return Measurement(wall, {"warm job": wall}, own_cpu() - cpu, load)
+
+
 def report(title: str, measurements: list[Measurement], columns: list[str]) -> None:
     print(f"\n{title}")
     header = ["#", "end→applied" if "merge" in columns else "seconds", *columns, "cpu", "load"]
@@ -338,7 +371,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--windows", type=int, default=5, help="windows to run (default 5)")
     parser.add_argument("--changes-per-window", type=int, default=50_000)
     parser.add_argument("--keep", type=Path, help="work in this (new or empty) folder and keep it")
-    parser.add_argument("--no-baseline", action="store_true", help="skip the bare spark-submit baseline")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the baselines")
+    parser.add_argument("--spark", choices=("connect", "submit"), default="connect",
+                        help="where the merge runs: a local Spark Connect server started here (default; "
+                        "baseline: a trivial job in a new session on it) or a cold spark-submit per window "
+                        "(baseline: cold spark-submits of a trivial app)")
     args = parser.parse_args(argv)
     if args.windows < 1 or args.changes_per_window < 1:
         parser.error("--windows and --changes-per-window must be positive")
@@ -348,8 +385,14 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     emulator, host, truth_path = start_emulator(workdir, args.windows, args.changes_per_window)
     failures: list[str] = []
+    server = None
     try:
         env = airflow_environment(workdir, host)
+        if args.spark == "connect":
+            server, url, port = start_spark_connect(workdir)
+            env["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps(
+                {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": port}
+            )
         airflow = str(Path(sys.executable).parent / "airflow")
         _, _, status = timed_run([airflow, "db", "migrate"], env, workdir / "db-migrate.log")
         if status:
@@ -357,25 +400,44 @@ def main(argv: list[str] | None = None) -> int:
         truth = json.loads(truth_path.read_text())
         runner = DagRunner(workdir, env)
         print(f"Airflow process ready (one-task DAG run in {runner.warm_up_seconds:.1f}s)", flush=True)
-        windows, baseline_two, baseline_one = [], [], []
+        windows, baseline_two, baseline_one, baseline_warm = [], [], [], []
         for index in range(args.windows):
             windows.append(run_window(runner, workdir, index, truth, failures))
-            if not args.no_baseline:
+            if not args.no_baseline and args.spark == "connect":
+                warm = connect_baseline(url)
+                baseline_warm.append(warm)
+                print(f"  baseline: a trivial job in a new session on the warm server {warm.seconds:.1f}s",
+                      flush=True)
+            elif not args.no_baseline:
                 two, one = baseline_round(workdir, env)
                 baseline_two.append(two)
                 baseline_one.append(one)
                 print(f"  baseline: 2 cold spark-submits (defaults) {two.seconds:.1f}s "
                       f"(cpu {two.cpu_seconds:.1f}s), 1 with the local settings {one.seconds:.1f}s "
                       f"(cpu {one.cpu_seconds:.1f}s)", flush=True)  # fmt: skip
-        print(f"\n{args.windows} window(s) of {args.changes_per_window} changes; seconds")
+        where = "a warm Spark Connect server" if args.spark == "connect" else "a cold spark-submit"
+        print(f"\n{args.windows} window(s) of {args.changes_per_window} changes, merge by {where}; seconds")
         runner.close()
         report("Example DAG, window end → applied (run created → commit end):", windows, [*TASK_ORDER])
+        p50 = statistics.median(m.seconds for m in windows)
+        goal = GOAL_P50_SECONDS[args.spark]
+        print(f"\nend→applied p50 {p50:.1f}s; goal ≤ {goal:.0f}s with --spark {args.spark}: "
+              f"{'met' if p50 <= goal else 'NOT met'}")
+        if baseline_warm:
+            report("Baseline: a trivial job in a new session on the warm Spark Connect server:",
+                   baseline_warm, ["warm job"])  # fmt: skip
+            floor = statistics.median(m.seconds for m in baseline_warm)
+            print(f"window p50 / warm trivial job p50 = {p50 / floor:.1f}x")
         if baseline_two:
             report("Baseline: two cold spark-submits of a trivial app, Spark defaults:", baseline_two,
                    ["submit 1", "submit 2"])  # fmt: skip
             settings = " ".join(f"{k}={v}" for k, v in LOCAL_SPARK_CONF.items())
             report(f"Baseline: one cold spark-submit of a trivial app, {settings}:", baseline_one, ["submit"])
+            floor = statistics.median(m.seconds for m in baseline_one)
+            print(f"window p50 / one cold trivial spark-submit p50 = {p50 / floor:.1f}x")
     finally:
+        if server is not None:
+            server.stop()
         emulator.terminate()
         emulator.wait(timeout=30)
         if args.keep is None and not failures:

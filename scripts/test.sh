@@ -26,7 +26,9 @@ mkdir -p "$AIRFLOW_HOME"
 # of its own: the Airflow 2.11 backfill tests with the BigQuery and commit-timestamp example DAGs' (about
 # 3 + 3 + 2 minutes, mostly subprocesses waiting on each other), the tests against Google's Cloud Spanner emulator (about 4 minutes, mostly waiting for
 # real-time windows to pass; they skip, naming the reason, where the emulator is not installed), the
-# crash campaign (about 7 minutes: SIGKILLs at 20 seeded points, CDC_CRASH_POINTS for more) and the
+# crash campaign (about 7 minutes: SIGKILLs at 20 seeded points, CDC_CRASH_POINTS for more, with a Spark
+# Connect server killed mid-merge, the deferred-apply upsert killed between append and compaction, and the
+# example DAG with every root on gs:// in the Cloud Storage fake) and the
 # Datastream and Table Store pipeline and example DAG tests (about 9 minutes: every database and format
 # through Spark, both Datastream DAGs with kills, both Table Store DAGs).
 side_names=() side_pids=() side_logs=()
@@ -43,9 +45,9 @@ if [ "$#" -eq 0 ]; then
   ignored=()
   if [ -x .venv-airflow2/bin/airflow ]; then
     run_alongside airflow2 tests/e2e/test_airflow2.py tests/e2e/test_example_dag_bigquery.py \
-      tests/e2e/test_example_dag_commit_timestamp.py
+      tests/e2e/test_example_dag_commit_timestamp.py tests/e2e/test_asset_events_airflow2.py
     ignored+=(--ignore=tests/e2e/test_airflow2.py --ignore=tests/e2e/test_example_dag_bigquery.py
-      --ignore=tests/e2e/test_example_dag_commit_timestamp.py)
+      --ignore=tests/e2e/test_example_dag_commit_timestamp.py --ignore=tests/e2e/test_asset_events_airflow2.py)
   fi
   # The Google-emulator tests mostly wait for real-time windows: the change-stream example DAG's
   # end-to-end tests (about 10 minutes of spark-submits) run in their process.
@@ -53,8 +55,10 @@ if [ "$#" -eq 0 ]; then
     tests/e2e/test_example_dag.py
   ignored+=(--ignore=tests/e2e/test_google_emulator_read.py --ignore=tests/e2e/test_example_dag_google.py
     --ignore=tests/e2e/test_example_dag.py)
-  run_alongside crash tests/e2e/test_crash_campaign.py
-  ignored+=(--ignore=tests/e2e/test_crash_campaign.py)
+  run_alongside crash tests/e2e/test_crash_campaign.py tests/e2e/test_spark_connect_recovery.py \
+    tests/e2e/test_deferred_apply_crash.py tests/e2e/test_example_dag_gcs.py
+  ignored+=(--ignore=tests/e2e/test_crash_campaign.py --ignore=tests/e2e/test_spark_connect_recovery.py
+    --ignore=tests/e2e/test_deferred_apply_crash.py --ignore=tests/e2e/test_example_dag_gcs.py)
   run_alongside sources tests/adapters/test_datastream_pipeline.py tests/e2e/test_example_dag_datastream.py \
     tests/e2e/test_example_dag_tablestore.py
   ignored+=(--ignore=tests/adapters/test_datastream_pipeline.py --ignore=tests/e2e/test_example_dag_datastream.py

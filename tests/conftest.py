@@ -411,3 +411,21 @@ def cloud_storage(monkeypatch: pytest.MonkeyPatch) -> Iterator[CloudStorage]:
         yield CloudStorage(endpoint)
     finally:
         server.stop()
+
+
+# =============================================================================================
+# Spark Connect: one local server for the tests that run jobs on it (started on first use)
+# =============================================================================================
+
+
+@pytest.fixture(scope="session")
+def spark_connect_server(tmp_path_factory) -> Iterator[Any]:
+    """A local Spark Connect server (``local[2]``) on a free loopback port, stopped at the end."""
+    from airflow_provider_cdc.spark_connect.server import LocalSparkConnectServer, free_port
+
+    server = LocalSparkConnectServer(tmp_path_factory.mktemp("spark-connect"))
+    state = server.start(free_port(), master="local[2]")
+    try:
+        yield state
+    finally:
+        server.stop()

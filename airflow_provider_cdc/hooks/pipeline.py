@@ -409,8 +409,10 @@ class CdcPipelineHook(BaseHook):
                     f"{current.attempt}) while it was being committed"
                 )
             log.info("Window %s of %s was applied by another run meanwhile", window, pipeline)
-        for table in sorted(set(store.table_watermarks(pipeline, target=DELTA_TARGET)) | set(changed)):
-            store.advance_table_watermark(pipeline, table, window.end, target=DELTA_TARGET)
+        tables = sorted(set(store.table_watermarks(pipeline, target=DELTA_TARGET)) | set(changed))
+        for table, mark in self._delta_watermarks(locations, pipeline, window, tables).items():
+            if mark is not None:
+                store.advance_table_watermark(pipeline, table, mark, target=DELTA_TARGET)
         watermarks = store.table_watermarks(pipeline, target=DELTA_TARGET)
         log.info(
             "Window %s applied: %d change rows, %d transactions; apply watermarks: %s",
@@ -462,6 +464,21 @@ class CdcPipelineHook(BaseHook):
         changed = {table.name: table.expected_rows for table in reader.tables()}
         epoch = reader.manifest().get("epoch")
         return changed, epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
+
+    def _delta_watermarks(
+        self, locations: WindowLocations, pipeline: str, window: Window, tables: Sequence[str]
+    ) -> dict[str, datetime | None]:
+        """Per table, the Delta apply watermark after this window: the window end, except for a table
+        with windows pending (deferred apply), whose watermark is the end of the last window folded into
+        it (``None``: none yet), as BigQuery's ``upsert_stream_apply_watermark`` lags its appends."""
+        if not locations.lake_root or not tables:
+            return dict.fromkeys(tables, window.end)
+        target = open_target(DELTA_TARGET, str(locations.lake_root), self.storage_options())
+        marks: dict[str, datetime | None] = {}
+        for table in tables:
+            deferred = bool(target.pending_windows(table, pipeline))
+            marks[table] = target.apply_watermark(table, pipeline) if deferred else window.end
+        return marks
 
     def _window_results(
         self, locations: WindowLocations, pipeline: str, window: Window, changed: Mapping[str, int | None]

@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 import pyarrow.fs as pafs
 
 from airflow_provider_cdc.core.contract.locations import MANIFEST_NAME
-from airflow_provider_cdc.filesystems import join, resolve
+from airflow_provider_cdc.filesystems import is_local, join, resolve
 from airflow_provider_cdc.merge.plan import MergeJobError
 
 #: Files copied at once between the driver's disk and a remote filesystem.
@@ -74,6 +74,66 @@ class HadoopFiles:
             fs.delete(path, False)
         if not fs.rename(temporary, path):
             raise MergeJobError(f"could not rename {uri}.tmp to {uri}")
+
+
+class ArrowFiles:
+    """The same small file operations as :class:`HadoopFiles`, from the driver's side with pyarrow
+    filesystems (:func:`airflow_provider_cdc.filesystems.resolve`): for a Spark Connect client,
+    which has no JVM of its own. The server reads and writes the same URIs with its filesystems.
+
+    :param storage_options: credentials for object stores (None: Application Default Credentials).
+    :param shares_disk: whether the server runs on this machine, so that a location it has no
+        filesystem for can go through the driver's disk (local paths only count as supported then).
+    """
+
+    def __init__(
+        self, storage_options: Mapping[str, str] | None = None, *, shares_disk: bool = False
+    ) -> None:
+        self._options = storage_options
+        self._shares_disk = shares_disk
+
+    def supports(self, uri: str) -> bool:
+        """Whether the server reaches ``uri`` itself: local paths always; other schemes when the
+        server is elsewhere (a cluster has its filesystem connectors), else through this disk."""
+        return is_local(uri) or not self._shares_disk
+
+    def exists(self, uri: str) -> bool:
+        filesystem, path = resolve(uri, self._options)
+        if filesystem.get_file_info(path).type != pafs.FileType.NotFound:
+            return True
+        # object stores have no folders: a prefix with an object under it exists
+        selector = pafs.FileSelector(path, recursive=False, allow_not_found=True)
+        return bool(filesystem.get_file_info(selector))
+
+    def delete(self, uri: str) -> None:
+        """Delete ``uri`` (recursively); nothing happens when it does not exist."""
+        filesystem, path = resolve(uri, self._options)
+        kind = filesystem.get_file_info(path).type
+        if kind == pafs.FileType.File:
+            filesystem.delete_file(path)
+        else:
+            filesystem.delete_dir_contents(path, accept_root_dir=not path, missing_dir_ok=True)
+            if path and filesystem.get_file_info(path).type == pafs.FileType.Directory:
+                filesystem.delete_dir(path)
+
+    def make_dirs(self, uri: str) -> None:
+        filesystem, path = resolve(uri, self._options)
+        if path:
+            filesystem.create_dir(path, recursive=True)
+
+    def write_bytes(self, uri: str, data: bytes) -> None:
+        """Write whole: local files via a temporary name and a rename, objects in one upload."""
+        folder, name = uri.rstrip("/").rsplit("/", 1)
+        filesystem, path = resolve(folder, self._options)
+        target = join(path, name)
+        if is_local(uri):
+            temporary = target + ".tmp"
+            with filesystem.open_output_stream(temporary) as stream:
+                stream.write(data)
+            filesystem.move(temporary, target)
+            return
+        with filesystem.open_output_stream(target) as stream:
+            stream.write(data)
 
 
 def _relative(path: str, root: str) -> str:

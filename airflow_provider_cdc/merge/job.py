@@ -59,6 +59,9 @@ from airflow_provider_cdc.merge.plan import MergeJobError, log, merge_staging
 
 #: Change-set tables written at once by a task (one open Parquet writer each).
 CONCURRENT_TABLE_WRITERS = 16
+SUCCESS_MARKER_SETTING = "mapreduce.fileoutputcommitter.marksuccessfuljobs"
+#: ``merge_window``'s default storage options: those of ``CDC_STORAGE_OPTIONS`` in the environment.
+FROM_ENVIRONMENT = object()
 
 
 @dataclass(frozen=True)
@@ -217,9 +220,19 @@ def _storage_options() -> dict[str, str] | None:
         raise MergeJobError(str(error)) from None
 
 
-def merge_window(spark: Any, args: MergeArguments) -> dict[str, Any]:
-    """Merge the window described by ``args`` and write its change set and manifest."""
-    files = HadoopFiles(spark)
+def merge_window(
+    spark: Any, args: MergeArguments, files: Any = None,
+    storage_options: Any = FROM_ENVIRONMENT,
+) -> dict[str, Any]:
+    """Merge the window described by ``args`` and write its change set and manifest.
+
+    :param files: the small file operations around Spark's reads and writes (default
+        :class:`HadoopFiles` of ``spark``; a Spark Connect client passes :class:`ArrowFiles`).
+    :param storage_options: credentials for copies through the driver (default: from
+        ``CDC_STORAGE_OPTIONS`` in the environment).
+    """
+    files = HadoopFiles(spark) if files is None else files
+    options = _storage_options() if storage_options is FROM_ENVIRONMENT else storage_options
     window_id = args.window.window_id
     if window_id not in (args.staging.rsplit("/", 1)[-1], args.changeset.rsplit("/", 1)[-1]):
         log(f"warning: neither --staging nor --changeset ends with the window id {window_id}")
@@ -230,7 +243,7 @@ def merge_window(spark: Any, args: MergeArguments) -> dict[str, Any]:
     inputs = None
     if args.staged_units is not None:
         try:
-            checked = check_staged_units(args.staging, args.window, args.staged_units, _storage_options())
+            checked = check_staged_units(args.staging, args.window, args.staged_units, options)
         except StagedInputError as error:
             raise MergeJobError(str(error)) from None
         inputs = [path for unit in checked for path in unit.files]
@@ -242,13 +255,13 @@ def merge_window(spark: Any, args: MergeArguments) -> dict[str, Any]:
                                  basis=args.window_basis)
         files.write_bytes(f"{args.changeset}/{args.manifest_name}", manifest_bytes(manifest))
     else:
-        master = spark.sparkContext.master
+        master = str(spark.conf.get("spark.master", "") or "")
         if not master.startswith("local"):
             raise MergeJobError(
                 f"Spark has no filesystem for {args.staging} or {args.changeset} and master {master} is "
                 "not local: add the filesystem connector (for gs:// the GCS connector jar) to the job"
             )
-        storage_options = _storage_options()
+        storage_options = options
         workdir = tempfile.mkdtemp(prefix="cdc-merge-")
         try:
             local_staging = os.path.join(workdir, "staging")
@@ -282,14 +295,20 @@ def _spark_session(master: str | None) -> Any:
     if not SparkConf().contains("spark.master"):
         builder = builder.master(master or "local[*]")
     spark = builder.getOrCreate()
+    spark.sparkContext._jsc.hadoopConfiguration().set(SUCCESS_MARKER_SETTING, "false")
+    return configure_session(spark)
+
+
+def configure_session(spark: Any) -> Any:
+    """The session settings the job relies on (UTC, microsecond timestamps, one open writer per
+    table, no ``_SUCCESS`` files); a classic session and a Spark Connect one alike."""
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     spark.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     if spark.conf.get("spark.sql.maxConcurrentOutputFileWriters", "0") == "0":
         # One open writer per table instead of sorting every task's output by table.
         spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", str(CONCURRENT_TABLE_WRITERS))
-    spark.sparkContext._jsc.hadoopConfiguration().set(
-        "mapreduce.fileoutputcommitter.marksuccessfuljobs", "false"
-    )
+    # a session setting reaches the Hadoop configuration of the session's writes
+    spark.conf.set(SUCCESS_MARKER_SETTING, "false")
     return spark
 
 

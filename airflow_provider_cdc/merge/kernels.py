@@ -2,33 +2,43 @@
 
 :func:`collapse_sorted_batches` receives a window's staged changes sorted by :data:`SORT_COLUMNS`
 and yields one row per (table, key), exactly as :func:`airflow_provider_cdc.core.collapse.collapse_key`
-collapses them. Keys with one change are handled with Arrow kernels; longer chains go through
-:func:`~airflow_provider_cdc.core.collapse.collapse_chain`.
+collapses them: each key's last segment is found with array operations, and Python only decodes
+the after images the result is made of (to check them, list their columns and merge several).
 
-Imports only pyarrow and the domain (with its window contract), so it runs and is tested without
+Imports only pyarrow, NumPy and the domain (with its window contract), so it runs and is tested without
 Spark; the merge job ships it to the executors with the domain package.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from airflow_provider_cdc.core.collapse import EMPTY_IMAGE, CollapseError, collapse_chain
+from airflow_provider_cdc.core.collapse import (
+    _DECODER,
+    EMPTY_IMAGE,
+    CollapseError,
+    _loads_object,
+    dumps_image,
+)
 from airflow_provider_cdc.core.contract.change_set import (
     CHANGE_SEQUENCE_NUMBER,
     CHANGE_TYPE,
     COMMIT_TIMESTAMP,
     FULL_IMAGE,
     KEYS_JSON,
+    PRESENT_COLUMNS,
     UPSERT,
     VALUES_JSON,
     change_set_schema,
 )
 from airflow_provider_cdc.core.contract.locations import TABLE_DIR_PREFIX
-from airflow_provider_cdc.core.contract.staged_rows import DEDUPLICATION_KEY, DELETE, OPERATIONS, UPDATE
+from airflow_provider_cdc.core.contract.staged_rows import DEDUPLICATION_KEY, DELETE, INSERT, OPERATIONS
 
 #: The column Spark partitions the change set by: it writes the ``table={name}/`` folders.
 TABLE_PARTITION_COLUMN = TABLE_DIR_PREFIX.removesuffix("=")
@@ -50,10 +60,9 @@ COLLAPSE_INPUT_COLUMNS = (
     "commit_timestamp",
 )
 
-#: Change-set columns the collapse computes; ``_present_columns`` and the table's
-#: ``_column_types_json`` are added in Spark afterwards.
+#: Change-set columns the collapse computes; the table's ``_column_types_json`` is added in Spark.
 COLLAPSED_COLUMNS = (
-    KEYS_JSON, VALUES_JSON, FULL_IMAGE, CHANGE_TYPE, CHANGE_SEQUENCE_NUMBER, COMMIT_TIMESTAMP
+    KEYS_JSON, VALUES_JSON, PRESENT_COLUMNS, FULL_IMAGE, CHANGE_TYPE, CHANGE_SEQUENCE_NUMBER, COMMIT_TIMESTAMP
 )
 #: What the collapse yields: the table partition column, then :data:`COLLAPSED_COLUMNS` typed as
 #: the change set declares them.
@@ -64,6 +73,31 @@ COLLAPSED_ARROW_SCHEMA = pa.schema(
     ]
 )
 _TIMESTAMP = COLLAPSED_ARROW_SCHEMA.field(COMMIT_TIMESTAMP).type
+
+
+def _image_encoder() -> Callable[[dict[str, Any]], str]:
+    """:func:`~airflow_provider_cdc.core.collapse.dumps_image`, with ``json``'s C encoder built once
+    instead of per call where this Python has it with the arguments ``JSONEncoder`` passes (the
+    result is checked against ``dumps_image``; otherwise ``dumps_image`` itself)."""
+    try:
+        from json import encoder
+
+        chunks = encoder.c_make_encoder(  # type: ignore[attr-defined]
+            None, json.JSONEncoder().default, encoder.encode_basestring, None, ":", ",", True, False, False
+        )
+
+        def encode(image: dict[str, Any]) -> str:
+            return "".join(chunks(image, 0))
+
+        sample = {"b": [1, -0.0, 2.5e-7, None, True, {"y": 'é"\\\n\u2028', "x": 1e16}], "a": 10**20}
+        if encode(sample) == dumps_image(sample):
+            return encode
+    except Exception:  # no C encoder, or other arguments: the encoder JSONEncoder builds per call
+        pass
+    return dumps_image
+
+
+_encode_image = _image_encoder()
 
 
 def _differs_from_previous(rows: pa.Table, columns: Sequence[str]) -> pa.Array:
@@ -96,63 +130,78 @@ def _check_changes(rows: pa.Table) -> None:
         )
 
 
-def _collapse_singletons(rows: pa.Table) -> pa.Table:
-    """Rows of keys with exactly one change: same result as ``collapse_key``, with Arrow kernels."""
-    operation = rows.column("operation")
-    is_delete = pc.equal(operation, DELETE)
-    return pa.table(
-        [
-            rows.column("table_name"),
-            rows.column("keys_json"),
-            pc.if_else(is_delete, pa.scalar(EMPTY_IMAGE), rows.column("after_json")),
-            pc.not_equal(operation, UPDATE),
-            pc.if_else(is_delete, pa.scalar(DELETE), pa.scalar(UPSERT)),
-            rows.column("change_sequence_number"),
-            rows.column("commit_timestamp").cast(_TIMESTAMP),
-        ],
-        schema=COLLAPSED_ARROW_SCHEMA,
+def _not_an_object(rows: pa.Table, row: int) -> CollapseError:
+    """The error for a key's only change whose after image is not a JSON object."""
+    text = rows.column("after_json")[row].as_py()
+    return CollapseError(
+        f"{VALUES_JSON} of table {rows.column('table_name')[row].as_py()}, key "
+        f"{rows.column('keys_json')[row].as_py()} is not a JSON object: {'null' if text is None else text}"
     )
 
 
-def _collapse_chains(rows: pa.Table, starts: pa.Array) -> pa.Table:
-    """Rows of keys with several changes (contiguous, ordered, repeats dropped): folded by
-    ``collapse_chain``."""
-    operations = rows.column("operation").to_pylist()
-    after_images = rows.column("after_json").to_pylist()
-    bounds = pc.indices_nonzero(starts).to_pylist() + [rows.num_rows]
-    newest: list[int] = []
-    change_types: list[str] = []
-    images: list[str] = []
-    full_images: list[bool] = []
-    for begin, end in zip(bounds[:-1], bounds[1:], strict=True):
+def _image_columns(
+    rows: pa.Table, begins: list[int], ends: list[int], firsts: list[int]
+) -> tuple[list[str], list[str], list[int]]:
+    """Each key's image (``_values_json``) and its sorted column names: the after images of its
+    last segment (rows ``begins[i]..ends[i]``; none where ``begins[i] > ends[i]``, a DELETE),
+    one passed through as it was staged, several merged column-wise (``collapse_chain``).
+
+    Images are decoded as ``collapse_chain`` decodes them; the decoder's scanner is called
+    directly, and a text it does not take whole as an object goes through ``collapse_chain``'s
+    own check, which accepts it (surrounding whitespace) or raises its error.
+    """
+    texts = rows.column("after_json").to_pylist()
+    scan = _DECODER.scan_once
+    values: list[str] = []
+    names: list[str] = []
+    offsets = [0]
+
+    def image_at(position: int, first: int) -> dict:
+        text = texts[position]
         try:
-            change_type, image, full_image = collapse_chain(operations[begin:end], after_images[begin:end])
+            image, end = scan(text, 0)
+            if end == len(text) and type(image) is dict:
+                return image
+        except (TypeError, ValueError, StopIteration):
+            pass
+        try:
+            return _loads_object(text, position - first)
         except CollapseError as error:
-            raise CollapseError(
-                f"table {rows.column('table_name')[begin].as_py()!r}, key "
-                f"{rows.column('keys_json')[begin].as_py()}: {error}"
-            ) from None
-        newest.append(end - 1)
-        change_types.append(change_type)
-        images.append(image)
-        full_images.append(full_image)
-    last = rows.take(pa.array(newest, pa.int64()))
-    return pa.table(
-        [
-            last.column("table_name"),
-            last.column("keys_json"),
-            pa.array(images, pa.string()),
-            pa.array(full_images, pa.bool_()),
-            pa.array(change_types, pa.string()),
-            last.column("change_sequence_number"),
-            last.column("commit_timestamp").cast(_TIMESTAMP),
-        ],
-        schema=COLLAPSED_ARROW_SCHEMA,
-    )
+            if position == first and (position + 1 == len(texts) or position + 1 in starts):
+                raise _not_an_object(rows, position) from None
+            raise _named(rows, first, error) from None
+
+    starts = set(firsts)
+    for begin, end, first in zip(begins, ends, firsts, strict=True):
+        if begin > end:
+            values.append(EMPTY_IMAGE)
+        elif begin == end:
+            image = image_at(end, first)
+            values.append(texts[end])
+            names.extend(sorted(image))
+        else:
+            image = {}
+            for position in range(begin, end + 1):
+                image.update(image_at(position, first))
+            values.append(_encode_image(image))
+            names.extend(sorted(image))
+        offsets.append(len(names))
+    return values, names, offsets
+
+
+def _named(rows: pa.Table, row: int, error: CollapseError) -> CollapseError:
+    """``error`` of the chain of the key at ``row``, naming its table and key."""
+    table, key = rows.column("table_name")[row].as_py(), rows.column("keys_json")[row].as_py()
+    return CollapseError(f"table {table!r}, key {key}: {error}")
 
 
 def _collapse_complete_groups(rows: pa.Table) -> Iterator[pa.RecordBatch]:
-    """Collapse sorted rows holding every change of each of their keys."""
+    """Collapse sorted rows holding every change of each of their keys.
+
+    Where each key's last segment begins (as in ``collapse_chain``: at an INSERT, or at an UPDATE
+    that opens the key or follows a DELETE) is found with array operations; Python only decodes
+    the after images of those segments.
+    """
     if rows.num_rows == 0:
         return
     _check_changes(rows)
@@ -160,14 +209,36 @@ def _collapse_complete_groups(rows: pa.Table) -> Iterator[pa.RecordBatch]:
     first_of_change = _differs_from_previous(rows, DEDUPLICATION_KEY)
     if not pc.all(first_of_change).as_py():
         rows = rows.filter(first_of_change)
-    starts = _differs_from_previous(rows, KEY_COLUMNS)
-    single = pc.and_(starts, pa.concat_arrays([starts[1:], pa.array([True])]))
-    singles = rows.filter(single)
-    if singles.num_rows:
-        yield from _collapse_singletons(singles).to_batches()
-    if singles.num_rows < rows.num_rows:
-        chained = pc.invert(single)
-        yield from _collapse_chains(rows.filter(chained), starts.filter(chained)).to_batches()
+    count = rows.num_rows
+    key_start = _differs_from_previous(rows, KEY_COLUMNS).to_numpy(zero_copy_only=False)
+    operation = rows.column("operation")
+    is_delete = pc.equal(operation, DELETE).to_numpy(zero_copy_only=False)
+    is_insert = pc.equal(operation, INSERT).to_numpy(zero_copy_only=False)
+    after_delete = np.zeros(count, dtype=bool)
+    after_delete[1:] = is_delete[:-1]
+    opens_segment = is_insert | (~is_delete & (key_start | after_delete))
+    segment_begin = np.maximum.accumulate(np.where(opens_segment, np.arange(count), -1))
+    newest = np.flatnonzero(np.append(key_start[1:], True))  # each key's last change
+    deleted = is_delete[newest]
+    begin = np.where(deleted, newest + 1, segment_begin[newest])
+    values, names, offsets = _image_columns(
+        rows, begin.tolist(), newest.tolist(), np.flatnonzero(key_start).tolist()
+    )
+    last = rows.take(pa.array(newest))
+    upsert_full = is_insert[np.minimum(begin, count - 1)]
+    yield from pa.table(
+        [
+            last.column("table_name"),
+            last.column("keys_json"),
+            pa.array(values, pa.string()),
+            pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), pa.array(names, pa.string())),
+            pa.array(deleted | upsert_full),
+            pa.array(np.where(deleted, DELETE, UPSERT).astype(object), pa.string()),
+            last.column("change_sequence_number"),
+            last.column("commit_timestamp").cast(_TIMESTAMP),
+        ],
+        schema=COLLAPSED_ARROW_SCHEMA,
+    ).to_batches()
 
 
 def collapse_sorted_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -1,16 +1,19 @@
 """The merge job's Spark plan: one window's staging in, its change set and manifest out.
 
 Spark jobs: per-table counts and newest column types (one hash aggregation), transaction
-completeness (one shuffle by transaction), then the collapse: one shuffle by key hash into
-partitions of a bounded number of changes, sorted within them and streamed as Arrow batches through
-:func:`~airflow_provider_cdc.merge.kernels.collapse_sorted_batches`, whose write also counts
-the rows per table. Nothing is written before every check has passed. PySpark is imported where it
-is used, so the module imports without it.
+completeness (one shuffle of hashes by transaction; of the ids themselves only when some
+transaction looks incomplete), then the collapse: one shuffle by key hash into partitions of a
+bounded number of changes, sorted within them and streamed as Arrow batches through
+:func:`~airflow_provider_cdc.merge.kernels.collapse_sorted_batches` (which also lists each image's
+columns), whose write also counts the rows per table. Nothing is written before every check has
+passed. PySpark is imported where it is used, so the module imports without it.
 """
 
 from __future__ import annotations
 
+import os
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -19,12 +22,7 @@ import pyarrow as pa
 
 from airflow_provider_cdc.core.contract.change_set import (
     CHANGE_SET_COLUMNS,
-    CHANGE_TYPE,
     COLUMN_TYPES_JSON,
-    DELETE,
-    KEYS_JSON,
-    PRESENT_COLUMNS,
-    VALUES_JSON,
     manifest,
 )
 from airflow_provider_cdc.core.contract.locations import MANIFEST_NAME, claim_folder
@@ -61,7 +59,12 @@ REQUIRED_COLUMNS = (
 _TRANSACTION_COLUMNS = frozenset({"transaction_id", "transaction_record"})
 _RECORD_COUNT = "transaction_record_count"
 
-_SPARK_TYPES = {pa.string(): "STRING", pa.bool_(): "BOOLEAN", pa.timestamp("us", tz="UTC"): "TIMESTAMP"}
+_SPARK_TYPES = {
+    pa.string(): "STRING",
+    pa.list_(pa.string()): "ARRAY<STRING>",
+    pa.bool_(): "BOOLEAN",
+    pa.timestamp("us", tz="UTC"): "TIMESTAMP",
+}
 #: :data:`~airflow_provider_cdc.merge.kernels.COLLAPSED_ARROW_SCHEMA` as Spark DDL.
 COLLAPSED_SCHEMA_DDL = ", ".join(f"{f.name} {_SPARK_TYPES[f.type]}" for f in COLLAPSED_ARROW_SCHEMA)
 
@@ -241,47 +244,88 @@ def _check_tables(tables: list[TableStats]) -> None:
             )
 
 
-def _check_transactions(staged: Any, window: Window, basis: str) -> tuple[int, int]:
-    """Fail naming incomplete transactions; return (transactions, records) inside the window.
+def _transactions(
+    staged: Any, window: Window, basis: str, identity: Sequence[Any], record: Any, partitions: int
+) -> Any:
+    """Per transaction (``identity``, columns) committed in the window whose source counted its
+    records: its distinct ``record`` values and the least and most record count it states.
 
-    A transaction is complete when the distinct ``transaction_record`` values staged for it (over
-    all units and tables) number its ``transaction_record_count``. Only changes whose source
-    counted their transaction's records are checked (and counted). One shuffle by transaction,
-    then records and transactions are counted with hash aggregations (no sets of records).
+    One shuffle by transaction into ``partitions``; records, then transactions, are counted with
+    hash aggregations.
     """
     from pyspark.sql import functions as F
 
-    expected = _RECORD_COUNT
+    keys = [column.alias(f"_transaction_{number}") for number, column in enumerate(identity)]
+    names = [f"_transaction_{number}" for number in range(len(keys))]
     records = (
-        staged.filter(_in_window(window, basis) & F.col(expected).isNotNull())
-        .select("transaction_id", "transaction_record", expected)
-        .repartition("transaction_id")
-        .groupBy("transaction_id", "transaction_record")
-        .agg(F.min(expected).alias("expected_min"), F.max(expected).alias("expected_max"))
+        staged.filter(_in_window(window, basis) & F.col(_RECORD_COUNT).isNotNull())
+        .select(*keys, record.alias("_record"), _RECORD_COUNT)
+        .repartition(partitions, names[0])
+        .groupBy(*names, "_record")
+        .agg(F.min(_RECORD_COUNT).alias("expected_min"), F.max(_RECORD_COUNT).alias("expected_max"))
     )
-    transactions = records.groupBy("transaction_id").agg(
+    return records.groupBy(*names).agg(
         F.count(F.lit(1)).alias("records"),
         F.min("expected_min").alias("expected_min"),
         F.max("expected_max").alias("expected_max"),
     )
-    incomplete = (F.col("records") != F.col("expected_max")) | (
-        F.col("expected_min") != F.col("expected_max")
-    )
-    summary = transactions.agg(
+
+
+def _incomplete() -> Any:
+    """True for a transaction of :func:`_transactions` whose records do not number its count."""
+    from pyspark.sql import functions as F
+
+    return (F.col("records") != F.col("expected_max")) | (F.col("expected_min") != F.col("expected_max"))
+
+
+def _transaction_summary(transactions: Any) -> Any:
+    """The row of totals of :func:`_transactions`: transactions, records, incomplete transactions."""
+    from pyspark.sql import functions as F
+
+    return transactions.agg(
         F.count(F.lit(1)).alias("transactions"),
         F.coalesce(F.sum("records"), F.lit(0)).alias("records"),
-        F.count_if(incomplete).alias("incomplete"),
+        F.count_if(_incomplete()).alias("incomplete"),
     ).first()
+
+
+def _check_transactions(staged: Any, window: Window, basis: str, partitions: int) -> tuple[int, int]:
+    """Fail naming incomplete transactions; return (transactions, records) inside the window.
+
+    A transaction is complete when the distinct ``transaction_record`` values staged for it (over
+    all units and tables) number its ``transaction_record_count``. Only changes whose source
+    counted their transaction's records are checked (and counted).
+
+    Transactions and records are first told apart by hashes (two 64-bit hashes of the
+    transaction id, one of the record), which shuffle and aggregate faster than the text. Records
+    whose hashes collide count once, so a collision makes a complete transaction look incomplete,
+    not the reverse (save for odds of about 2**-64 per pair of a transaction's records, or 2**-128
+    per pair of transactions); only when some transaction looks incomplete is the check repeated
+    with the ids themselves, to name them (or to clear the collision).
+    """
+    from pyspark.sql import functions as F
+
+    transaction = F.col("transaction_id")
+    hashed = _transactions(
+        staged, window, basis, [F.xxhash64(transaction), F.xxhash64(F.lit(1), transaction)],
+        F.xxhash64("transaction_record"), partitions,
+    )
+    summary = _transaction_summary(hashed)
+    if not summary["incomplete"]:
+        return int(summary["transactions"]), int(summary["records"])
+    transactions = _transactions(
+        staged, window, basis, [transaction], F.col("transaction_record"), partitions
+    )
+    summary = _transaction_summary(transactions)
     if summary["incomplete"]:
         shown = (
-            transactions.filter(incomplete)
-            .orderBy("transaction_id")
+            transactions.filter(_incomplete())
+            .orderBy("_transaction_0")
             .limit(INCOMPLETE_TRANSACTIONS_SHOWN)
             .collect()
         )
         listed = ", ".join(
-            f"{row['transaction_id']} ({row['records']} of {row['expected_max']} records)"
-            for row in shown
+            f"{row['_transaction_0']} ({row['records']} of {row['expected_max']} records)" for row in shown
         )
         more = summary["incomplete"] - len(shown)
         raise IncompleteTransactionError(
@@ -292,10 +336,30 @@ def _check_transactions(staged: Any, window: Window, basis: str) -> tuple[int, i
     return int(summary["transactions"]), int(summary["records"])
 
 
+def default_parallelism(spark: Any) -> int:
+    """The session's default parallelism, for a classic session and a Spark Connect one alike
+    (which has no ``sparkContext``): the setting when made, else the cores of a local master."""
+    context = getattr(spark, "_sc", None)
+    if context is not None:
+        return int(context.defaultParallelism)
+    configured = spark.conf.get("spark.default.parallelism", None)
+    if configured:
+        return int(configured)
+    master = str(spark.conf.get("spark.master", "") or "")
+    cores = master[len("local["):-1] if master.startswith("local[") and master.endswith("]") else ""
+    if cores.split(",")[0].isdigit():
+        return int(cores.split(",")[0])
+    return os.cpu_count() or 1
+
+
 def collapse_partitions(changes: int, parallelism: int) -> int:
-    """Shuffle partitions for the collapse: one per ``CHANGES_PER_COLLAPSE_TASK`` changes, and at
-    least one per core (not Spark's fixed default, which is far too many for a small window)."""
-    return max(1, parallelism, -(-changes // CHANGES_PER_COLLAPSE_TASK))
+    """Shuffle partitions for the collapse (and the transaction check): at most
+    ``CHANGES_PER_COLLAPSE_TASK`` changes each, as few as that allows in whole waves of one task
+    per core (not Spark's fixed default, far too many for a small window; and not a last wave
+    that leaves cores idle)."""
+    cores = max(1, parallelism)
+    tasks = max(1, -(-changes // CHANGES_PER_COLLAPSE_TASK))
+    return cores * -(-tasks // cores)
 
 
 def _collapse(
@@ -313,23 +377,7 @@ def _collapse(
         .sortWithinPartitions("_key_hash", *SORT_COLUMNS)
         .drop("_key_hash")
     )
-    collapsed = ordered.mapInArrow(collapse_sorted_batches, COLLAPSED_SCHEMA_DDL).withColumn(
-        "_image_columns", F.sort_array(F.json_object_keys(VALUES_JSON))
-    )
-    present = (
-        F.when(F.col(CHANGE_TYPE) == DELETE, F.array().cast("array<string>"))
-        .when(
-            F.col("_image_columns").isNull(),
-            F.raise_error(
-                F.concat(
-                    F.lit(f"{VALUES_JSON} of table "), F.col(TABLE_PARTITION_COLUMN), F.lit(", key "),
-                    F.col(KEYS_JSON), F.lit(" is not a JSON object: "),
-                    F.coalesce(F.col(VALUES_JSON), F.lit("null")),
-                )
-            ).cast("array<string>"),
-        )
-        .otherwise(F.col("_image_columns"))
-    )
+    collapsed = ordered.mapInArrow(collapse_sorted_batches, COLLAPSED_SCHEMA_DDL)
     # A literal map, not a joined DataFrame: building one from Python rows would start Python
     # workers for a handful of values. Every table with changes has its types (checked before).
     table_types = (
@@ -337,10 +385,7 @@ def _collapse(
         if column_types
         else F.create_map().cast("map<string,string>")
     )
-    computed = {
-        PRESENT_COLUMNS: present,
-        COLUMN_TYPES_JSON: F.element_at(table_types, F.col(TABLE_PARTITION_COLUMN)),
-    }
+    computed = {COLUMN_TYPES_JSON: F.element_at(table_types, F.col(TABLE_PARTITION_COLUMN))}
     return collapsed.select(
         TABLE_PARTITION_COLUMN,
         *[computed.get(name, F.col(name)).alias(name) for name in CHANGE_SET_COLUMNS],
@@ -354,7 +399,8 @@ def _counted_by_table(collapsed: Any, tables: Sequence[str]) -> tuple[Any, Any]:
 
     if not tables:
         return collapsed, None
-    observation = Observation("change set rows")
+    # a name of its own: merges of other windows may run at once in a shared Spark Connect session
+    observation = Observation(f"change set rows {uuid.uuid4().hex}")
     index = _table_index(tables, TABLE_PARTITION_COLUMN)
     counts = [F.count_if(index == F.lit(number)).alias(f"rows_{number}") for number in range(len(tables))]
     return collapsed.observe(observation, *counts), observation
@@ -428,7 +474,8 @@ def merge_staging(
         f"{elapsed:.1f}s ({read_rows / elapsed:,.0f} rows/s); {dropped} outside the window"
     )
     _check_tables(stats)
-    transactions, records = _check_transactions(staged, window, basis)
+    partitions = collapse_partitions(read_rows - dropped, default_parallelism(spark))
+    transactions, records = _check_transactions(staged, window, basis, partitions)
     log(f"window {window}: {transactions} complete transaction(s) with {records} record(s)")
 
     files.delete(f"{changeset}/{MANIFEST_NAME}")
@@ -440,7 +487,6 @@ def merge_staging(
         for table in stats
         if table.window_rows
     }
-    partitions = collapse_partitions(read_rows - dropped, spark.sparkContext.defaultParallelism)
     collapsed = _collapse(staged, window, basis, column_types, partitions)
     collapsed, observation = _counted_by_table(collapsed, changed)
     collapsed.write.mode("overwrite").partitionBy(TABLE_PARTITION_COLUMN).parquet(changeset)

@@ -18,6 +18,8 @@ from airflow_provider_cdc._compat import AirflowNotFoundException, BaseHook
 from airflow_provider_cdc.hooks.storage import DEFAULT_GCP_CONN_ID
 
 LOCAL_MASTER = "local[*]"
+#: The Apache Spark provider's connection type for a Spark Connect server.
+CONNECT_CONNECTION_TYPE = "spark_connect"
 #: Spark settings for a local master that the operator's own ``conf`` has not set. A window's merge
 #: is a short job, so start-up dominates it: no web UI, and a driver JVM that compiles with C1 only
 #: and collects with the serial collector, which halves the CPU time of a cold job (the C2
@@ -41,7 +43,14 @@ def connection_master(conn_id: str) -> str | None:
     except AirflowNotFoundException:
         return None
     host = connection.host or ""
+    if connection.conn_type == CONNECT_CONNECTION_TYPE:
+        return host if host.startswith("sc://") else f"sc://{host}"
     return host if connection.conn_type == "spark" and host else f"{connection.conn_type}://{host}"
+
+
+def is_connect(master: str | None) -> bool:
+    """Whether a master from :func:`connection_master` is a Spark Connect server (``sc://``)."""
+    return bool(master) and str(master).startswith("sc://")
 
 
 @contextmanager

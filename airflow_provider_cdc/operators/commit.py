@@ -1,5 +1,5 @@
 """Operator that commits an applied window: window state, apply watermarks (Delta and BigQuery),
-staleness check."""
+staleness check, and an asset event per applied table."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow_provider_cdc._compat import AirflowFailException, BaseOperator
+from airflow_provider_cdc import assets
+from airflow_provider_cdc._compat import AirflowFailException, Asset, AssetAlias, BaseOperator
 from airflow_provider_cdc.core.timestamps import coerce_timestamp
+from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.pipeline import StaleEpochError
 from airflow_provider_cdc.operators.window_step import (
     WINDOW_STEP_FIELDS,
@@ -40,6 +42,16 @@ class CdcCommitWindowOperator(WindowStepMixin, BaseOperator):
     ``TableApplyResult``, as dicts) are recorded in the ledger under their target and table, and
     ``watermarks`` (target → the watermarks that target reported) like ``bigquery_watermarks``.
 
+    Data-aware scheduling: each :class:`AssetAlias` among the task's ``outlets`` (see
+    :func:`table_asset_outlets`) gets, on success, one asset event per table with an apply watermark:
+    the Delta tables as ``{lake_root}/{table}`` URIs (``file:///...``, ``gs://...``), the BigQuery
+    tables as ``bigquery://{project}/{dataset}/{table}`` when ``bigquery_dataset`` names their
+    dataset; the event's extra holds the window (``window_start``, ``window_end``, ``window_id``), the
+    ``target``, the ``table``, its apply ``watermark`` after the commit and the window's change
+    ``rows`` of it (see :mod:`airflow_provider_cdc.assets`). A window committed again (a retry, a
+    backfill) emits again: Airflow records outlet events only when the task succeeds, so a commit
+    whose task failed after the metastore write emits on its retry; consumers key on ``window_id``.
+
     :param locations: the pipeline's roots (templated), as for the merge and the upsert: the tables
         of the ``changeset_root`` change set's manifest get watermarks (as do all tables already
         applied by the pipeline); ``lake_root`` is checked to hold the window.
@@ -51,6 +63,8 @@ class CdcCommitWindowOperator(WindowStepMixin, BaseOperator):
         a list of lists from several tasks). Templated.
     :param watermarks: target name → that target's reported watermarks (as ``bigquery_watermarks``).
         Templated.
+    :param bigquery_dataset: ``project.dataset`` of the BigQuery tables (templated): names their
+        assets; without it only the Delta tables get asset events.
     :param gcp_conn_id: Google Cloud connection for ``gs://`` locations (default
         ``google_cloud_default``, only read for object-store locations); ``impersonation_chain`` as
         for the google provider.
@@ -69,6 +83,7 @@ class CdcCommitWindowOperator(WindowStepMixin, BaseOperator):
         "results",
         "watermarks",
         "staleness_reference",
+        "bigquery_dataset",
     )
     template_fields_renderers = {
         "locations": "json", "bigquery_watermarks": "json", "results": "json", "watermarks": "json"
@@ -84,6 +99,7 @@ class CdcCommitWindowOperator(WindowStepMixin, BaseOperator):
         watermarks: Any = None,
         max_staleness: timedelta | None = None,
         staleness_reference: Any = None,
+        bigquery_dataset: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -93,15 +109,22 @@ class CdcCommitWindowOperator(WindowStepMixin, BaseOperator):
         self.watermarks = watermarks
         self.max_staleness = max_staleness
         self.staleness_reference = staleness_reference
+        self.bigquery_dataset = bigquery_dataset
 
     def execute(self, context: Any) -> dict[str, Any]:
         pipeline = str(self.pipeline_of(context))
         window = self.window()
         locations = self.window_locations()
         now = coerce_timestamp(self.staleness_reference) if self.staleness_reference else None
+        aliases = [o for o in self.outlets or () if isinstance(o, AssetAlias)]
+        if aliases:  # a name no asset can have fails before anything is written
+            if locations.lake_root:
+                assets.lake_root_uri(str(locations.lake_root))
+            if self.bigquery_dataset:
+                assets.split_bigquery_dataset(str(self.bigquery_dataset))
         hook = self.pipeline_hook()
         try:
-            return hook.commit_window(
+            summary = hook.commit_window(
                 pipeline,
                 window,
                 locations,
@@ -116,6 +139,63 @@ class CdcCommitWindowOperator(WindowStepMixin, BaseOperator):
             )
         except StaleEpochError as exc:  # the window was opened again: a retry cannot change that
             raise AirflowFailException(str(exc)) from exc
+        if aliases:
+            self._emit_table_events(context, aliases, pipeline, window, summary)
+        return summary
+
+    def _emit_table_events(
+        self, context: Any, aliases: list[Any], pipeline: str, window: Window, summary: dict[str, Any]
+    ) -> None:
+        """One asset event per table with a watermark, through each of ``aliases``."""
+        outlet_events = context.get("outlet_events") if hasattr(context, "get") else None
+        if outlet_events is None:
+            self.log.warning("No outlet events in the task context: the tables' asset events are not emitted")
+            return
+        lake_root = self.window_locations().lake_root
+        events = assets.table_events(
+            summary,
+            window,
+            lake_root=str(lake_root) if lake_root else None,
+            bigquery_dataset=str(self.bigquery_dataset) if self.bigquery_dataset else None,
+            rows=self._table_rows(pipeline, window, summary),
+        )
+        for alias in aliases:
+            for uri, extra in events:
+                outlet_events[alias].add(Asset(uri=uri), extra=extra)
+        self.log.info(
+            "Asset events of window %s through %s: %s",
+            window,
+            ", ".join(a.name for a in aliases),
+            ", ".join(uri for uri, _ in events) or "none (no table has a watermark or a named location)",
+        )
+
+    def _table_rows(
+        self, pipeline: str, window: Window, summary: dict[str, Any]
+    ) -> dict[str, dict[str, int | None]]:
+        """Target → table → the window's change rows: the Delta tables' from the ledger (a table it
+        does not record for the window had none), the BigQuery tables' from the upsert's output."""
+        from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+        from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET, DELTA_TARGET
+
+        with CdcMetastoreHook(self.metastore_conn_id) as hook:  # type: ignore[arg-type]
+            records = hook.metastore.window_tables(
+                pipeline, target=DELTA_TARGET, window=(window.start, window.end)
+            )
+        recorded = {r.table: r.rows for r in records}
+        rows = {DELTA_TARGET: {t: recorded.get(t, 0) for t in summary.get("watermarks") or {}}}
+        output = self.bigquery_watermarks
+        tables = output.get("tables") if isinstance(output, dict) else None
+        if isinstance(tables, dict):
+            rows[BIGQUERY_TARGET] = {
+                t: e.get("rows") for t, e in tables.items() if isinstance(e, dict) and "rows" in e
+            }
+        return rows
+
+
+def table_asset_outlets(pipeline: str) -> list[Any]:
+    """The commit task's ``outlets`` for data-aware scheduling: the pipeline's asset alias
+    (``cdc:{pipeline}``), through which the commit emits an asset event per applied table."""
+    return [AssetAlias(name=assets.alias_name(pipeline))]
 
 
 def _flattened(results: Any) -> list[Any] | None:

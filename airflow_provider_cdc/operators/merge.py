@@ -18,19 +18,29 @@ from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.connection_fields import connection_arguments_of
 from airflow_provider_cdc.hooks.pipeline import MergeInput, StaleEpochError, pending_manifest_name
+from airflow_provider_cdc.hooks.storage import storage_options
 from airflow_provider_cdc.merge.input import units_json
-from airflow_provider_cdc.operators._spark import connection_master, job_credentials, spark_defaults
+from airflow_provider_cdc.operators._spark import (
+    SparkJobError,
+    connection_master,
+    is_connect,
+    job_credentials,
+    spark_defaults,
+)
 from airflow_provider_cdc.operators._window import locations_of, window_of
 from airflow_provider_cdc.operators.window_step import (
     WINDOW_STEP_FIELDS,
     LocatedWindowStepFields,
     WindowStepMixin,
 )
+from airflow_provider_cdc.spark_connect.jobs import SparkConnectJobError, run_merge
+from airflow_provider_cdc.spark_connect.session import connect_url, redacted
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 #: The ``spark-submit`` application this operator runs.
 MERGE_JOB_PATH = str(PACKAGE_DIR / "merge" / "job.py")
 DOMAIN_ZIP_NAME = "airflow_provider_cdc_domain.zip"
+_ZIP_ENTRY_TIME = (1980, 1, 1, 0, 0, 0)
 _ZIP_PACKAGE_INIT = '"""The domain layer of airflow-provider-cdc, shipped to Spark with --py-files."""\n'
 
 
@@ -53,9 +63,16 @@ def build_domain_zip(directory: str | os.PathLike[str]) -> str:
     """
     target = Path(directory) / DOMAIN_ZIP_NAME
     with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr("airflow_provider_cdc/__init__.py", _ZIP_PACKAGE_INIT)
-        for module in shipped_modules():
-            archive.write(module, f"airflow_provider_cdc/{module.relative_to(PACKAGE_DIR).as_posix()}")
+        # The same code gives the same bytes (no timestamps): a Spark Connect session is shared by
+        # the jobs whose zip is byte for byte the same.
+        entries = [("__init__.py", _ZIP_PACKAGE_INIT.encode())] + [
+            (module.relative_to(PACKAGE_DIR).as_posix(), module.read_bytes()) for module in shipped_modules()
+        ]
+        for name, content in entries:
+            entry = zipfile.ZipInfo(f"airflow_provider_cdc/{name}", date_time=_ZIP_ENTRY_TIME)
+            entry.compress_type = zipfile.ZIP_DEFLATED
+            entry.external_attr = 0o644 << 16
+            archive.writestr(entry, content)
     return str(target)
 
 
@@ -107,7 +124,10 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
         unless ``epoch`` is given, then the DAG id).
     :param epoch: the opening of the window this run merges (templated, e.g.
         ``epoch_template(open_task.task_id)``); default the window's current epoch.
-    :param conn_id: Spark connection (default ``spark_default``; missing means ``local[*]``).
+    :param conn_id: Spark connection (default ``spark_default``; missing means ``local[*]``). A
+        connection of type ``spark_connect`` runs the same job on that Spark Connect server (a warm
+        Spark: no JVM start per window), with this task as the job's driver; the domain zip and
+        ``py_files`` become the session's Python artifacts.
     :param kwargs: passed to ``SparkSubmitOperator`` (``conf``, ``driver_memory``, ``py_files``, ...).
     """
 
@@ -137,6 +157,7 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
         self.stream_key = stream_key
         self.window_basis = window_basis
         self.spark_conn_id = conn_id
+        self._connect_session: Any = None  # the Spark Connect session of a running merge
 
     def _window_and_folders(self) -> tuple[Window, str, str]:
         window = window_of(self.window_start, self.window_end)
@@ -217,6 +238,51 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
             )
         arguments = self.merge_arguments(merge_input=merge_input)
         master = connection_master(self.spark_conn_id)
+        if is_connect(master):
+            self._merge_on_connect(window, staging, changeset, arguments)
+        else:
+            self._submit(context, window, staging, changeset, arguments, master)
+        if merge_input is not None and merge_input.epoch is not None and pipeline is not None:
+            hook.publish_manifest(pipeline, window, merge_input.epoch, changeset)
+            self.log.info("Published the manifest of window %s, epoch %d", window, merge_input.epoch)
+
+    def _merge_on_connect(self, window: Window, staging: str, changeset: str, arguments: list[str]) -> None:
+        """Run the job's plan in a session on the Spark Connect server of ``conn_id``."""
+        url = connect_url(self.spark_conn_id)
+        if url is None:
+            raise ValueError(f"connection {self.spark_conn_id!r} is not a spark_connect connection")
+        fields = self.connection
+        conn_id = fields.storage_conn_id()
+        options = storage_options(conn_id, fields.impersonation_chain) if conn_id else None
+        self.log.info(
+            "Merging window %s from %s into %s on the Spark Connect server %s",
+            window, staging, changeset, redacted(url),
+        )
+        with tempfile.TemporaryDirectory(prefix="cdc-merge-") as workdir:
+            artifacts = [build_domain_zip(workdir), *filter(None, (self.py_files or "").split(","))]
+            try:
+                run_merge(url, arguments, artifacts=artifacts, storage_options=options, log=self.log,
+                          on_session=self._track_session)
+            except SparkConnectJobError as error:
+                raise SparkJobError(str(error)) from None
+
+    def _track_session(self, session: Any) -> None:
+        self._connect_session = session
+
+    def on_kill(self) -> None:
+        """Interrupt the job's operations on the Spark Connect server, or kill the ``spark-submit``."""
+        session = self._connect_session
+        if session is not None:
+            self.log.info("Interrupting the merge's operations on the Spark Connect server")
+            session.interruptAll()
+            return
+        super().on_kill()
+
+    def _submit(
+        self, context: Any, window: Window, staging: str, changeset: str, arguments: list[str],
+        master: str | None,
+    ) -> None:
+        """Run the job with ``spark-submit`` (the connection's master, or ``local[*]``)."""
         env = job_credentials(master, self.storage_environment(), self.gcp_conn_id, self.log)
         user_py_files = self.py_files
         with tempfile.TemporaryDirectory(prefix="cdc-merge-") as workdir:
@@ -235,6 +301,3 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
                     super().execute(context)
             finally:
                 self.py_files = user_py_files
-        if merge_input is not None and merge_input.epoch is not None and pipeline is not None:
-            hook.publish_manifest(pipeline, window, merge_input.epoch, changeset)
-            self.log.info("Published the manifest of window %s, epoch %d", window, merge_input.epoch)

@@ -223,7 +223,7 @@ def test_pipelines_have_separate_window_versions(target: DeltaLakeTarget) -> Non
     assert target.applied_window_version("Employees", "orders") == window_version(10)
 
 
-def test_new_columns_evolve_the_schema_in_the_window_commit(target: DeltaLakeTarget) -> None:
+def test_new_columns_are_added_in_a_commit_before_the_window_commit(target: DeltaLakeTarget) -> None:
     seed_003(target)
     evolved = EMPLOYEES + [
         {
@@ -241,7 +241,10 @@ def test_new_columns_evolve_the_schema_in_the_window_commit(target: DeltaLakeTar
     )
     assert result.added_columns == ("Tags",)
     dt = DeltaTable(target.table_uri("Employees"))
-    assert dt.version() == 1
+    assert dt.version() == 2 and result.table_version == 2
+    added, merged = sorted(dt.history(2), key=lambda entry: entry["version"])
+    assert added["operation"] == "ADD COLUMN" and "airflow-provider-cdc.windowVersion" not in added
+    assert merged["airflow-provider-cdc.windowVersion"] == str(window_version(20))
     # Only the new column is added: the merge source's helper columns never reach the table.
     assert pa.schema(dt.schema().to_arrow()).names == [*SOURCE_COLUMNS, *_OWN_COLUMNS, "Tags"]
     assert dt.transaction_version(APP_ID_PREFIX + "orders") == window_version(20)
@@ -273,6 +276,103 @@ def test_a_window_of_partial_updates_never_narrows_the_table(target: DeltaLakeTa
         # First seen through a partial UPDATE (it existed before the pipeline): the columns it carries.
         {"ID": 300, "Name": None, "Salary": 3},
     ]
+
+
+WITH_NOTE = [
+    *EMPLOYEES,
+    {"name": "Note", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 4},
+]
+WITH_BONUS = [
+    *WITH_NOTE,
+    {"name": "Bonus", "type": {"code": "INT64"}, "is_primary_key": False, "ordinal_position": 5},
+]
+EVOLVED_COLUMNS = [*SOURCE_COLUMNS, "Note"]
+
+
+def seed_with_sequence_5(target: DeltaLakeTarget) -> None:
+    apply(target, 10, [upsert(k, 5, Name=f"n{k}", Salary=k) for k in range(100, 107)])
+
+
+# The window adding Note: late changes (older than the stored rows), newer partial images with and
+# without the new column, a delete, a late delete and an insert.
+EVOLVING_WINDOW = [
+    upsert(100, 3, Name="late", Salary=0, Note="late full image"),
+    upsert(101, 4, present=["Note"], Note="late partial image"),
+    upsert(102, 6, present=["Name"], Name="p102"),
+    upsert(103, 6, present=["Note"], Note="n103"),
+    delete(104, 6),
+    delete(105, 2),
+    upsert(107, 6, Name="n107", Salary=107, Note="n107"),
+]
+AFTER_EVOLVING_WINDOW = [
+    {"ID": 100, "Name": "n100", "Salary": 100, "Note": None},
+    {"ID": 101, "Name": "n101", "Salary": 101, "Note": None},
+    {"ID": 102, "Name": "p102", "Salary": 102, "Note": None},
+    {"ID": 103, "Name": "n103", "Salary": 103, "Note": "n103"},
+    {"ID": 105, "Name": "n105", "Salary": 105, "Note": None},
+    {"ID": 106, "Name": "n106", "Salary": 106, "Note": None},
+    {"ID": 107, "Name": "n107", "Salary": 107, "Note": "n107"},
+]
+
+
+@pytest.mark.parametrize("path", ["materialised", "streamed", "tombstones"])
+def test_a_change_ignored_as_older_leaves_a_new_column_null(tmp_path: Path, path: str) -> None:
+    target = DeltaLakeTarget(
+        str(tmp_path / "lake"),
+        max_materialized_rows=0 if path == "streamed" else 1_000_000,
+        tombstone_horizon=timedelta(days=1) if path == "tombstones" else None,
+    )
+    seed_with_sequence_5(target)
+    result = apply(target, 20, EVOLVING_WINDOW, column_types=WITH_NOTE)
+    assert result.added_columns == ("Note",)
+    assert (result.rows_inserted, result.rows_updated, result.rows_deleted) == (1, 2, 1)
+    assert rows(target, columns=EVOLVED_COLUMNS) == AFTER_EVOLVING_WINDOW
+    # A new column that every image carries, the late one's included.
+    result = apply(
+        target,
+        30,
+        [upsert(102, 4, Name="late", Salary=0, Note="late", Bonus=1), upsert(108, 7, Name="n108", Bonus=8)],
+        column_types=WITH_BONUS,
+    )
+    assert result.added_columns == ("Bonus",) and (result.rows_inserted, result.rows_updated) == (1, 0)
+    assert rows(target, columns=["ID", "Name", "Bonus"])[2:] == [
+        {"ID": 102, "Name": "p102", "Bonus": None},
+        {"ID": 103, "Name": "n103", "Bonus": None},
+        {"ID": 105, "Name": "n105", "Bonus": None},
+        {"ID": 106, "Name": "n106", "Bonus": None},
+        {"ID": 107, "Name": "n107", "Bonus": None},
+        {"ID": 108, "Name": "n108", "Bonus": 8},
+    ]
+
+
+def test_a_crash_between_adding_columns_and_the_merge_is_healed_by_a_rerun(
+    target: DeltaLakeTarget, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seed_with_sequence_5(target)
+    before = rows(target)
+
+    def crash(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("killed before the MERGE")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(DeltaTable, "merge", crash)
+        with pytest.raises(RuntimeError, match="killed before the MERGE"):
+            apply(target, 20, EVOLVING_WINDOW, column_types=WITH_NOTE)
+    # The columns are added, NULL everywhere; the window is not recorded, so readers see the table
+    # of the previous window with one more column.
+    dt = DeltaTable(target.table_uri("Employees"))
+    assert dt.version() == 1 and "Note" in pa.schema(dt.schema().to_arrow()).names
+    assert rows(target) == before
+    assert {row["Note"] for row in target.read_table("Employees").to_pylist()} == {None}
+    assert target.applied_window_version("Employees", "orders") == window_version(10)
+    assert dt.transaction_version(APP_ID_PREFIX + "orders") == window_version(10)
+
+    result = apply(target, 20, EVOLVING_WINDOW, column_types=WITH_NOTE)
+    assert result.status == "applied" and result.added_columns == () and result.table_version == 2
+    assert rows(target, columns=EVOLVED_COLUMNS) == AFTER_EVOLVING_WINDOW
+    assert target.applied_window_version("Employees", "orders") == window_version(20)
+    assert apply(target, 20, EVOLVING_WINDOW, column_types=WITH_NOTE).status == "already_applied"
+    assert DeltaTable(target.table_uri("Employees")).version() == 2
 
 
 def test_incompatible_type_change_fails_naming_table_and_column(target: DeltaLakeTarget) -> None:

@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, format_timesta
 from airflow_provider_cdc.core.values import column_types_json, parse_column_types
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.merge import kernels as merge_kernels
+from airflow_provider_cdc.merge import plan as merge_plan
 from airflow_provider_cdc.staging import STAGED_CHANGE_SCHEMA
 from tests.support.staged_changes import spanner_staged_row
 
@@ -213,8 +215,8 @@ def test_arrow_batch_collapse_equals_the_reference(seed: int) -> None:
     for table, table_rows in expected.items():
         for row in table_rows:
             produced = by_key[(table, row["_keys_json"])]
-            for column in ("_values_json", "_full_image", "_CHANGE_TYPE", "_CHANGE_SEQUENCE_NUMBER",
-                           "_commit_timestamp"):
+            for column in ("_values_json", "_present_columns", "_full_image", "_CHANGE_TYPE",
+                           "_CHANGE_SEQUENCE_NUMBER", "_commit_timestamp"):
                 assert produced[column] == row[column], (table, row["_keys_json"], column)
 
 
@@ -280,6 +282,49 @@ def test_arrow_batch_collapse_names_bad_json_in_a_chain() -> None:
         run_batches(rows, random.Random(0))
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_arrow_batch_collapse_equals_the_reference_for_any_order_of_operations(seed: int) -> None:
+    # Not only valid histories: UPDATE after DELETE, INSERT over INSERT, images with nested values,
+    # repeated column names and other spellings of numbers (merged images are re-encoded).
+    rng = random.Random(seed)
+    images = ['{"A":1}', '{"B": [1, {"x": null}], "A": 2.50}', '{"A":"a","A":"b"}', '{"C":1E2}', "{}",
+              '{"\\u00e9":"\\"q\\""}']
+    rows = []
+    for number in range(200):
+        kind = rng.choice(["INSERT", "UPDATE", "UPDATE", "DELETE"])
+        values = "{}" if kind == "DELETE" else rng.choice(images)
+        rows.append(mod(START + timedelta(milliseconds=number), f"t{number}", "Events", kind,
+                        f"k{rng.randrange(25)}", values, types=EVENTS))
+    rows += [dict(row) for row in rng.sample(rows, 10)]
+    got = {row["_keys_json"]: row for row in run_batches(rows, rng)}
+    expected = collapse_window(rows)["Events"]
+    assert len(got) == len(expected)
+    for row in expected:
+        produced = got[row["_keys_json"]]
+        assert {column: produced[column] for column in row if column != "_column_types_json"} == {
+            column: value for column, value in row.items() if column != "_column_types_json"
+        }
+
+
+@pytest.mark.parametrize("values", ["[1, 2]", "{oops", '{"A": NaN}'])
+def test_arrow_batch_collapse_names_a_single_change_whose_image_is_not_an_object(values: str) -> None:
+    rows = [mod(START, "t1", "Accounts", "UPDATE", "k8", values),
+            mod(START, "t2", "Accounts", "INSERT", "k9", {"Name": "fine"})]
+    with pytest.raises(CollapseError) as raised:
+        run_batches(rows, random.Random(0))
+    key = '{"Id":"k8"}'
+    assert str(raised.value) == f"_values_json of table Accounts, key {key} is not a JSON object: {values}"
+
+
+def test_arrow_batch_collapse_names_the_bad_last_image_of_a_chain() -> None:
+    rows = [mod(START, "t1", "Accounts", "DELETE", "k1", {}),
+            mod(START + ONE_MICROSECOND, "t2", "Accounts", "UPDATE", "k1", "[1]")]
+    with pytest.raises(CollapseError) as raised:
+        run_batches(rows, random.Random(0))
+    problem = """table 'Accounts', key {"Id":"k1"}: change 2: after_json is not a JSON object: '[1]'"""
+    assert str(raised.value) == problem
+
+
 def test_kernels_import_without_spark() -> None:
     check = (
         "import sys; sys.modules['pyspark'] = None;"
@@ -307,6 +352,17 @@ def test_collapse_order_is_the_key_then_the_change_order() -> None:
     assert set(DEDUPLICATION_KEY) <= set(merge_kernels.SORT_COLUMNS)
     assert set(merge_kernels.SORT_COLUMNS) <= set(merge_kernels.COLLAPSE_INPUT_COLUMNS)
     assert set(merge_kernels.COLLAPSE_INPUT_COLUMNS) <= set(STAGED_CHANGE_SCHEMA.names)
+
+
+@pytest.mark.parametrize(
+    ("changes", "cores", "partitions"),
+    [(0, 2, 2), (150_000, 2, 2), (505_000, 2, 4), (2_020_000, 2, 12), (2_020_000, 8, 16), (10, 0, 1)],
+)
+def test_collapse_tasks_hold_a_bounded_number_of_changes_in_whole_waves(
+    changes: int, cores: int, partitions: int
+) -> None:
+    assert merge_plan.collapse_partitions(changes, cores) == partitions
+    assert changes / partitions <= merge_plan.CHANGES_PER_COLLAPSE_TASK
 
 
 # ------------------------------------------------------------------------------------------
@@ -577,9 +633,12 @@ def spark_submit() -> str:
     return str(Path(find_spark_home._find_spark_home()) / "bin" / "spark-submit")
 
 
-@pytest.fixture(scope="module")
-def operator_run(tmp_path_factory) -> dict[str, Any]:
-    """Scenario run through SparkMergeWindowOperator → real spark-submit (no Spark connection)."""
+@pytest.fixture(scope="module", params=["spark-submit", "spark-connect"])
+def operator_run(request, tmp_path_factory) -> dict[str, Any]:
+    """Scenario run through SparkMergeWindowOperator: a real spark-submit (no Spark connection), and
+    a Spark Connect server (a ``spark_connect`` connection; spark-submit must not run)."""
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
     from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
 
     root = tmp_path_factory.mktemp("operator_run")
@@ -593,6 +652,16 @@ def operator_run(tmp_path_factory) -> dict[str, Any]:
     with pytest.MonkeyPatch.context() as patch, captured_logs() as records:
         patch.delenv("AIRFLOW_CONN_CDC_MERGE_NO_SUCH_CONNECTION", raising=False)
         patch.delenv("PYSPARK_PYTHON", raising=False)
+        if request.param == "spark-connect":
+            port = request.getfixturevalue("spark_connect_server").port
+            patch.setenv("AIRFLOW_CONN_CDC_MERGE_NO_SUCH_CONNECTION", json.dumps(
+                {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": port}
+            ))
+
+            def no_spark_submit(*args: object, **kwargs: object) -> None:
+                raise AssertionError("a spark_connect connection must not run spark-submit")
+
+            patch.setattr(SparkSubmitOperator, "execute", no_spark_submit)
         SparkMergeWindowOperator(
             task_id="merge",
             conn_id="cdc_merge_no_such_connection",
@@ -603,7 +672,7 @@ def operator_run(tmp_path_factory) -> dict[str, Any]:
             window_end=format_timestamp(END),
             conf={"spark.ui.enabled": "false"},
         ).execute({})
-    return {"rows": rows, "changeset": stale, "log": "\n".join(records)}
+    return {"rows": rows, "changeset": stale, "log": "\n".join(records), "runner": request.param}
 
 
 @pytest.mark.spark
@@ -649,6 +718,12 @@ def test_operator_run_writes_a_manifest_with_the_counts(operator_run: dict) -> N
 
 @pytest.mark.spark
 def test_operator_ships_the_domain_package_with_py_files(operator_run: dict) -> None:
+    if operator_run["runner"] == "spark-connect":
+        # the driver is the task itself; the collapse kernels reach the executors as the
+        # session's Python artifact (the zip), and the job's progress lines reach the task log
+        assert "on the Spark Connect server sc://127.0.0.1:" in operator_run["log"]
+        assert re.search(r"\[merge_job [0-9:]+\] wrote .*_manifest\.json", operator_run["log"])
+        return
     assert "airflow_provider_cdc.core from " in operator_run["log"]
     location = operator_run["log"].split("airflow_provider_cdc.core from ")[1].splitlines()[0]
     assert "airflow_provider_cdc_domain.zip" in location
@@ -685,9 +760,40 @@ def gcs_emulator() -> tuple[Any, str] | None:
     return server, f"127.0.0.1:{port}"
 
 
-@pytest.fixture(scope="module")
-def harness_run(tmp_path_factory) -> dict[str, Any]:
-    """Several windows through merge_job.main() inside one real spark-submit."""
+def run_on_spark_connect(url: str, scenarios: dict[str, list[str]], workdir: Path) -> tuple[dict, str]:
+    """The scenarios' merges on a Spark Connect server, as the merge operator runs them: results in
+    the shape of :data:`HARNESS`'s, and the job's progress lines."""
+    from airflow_provider_cdc.operators.merge import build_domain_zip
+    from airflow_provider_cdc.spark_connect.jobs import SparkConnectJobError, run_merge
+
+    log = LineLog()
+    artifacts = [build_domain_zip(workdir)]
+    results: dict[str, dict[str, Any]] = {}
+    for name, argv in scenarios.items():
+        try:
+            run_merge(url, argv, artifacts=artifacts, storage_options=None, log=log)
+            results[name] = {"code": 0, "stderr": ""}
+        except SparkConnectJobError as error:
+            results[name] = {"code": 1, "stderr": str(error)}
+        except Exception as error:  # a failed Spark task surfaces here with the worker's message
+            results[name] = {"code": "exception", "stderr": str(error)}
+    return results, "\n".join(log.lines)
+
+
+class LineLog:
+    """A logger-like sink that keeps the formatted messages."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, message: str, *args: object) -> None:
+        self.lines.append(message % args)
+
+
+@pytest.fixture(scope="module", params=["spark-submit", "spark-connect"])
+def harness_run(request, tmp_path_factory) -> dict[str, Any]:
+    """Several windows through the merge job: inside one real spark-submit (``merge_job.main()``),
+    and on a Spark Connect server as the merge operator runs it there (the same plan both ways)."""
     root = tmp_path_factory.mktemp("harness_run")
     t = START + timedelta(seconds=5)
     scenarios: dict[str, list[str]] = {}
@@ -812,11 +918,20 @@ def harness_run(tmp_path_factory) -> dict[str, Any]:
     if emulator is not None:
         env["STORAGE_EMULATOR_HOST"] = f"http://{emulator[1]}"
     try:
-        completed = subprocess.run(
-            [spark_submit(), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-             str(root / "harness.py"), str(root / "scenarios.json"), str(root / "results.json")],
-            env=env, capture_output=True, text=True, timeout=540,
-        )
+        if request.param == "spark-connect":
+            server = request.getfixturevalue("spark_connect_server")
+            with pytest.MonkeyPatch.context() as patch:
+                if emulator is not None:
+                    patch.setenv("STORAGE_EMULATOR_HOST", env["STORAGE_EMULATOR_HOST"])
+                results, stdout = run_on_spark_connect(server.url, scenarios, root)
+            (root / "results.json").write_text(json.dumps(results))
+            completed = subprocess.CompletedProcess([], 0, stdout, "")
+        else:
+            completed = subprocess.run(
+                [spark_submit(), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+                 str(root / "harness.py"), str(root / "scenarios.json"), str(root / "results.json")],
+                env=env, capture_output=True, text=True, timeout=540,
+            )
         assert completed.returncode == 0, completed.stderr[-4000:]
         gcs_files = {}
         if emulator is not None:

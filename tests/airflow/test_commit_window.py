@@ -419,3 +419,37 @@ def test_results_that_are_not_apply_results_fail_before_the_window_is_committed(
     with pytest.raises(ValueError, match="lacks"):
         _commit(root, results=[{"table": "Orders"}]).execute({})
     assert store.get_window(PIPELINE, START, END).state is WindowState.READING
+
+
+def test_a_deferred_tables_watermark_is_the_end_of_the_last_window_folded_into_it(
+    store: Metastore, tmp_path: Path
+) -> None:
+    """As BigQuery's ``upsert_stream_apply_watermark`` lags its appends, a Delta table whose windows
+    are pending (deferred apply) has the end of the last window compacted into it as its watermark."""
+    from airflow_provider_cdc.changesets.reader import ChangeSetReader
+    from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
+
+    lake, changesets = tmp_path / "lake", tmp_path / "changesets"
+    later = END + timedelta(minutes=10)
+
+    def run(start: datetime, end: datetime, target: DeltaLakeTarget) -> dict:
+        store.open_window(PIPELINE, STREAM, start, end)
+        root = _changeset(changesets, ["Orders"], start, end)
+        for table in ChangeSetReader(str(changesets / Window(start, end).window_id)).tables():
+            target.apply_window(table, PIPELINE, Window(start, end))
+        return CdcCommitWindowOperator(
+            task_id="commit", pipeline_id=PIPELINE, window_start=start, window_end=end,
+            locations={"changeset_root": root, "lake_root": str(lake)}, metastore_conn_id=CONN_ID,
+        ).execute({})
+
+    run(START, END, DeltaLakeTarget(str(lake), apply_mode="immediate"))
+    assert store.table_watermarks(PIPELINE) == {"Orders": END}
+    deferred = DeltaLakeTarget(str(lake), apply_mode="deferred", compact_every=None)
+    result = run(END, later, deferred)
+    assert deferred.pending_windows("Orders", PIPELINE) == [to_micros(later)]
+    assert store.get_window(PIPELINE, END, later).state is WindowState.APPLIED  # held, pending
+    assert store.table_watermarks(PIPELINE) == {"Orders": END}  # the table itself holds up to END
+    assert result["watermarks"] == {"Orders": format_timestamp(END)}
+    deferred.compact("Orders", PIPELINE)
+    run(END, later, deferred)  # the commit again, after the compaction: the watermark catches up
+    assert store.table_watermarks(PIPELINE) == {"Orders": later}

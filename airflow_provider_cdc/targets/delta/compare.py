@@ -3,9 +3,10 @@
 The expected rows are ``{table: [{column: value}]}`` with values in the JSON value encoding of
 :mod:`airflow_provider_cdc.core.types` (an export of the source tables, or the ground truth of a
 replayed history). The lake's rows are encoded the same way, without the ``_change_sequence_number``
-and ``_commit_timestamp`` columns, and both sides are compared as sets of rows: NUMERIC and JSON
-values compare by value, everything else as encoded. Column types come from each table's
-logical-type field metadata (``FIELD_METADATA_TYPE``) unless they are given.
+and ``_commit_timestamp`` columns, pending windows applied (merge-on-read), and both sides are
+compared as sets of rows: NUMERIC and JSON values compare by value, everything else as encoded.
+Column types come from each table's logical-type field metadata (``FIELD_METADATA_TYPE``) unless
+they are given.
 """
 
 from __future__ import annotations
@@ -69,9 +70,15 @@ def lake_rows_encoded(
 ) -> list[dict[str, Any]]:
     """Rows of a Delta table in the JSON value encoding, its typed columns only (the hidden CDC columns
     left out); types from the table's field metadata unless ``column_types`` gives them."""
-    data = lake.read_table(table)
+    data = _latest(lake, table)
     types = _parsed(column_types) if column_types is not None else schema_column_types(data.schema)
     return _encoded(data, types)
+
+
+def _latest(lake: LakeTables, table: str) -> pa.Table:
+    """The table's latest state: with its pending windows applied when the lake defers applies."""
+    read_latest = getattr(lake, "read_latest", None)
+    return read_latest(table) if callable(read_latest) else lake.read_table(table)
 
 
 def compare_lake_to_rows(
@@ -89,7 +96,7 @@ def compare_lake_to_rows(
     for table, rows in sorted(expected.items()):
         given = None if column_types is None else _parsed(column_types[table])
         if lake.exists(table):
-            data = lake.read_table(table)
+            data = _latest(lake, table)
             types = given if given is not None else schema_column_types(data.schema)
             actual = _encoded(data, types)
         else:

@@ -9,6 +9,7 @@ commit metadata naming the app id and the window (and whether the commit loaded 
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -23,6 +24,10 @@ APP_ID_PREFIX = "airflow-provider-cdc:"
 COMMIT_METADATA_APP_ID = "airflow-provider-cdc.appId"
 COMMIT_METADATA_WINDOW_VERSION = "airflow-provider-cdc.windowVersion"
 COMMIT_METADATA_SNAPSHOT = "airflow-provider-cdc.snapshot"
+#: A compaction's commit (deferred apply): the windows it folded, as a JSON list of window versions.
+COMMIT_METADATA_FOLDED_WINDOWS = "airflow-provider-cdc.foldedWindows"
+#: A commit adding columns before a window's MERGE: that window's version (the window is not recorded).
+COMMIT_METADATA_COLUMNS_ADDED_FOR = "airflow-provider-cdc.columnsAddedForWindow"
 #: Commits read first when looking for the held window; the whole retained log only when needed.
 _RECENT_COMMITS = 16
 
@@ -110,11 +115,23 @@ def find_window_commit(
         if entry.get(COMMIT_METADATA_APP_ID) != app_id:
             continue
         committed = entry.get(COMMIT_METADATA_WINDOW_VERSION)
-        if committed == str(window_version):
+        if committed == str(window_version) or window_version in folded_windows(entry):
             return version, None, True
         if entry.get(COMMIT_METADATA_SNAPSHOT) == "true" and committed and int(committed) >= window_version:
             return None, version, True
     return None, None, bool(versions) and min(versions) == 0
+
+
+def folded_windows(entry: dict[str, Any]) -> list[int]:
+    """The windows a compaction's commit folded into the table (none for any other commit)."""
+    recorded = entry.get(COMMIT_METADATA_FOLDED_WINDOWS)
+    if not recorded:
+        return []
+    try:
+        windows = json.loads(recorded)
+    except (TypeError, ValueError):
+        return []
+    return [w for w in windows if isinstance(w, int)] if isinstance(windows, list) else []
 
 
 def applied_window_detail(dt: DeltaTable, table: str, app_id: str, window_version: int) -> str | None:

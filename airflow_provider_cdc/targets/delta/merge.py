@@ -5,6 +5,13 @@ image replaces the row, a partial image updates its present columns, ``DELETE`` 
 (see :mod:`airflow_provider_cdc.targets.delta.target`). A materialised source is checked to hold each key
 once, and the MERGE then reads only the columns its clauses need. A table created by its first
 window holds that window's upserts (:func:`new_table_rows`).
+
+Columns new to the table are added by a commit of their own before the MERGE (:func:`add_columns`),
+never by the MERGE's schema evolution: delta-rs's evolving MERGE fills a new column of every matched
+row from the source, also where no clause applies (a change older than the stored row), whereas
+a row the window leaves unchanged must keep NULL there. The added columns' commit records no
+window, so a crash before the MERGE leaves the previous window's table with NULL columns, and the
+window is applied again by a re-run.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable
+from deltalake import Field as DeltaField
 from deltalake import Schema as DeltaSchema
 
 from airflow_provider_cdc.changesets.reader import iter_batches
@@ -31,7 +39,11 @@ from airflow_provider_cdc.changesets.typed_batches import (
     verbatim_key,
 )
 from airflow_provider_cdc.core.contract.change_set import ChangeSetError
-from airflow_provider_cdc.targets.delta.log import LakeError
+from airflow_provider_cdc.targets.delta.log import (
+    COMMIT_METADATA_COLUMNS_ADDED_FOR,
+    COMMIT_METADATA_WINDOW_VERSION,
+    LakeError,
+)
 
 # Merge-source flags "this row's image carries column X"; source columns start with a letter.
 _CARRIES_PREFIX = "_carries_"
@@ -80,6 +92,23 @@ def added_columns(stored_schema: DeltaSchema, table: TableColumns) -> tuple[str,
                 "needs the table to be rebuilt"
             )
     return tuple(added)
+
+
+def add_columns(dt: DeltaTable, table: TableColumns, added: tuple[str, ...], window: str | None) -> None:
+    """Add the columns ``added`` (nullable, typed as in the change set) to ``dt`` as one commit.
+
+    The commit carries no app transaction (the window is recorded by its MERGE only), just the
+    window's version in its own metadata key; a concurrent commit fails it (``CommitFailedError``).
+    """
+    schema = DeltaSchema.from_arrow(table.table_schema())
+    fields = [
+        DeltaField(f.name, f.type, nullable=True, metadata=f.metadata)
+        for f in schema.fields
+        if f.name in added
+    ]
+    metadata = {COMMIT_METADATA_COLUMNS_ADDED_FOR: window} if window else None
+    commit = CommitProperties(custom_metadata=metadata, max_commit_retries=0)
+    dt.alter.add_columns(fields, commit_properties=commit)
 
 
 def materialized_source(change_set: Any, table: TableColumns) -> pa.Table:
@@ -170,15 +199,27 @@ def merge_into(
     materialized: bool,
     commit: CommitProperties,
     added: tuple[str, ...],
+    *,
+    guarded: bool = True,
 ) -> dict[str, Any]:
-    """MERGE ``source`` into ``dt`` as one commit (``added``: columns new to the table); returns
-    delta-rs's metrics. A source that changes no row still commits, without data, to record the window.
+    """MERGE ``source`` into ``dt`` as one commit, after the commit adding the columns ``added``
+    (:func:`add_columns`); returns delta-rs's metrics. A source that changes no row still commits,
+    without data, to record the window.
+
+    ``guarded``: a stored row changes only for a greater sequence number; ``False`` for a source whose
+    rows are already decided against the stored rows (a compaction's folded changes, :mod:`.fold`).
     """
+    if added:
+        add_columns(dt, table, added, (commit.custom_metadata or {}).get(COMMIT_METADATA_WINDOW_VERSION))
     predicate = key_predicate(table, source, materialized)
-    newer = f"(target.{SOURCE_SEQUENCE} IS NULL OR source.{SOURCE_SEQUENCE} > target.{SOURCE_SEQUENCE})"
+    newer = (
+        f"(target.{SOURCE_SEQUENCE} IS NULL OR source.{SOURCE_SEQUENCE} > target.{SOURCE_SEQUENCE})"
+        if guarded
+        else "TRUE"
+    )
     names = table.table_schema().names
-    values = [c.name for c in table.values if c.name not in added]
-    updates = {name: f"source.{_quote(name)}" for name in added}  # no stored value to keep
+    values = [c.name for c in table.values]
+    updates: dict[str, str] = {}
     if materialized:
         # Which images carry each column, decided per column where every or no image does;
         # delta-rs then gets only the columns its clauses read.
@@ -212,7 +253,6 @@ def merge_into(
             predicate,
             source_alias="source",
             target_alias="target",
-            merge_schema=bool(added),
             streamed_exec=not materialized,
             commit_properties=commit,
         )

@@ -17,6 +17,7 @@ from airflow_provider_cdc.hooks.pipeline import StaleEpochError
 from airflow_provider_cdc.operators._spark import (
     LocalPythonJob,
     connection_master,
+    is_connect,
     is_local,
     job_credentials,
     local_environment,
@@ -27,6 +28,7 @@ from airflow_provider_cdc.operators.window_step import (
     PipelineWindowStepFields,
     WindowStepMixin,
 )
+from airflow_provider_cdc.targets.delta.compaction import DEFAULT_COMPACT_EVERY
 
 UPSERT_JOB_PATH = str(Path(__file__).resolve().parent / "upsert_job.py")
 
@@ -34,6 +36,12 @@ UPSERT_JOB_PATH = str(Path(__file__).resolve().parent / "upsert_job.py")
 def tombstone_horizon_seconds(value: timedelta | int | float | str | None) -> str | None:
     """The job's ``--tombstone-horizon-seconds`` for a horizon given as a ``timedelta`` or seconds (a
     number or its text, as a template renders it); ``None`` or ``""``: tombstones not asked for."""
+    return positive_seconds(value, "tombstone_horizon")
+
+
+def positive_seconds(value: timedelta | int | float | str | None, name: str) -> str | None:
+    """A duration given as a ``timedelta`` or seconds (a number or its text) as the job's seconds
+    argument; ``None`` or ``""``: not given. Anything but a positive duration fails naming ``name``."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     try:
@@ -43,9 +51,7 @@ def tombstone_horizon_seconds(value: timedelta | int | float | str | None) -> st
     except (TypeError, ValueError):
         seconds = math.nan
     if not (math.isfinite(seconds) and seconds > 0):
-        raise ValueError(
-            f"tombstone_horizon must be a positive timedelta or number of seconds, got {value!r}"
-        )
+        raise ValueError(f"{name} must be a positive timedelta or number of seconds, got {value!r}")
     return str(int(seconds)) if seconds.is_integer() else repr(seconds)
 
 
@@ -75,6 +81,13 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
         ``timedelta`` or seconds; templated), so that an older upsert of the key arriving in a later
         window does not insert the row again. Turn it on for sources whose changes can arrive after
         newer ones were applied (Datastream). Tables that have tombstones keep them without it.
+    :param apply_mode: ``"auto"`` (default: windows whose keys are spread over a table's files go to its
+        pending changes), ``"deferred"`` (every window does) or ``"immediate"``; see
+        :class:`~airflow_provider_cdc.targets.delta.target.DeltaLakeTarget`. Templated.
+    :param max_staleness: deferred apply: compact a table's pending windows before its apply watermark
+        lags the window end by more (a ``timedelta`` or seconds; templated).
+    :param compact_every: deferred apply: compact when this many windows are pending (``None``: only
+        by ``max_staleness``). Templated.
     :param local_python: on a local master (or without the Spark connection) run the job with the
         worker's Python instead of ``spark-submit`` (default ``True``). The job starts no
         SparkSession, so ``spark-submit`` would only add a JVM start (10-20 s) before the same
@@ -89,6 +102,9 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
         *SparkSubmitOperator.template_fields,
         *WINDOW_STEP_FIELDS,
         "tombstone_horizon",
+        "apply_mode",
+        "max_staleness",
+        "compact_every",
     )
     template_fields_renderers = {"locations": "json"}
     ui_color = "#d6f5e3"
@@ -98,6 +114,9 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
         self,
         *,
         tombstone_horizon: timedelta | int | float | str | None = None,
+        apply_mode: str = "auto",
+        max_staleness: timedelta | int | float | str | None = None,
+        compact_every: int | str | None = DEFAULT_COMPACT_EVERY,
         local_python: bool = True,
         application: str = UPSERT_JOB_PATH,
         name: str = "cdc-upsert-window",
@@ -110,6 +129,11 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
         if not isinstance(tombstone_horizon, str):  # a template is checked once rendered
             tombstone_horizon_seconds(tombstone_horizon)
         self.tombstone_horizon = tombstone_horizon
+        if not isinstance(max_staleness, str):
+            positive_seconds(max_staleness, "max_staleness")
+        self.apply_mode = apply_mode
+        self.max_staleness = max_staleness
+        self.compact_every = compact_every
         self.local_python = local_python
         self.spark_conn_id = conn_id
         self._local_job: LocalPythonJob | None = None
@@ -132,6 +156,15 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
         horizon = tombstone_horizon_seconds(self.tombstone_horizon)
         if horizon is not None:
             args += ["--tombstone-horizon-seconds", horizon]
+        # deferred apply: only what differs from the job's defaults
+        if str(self.apply_mode) != "auto":
+            args += ["--apply-mode", str(self.apply_mode)]
+        staleness = positive_seconds(self.max_staleness, "max_staleness")
+        if staleness is not None:
+            args += ["--max-staleness-seconds", staleness]
+        every = "0" if self.compact_every is None else str(self.compact_every).strip() or "0"
+        if every != str(DEFAULT_COMPACT_EVERY):
+            args += ["--compact-every", every]
         epoch = self.window_epoch()
         if epoch is not None:
             args += ["--epoch", str(epoch)]
@@ -142,8 +175,9 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
 
     def runs_locally(self, master: str | None) -> bool:
         """Whether the job runs with this worker's Python: ``local_python`` and a local ``master``
-        (the Spark connection's, as :func:`connection_master` gives it)."""
-        return self.local_python and is_local(master)
+        (the Spark connection's, as :func:`connection_master` gives it) or a Spark Connect server
+        (the job writes with delta-rs and needs no Spark: there is nothing to run on the server)."""
+        return self.local_python and (is_local(master) or is_connect(master))
 
     def execute(self, context: Any) -> None:
         try:

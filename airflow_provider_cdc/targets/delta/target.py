@@ -6,7 +6,8 @@ Guarantees, per table and window:
   the table on its first window) carrying the app transaction
   ``("airflow-provider-cdc:{pipeline_id}", window_version)`` with ``window_version`` = the
   window's end in µs. Data files written by an apply that dies before its commit are never
-  referenced, so a re-run produces the same table.
+  referenced, so a re-run produces the same table. (A window adding columns commits them first,
+  see *Schema*.)
 * **Idempotence.** If the table's recorded version for the pipeline is at or past the window's,
   the apply is skipped and reported as ``already_applied``; re-running, clearing or backfilling an
   applied window changes nothing.
@@ -25,9 +26,19 @@ Guarantees, per table and window:
   tagged with the window, so a crash between the two commits re-runs to the same table). A table
   that has tombstones keeps using them when a later run does not set the option. A table without
   tombstones costs one look for their table, nothing else.
+* **Deferred apply.** With ``apply_mode="deferred"`` (or ``"auto"``, the default, for a window whose
+  keys are spread over the table's files) the window's decoded change set is appended to
+  ``{lake_root}/_pending/{table}`` as one commit with the same app transaction, and the pending
+  windows are folded into the table with one MERGE every ``compact_every`` windows or before the
+  table's staleness exceeds ``max_staleness`` (:mod:`.compaction`). The table's held window (its
+  apply watermark) is then the last folded window; the target holds a window that is pending too.
+  :meth:`DeltaLakeTarget.read_latest` reads the latest state before a compaction (:mod:`.merge_on_read`).
 * **Schema.** The first window creates the table from the column types (plus
-  ``_change_sequence_number`` and ``_commit_timestamp``); new columns are added (nullable) in the
-  window's commit; a changed column type fails naming table and column.
+  ``_change_sequence_number`` and ``_commit_timestamp``); new columns are added (nullable) by a
+  commit of their own just before the window's MERGE (the compaction's, when deferred), which
+  records no window: a row the window leaves unchanged (a change older than it) keeps NULL there,
+  and a crash between the two commits leaves the previous window's table with NULL columns, which
+  a re-run of the window completes. A changed column type fails naming table and column.
 
 Layout (see ``benchmarks/apply_window.py``): tables are created sorted by key with
 ``delta.targetFileSize`` (default 8 MiB), and the MERGE runs on a materialised source (up to
@@ -40,7 +51,8 @@ key bucket was measured and not kept: such a change set touches every bucket, an
 only added overhead (0.53 s instead of 0.38 s for 10k changes into 1M rows).
 
 What the log records about windows (app transactions, RESTOREs) is :mod:`.log`; the MERGE
-and a new table's rows are :mod:`.merge`; deleted keys' tombstones are :mod:`.tombstones`.
+and a new table's rows are :mod:`.merge`; deleted keys' tombstones are :mod:`.tombstones`; pending
+changes, folding and compaction are :mod:`.pending`, :mod:`.fold` and :mod:`.compaction`.
 """
 
 from __future__ import annotations
@@ -64,6 +76,14 @@ from airflow_provider_cdc.changesets.typed_batches import TableColumns, to_merge
 from airflow_provider_cdc.core.identifiers import validate_identifier
 from airflow_provider_cdc.core.timestamps import from_micros
 from airflow_provider_cdc.core.window import Window
+from airflow_provider_cdc.targets.delta.compaction import (
+    DEFAULT_COMPACT_EVERY,
+    CompactionResult,
+    check_apply_mode,
+    compact,
+    compaction_due,
+    keys_spread,
+)
 from airflow_provider_cdc.targets.delta.log import (
     APP_ID_PREFIX,
     COMMIT_METADATA_APP_ID,
@@ -85,6 +105,8 @@ from airflow_provider_cdc.targets.delta.merge import (
     merge_into,
     new_table_rows,
 )
+from airflow_provider_cdc.targets.delta.merge_on_read import latest_batches
+from airflow_provider_cdc.targets.delta.pending import PendingChanges, pending_rows
 from airflow_provider_cdc.targets.delta.tombstones import (
     TableTombstones,
     change_set_tombstones,
@@ -130,11 +152,17 @@ class ApplyResult:
     detail: str = ""
     #: UPSERTs dropped because a tombstone of their key is as new or newer
     rows_tombstoned: int = 0
+    #: deferred apply: the window's rows went to the table's pending changes (at ``pending_version``)
+    deferred: bool = False
+    pending_version: int | None = None
+    #: the windows a compaction after this window folded into the table (its apply watermark: the last)
+    compacted_windows: tuple[int, ...] = ()
     metrics: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         result = asdict(self)
         result["added_columns"] = list(self.added_columns)
+        result["compacted_windows"] = list(self.compacted_windows)
         result.pop("metrics")
         return result
 
@@ -209,6 +237,14 @@ class DeltaLakeTarget:
     so that an older ``UPSERT`` arriving in a later window does not insert the row again (see the
     module docstring); ``None`` (the default) keeps none, unless the table has tombstones already.
 
+    ``apply_mode``: ``"immediate"`` merges each window into the table; ``"deferred"`` appends each
+    window to the table's pending changes (``{lake_root}/_pending/{table}``) and folds them into the
+    table with one MERGE when ``compact_every`` windows are pending or the table's staleness would
+    exceed ``max_staleness`` by the next window (:mod:`.compaction`); ``"auto"`` (the default) defers
+    the windows whose keys are spread over the table's files. A table with pending windows keeps
+    deferring; tombstones and change sets too large to materialise apply immediately (after folding
+    what is pending). :meth:`read_latest` reads the latest state before a compaction.
+
     ``storage_options`` are delta-rs object-store options (for ``gs://``:
     ``google_service_account_key`` with the key JSON, ``google_service_account`` with a key file
     path, or ``google_application_credentials``); they are passed to delta-rs only and never
@@ -229,6 +265,9 @@ class DeltaLakeTarget:
         target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
         max_materialized_rows: int = DEFAULT_MAX_MATERIALIZED_ROWS,
         tombstone_horizon: timedelta | None = None,
+        apply_mode: str = "auto",
+        max_staleness: timedelta | None = None,
+        compact_every: int | None = DEFAULT_COMPACT_EVERY,
     ) -> None:
         if not isinstance(lake_root, str) or not lake_root.strip():
             raise ValueError("lake_root must be a non-empty path or URI")
@@ -241,6 +280,17 @@ class DeltaLakeTarget:
         self.target_file_size = int(target_file_size)
         self.max_materialized_rows = int(max_materialized_rows)
         self.tombstone_horizon = check_horizon(tombstone_horizon)
+        self.apply_mode = check_apply_mode(apply_mode)
+        if self.apply_mode == "deferred" and self.tombstone_horizon is not None:
+            raise ValueError("apply_mode='deferred' keeps no tombstones: use it without tombstone_horizon")
+        if max_staleness is not None and (
+            not isinstance(max_staleness, timedelta) or max_staleness <= timedelta(0)
+        ):
+            raise ValueError(f"max_staleness must be a positive timedelta or None, got {max_staleness!r}")
+        if compact_every is not None and (isinstance(compact_every, bool) or int(compact_every) < 1):
+            raise ValueError(f"compact_every must be a positive number of windows, got {compact_every!r}")
+        self.max_staleness = max_staleness
+        self.compact_every = None if compact_every is None else int(compact_every)
 
     def __repr__(self) -> str:
         keys = sorted(self._storage_options or {})
@@ -286,10 +336,59 @@ class DeltaLakeTarget:
         return result.cast(pa.schema([schema.field(c) for c in selected]))
 
     def applied_window_version(self, table: str, pipeline_id: str) -> int | None:
-        """The last window version of ``pipeline_id`` the table holds (``None`` if none); a window
-        whose commit a RESTORE undid is not held (see :func:`.delta_log.held_window`)."""
+        """The last window version of ``pipeline_id`` the target holds for the table, in the table or
+        in its pending changes (``None`` if none); a window whose commit a RESTORE undid is not held
+        (see :func:`.delta_log.held_window`)."""
+        dt = self._load(table)
+        if dt is None:
+            return None
+        app_id = app_id_for(pipeline_id)
+        held = held_window(dt, app_id)
+        appended = self.pending(table).appended_window(app_id)
+        if appended is not None and (held is None or appended > held):
+            return appended
+        return held
+
+    def compacted_window_version(self, table: str, pipeline_id: str) -> int | None:
+        """The last window version of ``pipeline_id`` the table itself holds: its apply watermark."""
         dt = self._load(table)
         return None if dt is None else held_window(dt, app_id_for(pipeline_id))
+
+    def pending(self, table: str) -> PendingChanges:
+        """The table's pending changes (deferred apply)."""
+        return PendingChanges.open(self.lake_root, table, self._storage_options)
+
+    def pending_windows(self, table: str, pipeline_id: str) -> list[int]:
+        """The windows appended to the table's pending changes and not yet folded into it."""
+        return self.pending(table).windows(self.compacted_window_version(table, pipeline_id))
+
+    def compact(self, table: str, pipeline_id: str, *, through: int | None = None) -> CompactionResult:
+        """Fold the table's pending windows (up to ``through``) into it with one MERGE
+        (:mod:`.compaction`)."""
+        app_id = app_id_for(pipeline_id)
+        for attempt in range(1, _COMMIT_ATTEMPTS + 1):
+            dt = self.open(table)
+            try:
+                return compact(dt, self.pending(table), app_id, through=through)
+            except CommitFailedError as exc:
+                if attempt == _COMMIT_ATTEMPTS:
+                    raise LakeError(
+                        f"table {table!r}: compaction lost to concurrent commits ({exc}); run it again"
+                    ) from exc
+                log.info("table %s: concurrent commit during compaction (%s); compacting again", table, exc)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def latest_batches(self, table: str, pipeline_id: str | None = None) -> pa.RecordBatchReader:
+        """The table's latest state, pending windows applied (merge-on-read, :mod:`.merge_on_read`),
+        streamed; ``pipeline_id`` defaults to the pipeline that last appended to the pending changes."""
+        dt = self.open(table)
+        pending = self.pending(table)
+        app_id = app_id_for(pipeline_id) if pipeline_id is not None else pending.last_app_id()
+        return latest_batches(dt, pending, app_id)
+
+    def read_latest(self, table: str, pipeline_id: str | None = None) -> pa.Table:
+        """:meth:`latest_batches` as one table (equal to :meth:`read_table` after a compaction)."""
+        return self.latest_batches(table, pipeline_id).read_all()
 
     def applied_window(self, table: str, pipeline: str) -> int | None:
         """The protocol's name of :meth:`applied_window_version`."""
@@ -297,16 +396,25 @@ class DeltaLakeTarget:
 
     def apply_watermark(self, table: str, pipeline: str) -> datetime | None:
         """The end of the last window of ``pipeline`` the table holds (``None``: none)."""
-        held = self.applied_window_version(table, pipeline)
+        held = self.compacted_window_version(table, pipeline)
         return None if held is None else from_micros(held)
 
     def window_result(self, table: str, pipeline: str, window: Window) -> TableApplyResult | None:
         """The table version that holds ``window`` (see :meth:`window_commit_version`); ``None`` when
         the table does not hold it. ``rows`` is 0: the change set counts them."""
         version = self.window_commit_version(table, pipeline, window.end_micros)
-        if version is None:
+        if version is not None:
+            return TableApplyResult(DELTA, table, window.end_micros, ALREADY_APPLIED, 0, version)
+        pending = self.pending(table)
+        app_id = app_id_for(pipeline)
+        appended = pending.appended_window(app_id)
+        if pending.delta_table is None or appended is None or appended < window.end_micros:
             return None
-        return TableApplyResult(DELTA, table, window.end_micros, ALREADY_APPLIED, 0, version)
+        found, _snapshot, _complete = find_window_commit(pending.delta_table, app_id, window.end_micros)
+        if found is None:
+            return None
+        detail = f"pending: appended in version {found} of {pending.uri}, not yet compacted"
+        return TableApplyResult(DELTA, table, window.end_micros, ALREADY_APPLIED, 0, None, detail)
 
     def apply_window(self, change_set: ChangeSetTable, pipeline: str, window: Window) -> TableApplyResult:
         """Apply one table's change set of ``window`` (:meth:`apply_change_set`)."""
@@ -315,9 +423,18 @@ class DeltaLakeTarget:
         ).table_result()
 
     def current_rows(self, table: str) -> pa_ds.Dataset | None:
-        """The table's current rows (with ``_change_sequence_number``); ``None`` when it is missing."""
+        """The table's current rows (with ``_change_sequence_number``); ``None`` when it is missing.
+
+        With pending windows, their latest state (merge-on-read) as a dataset that is read once.
+        """
         dt = self._load(table)
-        return None if dt is None else dt.to_pyarrow_dataset()
+        if dt is None:
+            return None
+        pending = self.pending(table)
+        app_id = pending.last_app_id()
+        if app_id is None or not pending.windows(held_window(dt, app_id)):
+            return dt.to_pyarrow_dataset()
+        return pa_ds.dataset(latest_batches(dt, pending, app_id))
 
     def window_commit_version(self, table: str, pipeline_id: str, window_version: int) -> int | None:
         """The table version whose commit applied the window (or the snapshot load covering it);
@@ -391,11 +508,21 @@ class DeltaLakeTarget:
         if rows_hint == 0:  # nothing to apply, in any order
             return ApplyResult(name, "empty", window_version, dt.version() if dt else None)
         added: tuple[str, ...] = ()
+        pending: PendingChanges | None = None
+        watermark: int | None = None
+        unfolded: list[int] = []
         if dt is not None:
             skipped = self._window_guard(dt, name, app_id, window_version)
             if skipped is not None:
                 return skipped
             added = added_columns(dt.schema(), table)
+            pending = self.pending(name)
+            if pending.exists:
+                watermark = held_window(dt, app_id)
+                appended = pending.appended_window(app_id)
+                if appended is not None and window_version <= appended:
+                    return self._already_pending(dt, pending, name, app_id, window_version, watermark)
+                unfolded = pending.windows(watermark)
 
         materialize = rows_hint is not None and rows_hint <= self.max_materialized_rows
         tombstones = TableTombstones.open(
@@ -403,10 +530,24 @@ class DeltaLakeTarget:
         )
         dropped: list[int] = []  # UPSERTs dropped for their keys' tombstones (counted as a stream is read)
         source: pa.Table | pa.RecordBatchReader
-        if materialize:
-            source = materialized_source(change_set, table)
-            if source.num_rows == 0:
-                return ApplyResult(name, "empty", window_version, dt.version() if dt else None)
+        decoded = materialized_source(change_set, table) if materialize else None
+        if decoded is not None and decoded.num_rows == 0:
+            return ApplyResult(name, "empty", window_version, dt.version() if dt else None)
+        if dt is not None and pending is not None:
+            if decoded is not None and tombstones is None and self._defers(dt, table, decoded, unfolded):
+                return self._append_pending(
+                    dt, pending, table, decoded, app_id, window_version, watermark, unfolded
+                )
+            if unfolded:  # this window applies immediately: what is pending goes first
+                log.info("table %s: folding %s pending window(s) first", name, len(unfolded))
+                try:
+                    compact(dt, pending, app_id)
+                except CommitFailedError as exc:
+                    raise _ConcurrentCommit from exc
+                dt = self.open(name)
+                added = added_columns(dt.schema(), table)
+        if decoded is not None:
+            source = decoded
             if tombstones is not None:
                 kept, count = tombstones.drop_tombstoned(source, window_version)
                 dropped.append(count)
@@ -442,6 +583,116 @@ class DeltaLakeTarget:
             except CommitFailedError as exc:
                 raise _ConcurrentCommit from exc
         return _with_tombstoned(result, sum(dropped))
+
+    def _defers(self, dt: DeltaTable, table: TableColumns, source: pa.Table, unfolded: list[int]) -> bool:
+        """Whether the window goes to the pending changes: deferred mode, windows pending already (in
+        ``immediate`` mode then folded at once), or ``auto`` and keys spread over the table's files."""
+        if unfolded or self.apply_mode == "deferred":
+            return True
+        return self.apply_mode == "auto" and keys_spread(dt, source, table)
+
+    def _append_pending(
+        self,
+        dt: DeltaTable,
+        pending: PendingChanges,
+        table: TableColumns,
+        source: pa.Table,
+        app_id: str,
+        window_version: int,
+        watermark: int | None,
+        unfolded: list[int],
+    ) -> ApplyResult:
+        """Append the window's decoded change set to the pending changes as one commit, then compact
+        when due."""
+        name = table.table
+        created = not pending.exists
+        if created:
+            watermark = held_window(dt, app_id)
+        try:
+            version = pending.append(pending_rows(source, table, window_version), app_id, window_version)
+        except DeltaError as exc:
+            if isinstance(exc, CommitFailedError) or (created and self.pending(name).exists):
+                raise _ConcurrentCommit from exc
+            raise
+        log.info(
+            "table %s: window %s appended to its pending changes as version %s (%s rows, %s pending)",
+            name,
+            window_version,
+            version,
+            source.num_rows,
+            len(unfolded) + 1,
+        )
+        result = ApplyResult(
+            name,
+            "applied",
+            window_version,
+            dt.version(),
+            source_rows=source.num_rows,
+            deferred=True,
+            pending_version=version,
+        )
+        return self._compact_if_due(dt, pending, result, app_id, watermark, [*unfolded, window_version])
+
+    def _already_pending(
+        self,
+        dt: DeltaTable,
+        pending: PendingChanges,
+        name: str,
+        app_id: str,
+        window_version: int,
+        watermark: int | None,
+    ) -> ApplyResult:
+        """A window the pending changes hold already (a re-run): skipped, then compacted if due; a
+        never appended window older than the pending ones is refused (windows apply in order)."""
+        assert pending.delta_table is not None
+        found, _snapshot, complete = find_window_commit(pending.delta_table, app_id, window_version)
+        if found is None and complete and window_version != pending.appended_window(app_id):
+            raise WindowOrderError(
+                f"Delta table {name!r}: window version {window_version} was never applied and is older than "
+                f"the window version {pending.appended_window(app_id)} its pending changes hold (app id "
+                f"{app_id!r}); windows must be applied in order, so this window cannot be applied any more"
+            )
+        detail = f"window {window_version} is in the table's pending changes" + (
+            f" (appended in version {found})" if found is not None else ""
+        )
+        log.info("table %s: %s; skipping the append", name, detail)
+        result = ApplyResult(
+            name,
+            "already_applied",
+            window_version,
+            dt.version(),
+            detail=detail,
+            deferred=True,
+            pending_version=found,
+        )
+        return self._compact_if_due(dt, pending, result, app_id, watermark, pending.windows(watermark))
+
+    def _compact_if_due(
+        self,
+        dt: DeltaTable,
+        pending: PendingChanges,
+        result: ApplyResult,
+        app_id: str,
+        watermark: int | None,
+        unfolded: list[int],
+    ) -> ApplyResult:
+        due = self.apply_mode == "immediate" or compaction_due(
+            unfolded, watermark, result.window_version, self.compact_every, self.max_staleness
+        )
+        if not due or not unfolded:
+            return result
+        try:
+            done = compact(dt, pending, app_id)
+        except CommitFailedError as exc:
+            raise _ConcurrentCommit from exc
+        return replace(
+            result,
+            table_version=done.table_version,
+            compacted_windows=done.folded_windows,
+            rows_inserted=done.rows_inserted,
+            rows_updated=done.rows_updated,
+            rows_deleted=done.rows_deleted,
+        )
 
     def _window_guard(
         self, dt: DeltaTable, table: str, app_id: str, window_version: int

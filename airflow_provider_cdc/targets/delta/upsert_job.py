@@ -19,7 +19,10 @@ exactly that window (its Delta app-transaction version) or this one already. Wit
 opening of the window the run belongs to) a change set merged in another epoch is refused. With
 ``--tombstone-horizon-seconds`` each DELETE leaves a tombstone that keeps older upserts of its key,
 arriving in later windows, from inserting the row again (``targets.delta.tombstones``); tables that
-have tombstones keep them without the flag. A lake
+have tombstones keep them without the flag. With ``--apply-mode deferred`` (or ``auto``, the
+default, for windows whose keys are spread over a table's files) a table's change set is appended to
+its pending changes and folded into it every ``--compact-every`` windows or before its staleness
+exceeds ``--max-staleness-seconds`` (``targets.delta.compaction``). A lake
 that cannot be reached (a bad path, credentials or host) fails with :class:`ApplyError` naming the
 window and the table.
 
@@ -50,6 +53,7 @@ from airflow_provider_cdc.core.apply_order import TableVersions, previous_window
 from airflow_provider_cdc.filesystems import (
     storage_options_from_env,
 )
+from airflow_provider_cdc.targets.delta.compaction import APPLY_MODES, DEFAULT_COMPACT_EVERY
 from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget, LakeError, app_id_for
 
 log = logging.getLogger("airflow_provider_cdc.targets.delta.upsert_job")
@@ -234,17 +238,27 @@ def run(
     expected: TableVersions | None = None,
     epoch: int | None = None,
     tombstone_horizon: timedelta | None = None,
+    apply_mode: str = "auto",
+    max_staleness: timedelta | None = None,
+    compact_every: int | None = DEFAULT_COMPACT_EVERY,
 ) -> dict[str, Any]:
     """Apply every table of the change set; return the summary.
 
     ``epoch``: the opening of the window the run belongs to; a change set whose manifest records
-    another is refused. ``tombstone_horizon``: keep tombstones of deleted keys this long (see
-    :class:`DeltaLakeTarget`).
+    another is refused. ``tombstone_horizon``: keep tombstones of deleted keys this long;
+    ``apply_mode``, ``max_staleness``, ``compact_every``: deferred apply (see :class:`DeltaLakeTarget`).
     """
     app_id_for(pipeline_id)  # validates the pipeline id before any I/O
     reader = ChangeSetReader(changeset, storage_options)
     version = _window_version(None if window_version is None else str(window_version), reader)
-    target = DeltaLakeTarget(lake_root, storage_options, tombstone_horizon=tombstone_horizon)
+    target = DeltaLakeTarget(
+        lake_root,
+        storage_options,
+        tombstone_horizon=tombstone_horizon,
+        apply_mode=apply_mode,
+        max_staleness=max_staleness,
+        compact_every=compact_every,
+    )
     tables = reader.tables()  # refuses a change set without manifest, or one that disagrees with it
     manifest = reader.manifest()
     merged = manifest.get("epoch")
@@ -279,6 +293,8 @@ def run(
         "rows_tombstoned": sum(r["rows_tombstoned"] for r in results),
         "tables_applied": [r["table"] for r in applied],
         "skipped_as_applied": [r["table"] for r in results if r["status"] == "already_applied"],
+        "deferred_tables": [r["table"] for r in applied if r["deferred"]],
+        "compacted_tables": [r["table"] for r in results if r["compacted_windows"]],
         "storage_option_names": sorted(storage_options or {}),
         "epoch": merged if isinstance(merged, int) else None,
     }
@@ -315,7 +331,37 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep a tombstone per deleted key this many seconds after the delete, so that older "
         "upserts of the key arriving in later windows do not insert the row again",
     )
+    parser.add_argument(
+        "--apply-mode",
+        choices=APPLY_MODES,
+        default="auto",
+        help="immediate: merge each window into the tables; deferred: append it to their pending changes "
+        "and compact them; auto (default): defer windows whose keys are spread over a table's files",
+    )
+    parser.add_argument(
+        "--max-staleness-seconds",
+        type=_horizon_seconds,
+        default=None,
+        help="deferred apply: compact before a table's apply watermark lags the window end by more",
+    )
+    parser.add_argument(
+        "--compact-every",
+        type=_windows,
+        default=DEFAULT_COMPACT_EVERY,
+        help=f"deferred apply: compact when this many windows are pending (default {DEFAULT_COMPACT_EVERY}; "
+        "0: only by --max-staleness-seconds)",
+    )
     return parser
+
+
+def _windows(text: str) -> int | None:
+    try:
+        count = int(text)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"must be a number of windows (0: none), got {text!r}")
+    return count or None
 
 
 def _horizon_seconds(text: str) -> timedelta:
@@ -342,6 +388,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             expected,
             args.epoch,
             args.tombstone_horizon_seconds,
+            args.apply_mode,
+            args.max_staleness_seconds,
+            args.compact_every,
         )
     except (UpsertJobError, ChangeSetError, LakeError, ValueError) as exc:
         print(json.dumps({"error": type(exc).__name__, "message": str(exc)}), file=sys.stderr, flush=True)

@@ -1,0 +1,179 @@
+"""Sessions on a Spark Connect server named by an Airflow connection of type ``spark_connect``.
+
+The Apache Spark provider's ``spark_connect`` connection (host ``sc://host``, port, optional user
+id, token and ``use_ssl`` extra) gives the server's URI through its ``SparkConnectHook``. Jobs
+with the same uploaded code share one session, kept on the server so its Python workers stay warm
+(``remote_session(..., shared=True)``); others get a session of their own, released when they end.
+The client retries a server that does not answer for a short while only
+(:data:`RETRY_POLICY`), so that a server that is down or dies mid-window fails the task within
+seconds with :class:`SparkConnectUnavailableError`, and Airflow's retry heals it once the server
+is back. URIs are logged without their token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import uuid
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from airflow_provider_cdc._compat import AirflowNotFoundException, BaseHook
+
+CONNECTION_TYPE = "spark_connect"
+#: The client's retries of an unavailable server: 5 tries over about 5 s (pyspark's default
+#: waits up to 10 minutes, holding a worker slot while the task could be retried instead).
+RETRY_POLICY = {"max_retries": 4, "initial_backoff": 200, "max_backoff": 4000, "backoff_multiplier": 3.0}
+_SECRET_PARAMETER = re.compile(r"(?i)(token=)[^;/]*")
+
+
+class SparkConnectUnavailableError(RuntimeError):
+    """The Spark Connect server did not answer, or went away while a job ran on it."""
+
+
+def redacted(url: str) -> str:
+    """``url`` without its token (safe to log)."""
+    return _SECRET_PARAMETER.sub(r"\1***", url)
+
+
+def connect_url(conn_id: str) -> str | None:
+    """The ``sc://`` URI of ``conn_id`` when it is a ``spark_connect`` connection, else ``None``."""
+    try:
+        connection = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return None
+    if connection.conn_type != CONNECTION_TYPE:
+        return None
+    from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
+
+    return SparkConnectHook(conn_id).get_connection_url()
+
+
+def is_unavailable(error: BaseException) -> bool:
+    """Whether ``error`` says the server could not be reached or dropped the connection (as
+    opposed to a job that failed on a running server)."""
+    import grpc
+
+    code = error.code() if isinstance(error, grpc.RpcError) and hasattr(error, "code") else getattr(
+        error, "_grpc_status_code", None
+    )
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED):
+        return True
+    if isinstance(error, grpc.RpcError):
+        return True
+    cause = error.__cause__ or (None if error.__suppress_context__ else error.__context__)
+    return cause is not None and cause is not error and is_unavailable(cause)
+
+
+@contextmanager
+def remote_session(
+    url: str, *, artifacts: Sequence[str] = (), what: str = "a job", shared: bool = False
+) -> Iterator[Any]:
+    """A session on the server at ``url`` with ``artifacts`` (zip or .py files) on its Python path.
+
+    ``shared=False``: a new session, released at the end. ``shared=True``: the session every job with
+    the same artifacts shares (its id derives from their content, :func:`shared_session_id`), kept
+    on the server at the end: its Python workers, with the artifacts imported, serve the next job at
+    once (a new session boots new workers, about 3-5 s). A shared session the server has closed
+    (idle timeout) is followed by the next id of the sequence. An unreachable or vanished server
+    raises :class:`SparkConnectUnavailableError` naming the server (without its token) and ``what``.
+    """
+    spark = None
+    try:
+        for attempt in range(SHARED_SESSION_ATTEMPTS if shared else 1):
+            session_url = _with_session_id(url, shared_session_id(artifacts, attempt)) if shared else url
+            spark = _session(session_url)
+            try:
+                for path in artifacts:
+                    spark.addArtifacts(path, pyfile=True)
+                break
+            except Exception as error:
+                if not (shared and "SESSION_CLOSED" in str(error)):
+                    raise
+                spark.release_session_on_close = False
+                spark.stop()
+                spark = None
+        if spark is None:
+            raise SparkConnectUnavailableError(
+                f"Spark Connect server {redacted(url)} closed every shared session of these artifacts"
+            )
+        yield spark
+    except SparkConnectUnavailableError:
+        raise
+    except Exception as error:
+        if is_unavailable(error):
+            raise SparkConnectUnavailableError(
+                f"Spark Connect server {redacted(url)} is unreachable or went away during {what}: "
+                f"{_first_line(error)}. Nothing of it was published; a retry runs it again once the "
+                "server answers"
+            ) from None
+        raise
+    finally:
+        if spark is not None:
+            spark.release_session_on_close = not shared
+            spark.stop()  # releases a session of its own; best effort when the server is gone
+
+
+#: Ids tried in turn for a shared session the server closed (an idle timeout ends a session for good).
+SHARED_SESSION_ATTEMPTS = 4
+
+
+def shared_session_id(artifacts: Sequence[str], attempt: int = 0) -> str:
+    """The session id of the jobs with these artifacts (a UUID from their content and ``attempt``)."""
+    digest = hashlib.sha256(f"cdc-shared-session:{attempt}".encode())
+    for path in artifacts:
+        with open(path, "rb") as artifact:
+            digest.update(hashlib.sha256(artifact.read()).digest())
+    return str(uuid.UUID(bytes=digest.digest()[:16], version=4))
+
+
+def _with_session_id(url: str, session_id: str) -> str:
+    """``url`` with its ``session_id`` parameter set (``sc://host:port/;name=value;…``)."""
+    base, _, parameters = url.partition("/;")
+    kept = [item for item in parameters.split(";") if item and not item.startswith("session_id=")]
+    return f"{base.rstrip('/')}/;" + ";".join([*kept, f"session_id={session_id}"])
+
+
+#: What pyspark's builder puts in the process environment when it makes a Connect session: left
+#: there, a later ``spark-submit`` from this worker would start in Connect mode and fail.
+_CONNECT_MODE_VARIABLES = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
+
+
+def _session(url: str) -> Any:
+    saved = {name: os.environ.get(name) for name in _CONNECT_MODE_VARIABLES}
+    try:
+        with warnings.catch_warnings():
+            # pyspark's notice about pandas 3 when it loads its Connect client; the jobs exchange
+            # Arrow, not pandas
+            warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
+            from pyspark.sql.connect.session import SparkSession
+
+            spark = SparkSession.builder.remote(url).create()  # no call to the server yet
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    spark.client.set_retry_policies([_retry_policy()])
+    return spark
+
+
+def _retry_policy() -> Any:
+    from pyspark.sql.connect.client.retries import DefaultPolicy
+
+    return DefaultPolicy(**RETRY_POLICY)
+
+
+def _first_line(error: BaseException) -> str:
+    """The gist of a client error: gRPC's status and details when it carries them, else its first line."""
+    text = str(error).strip()
+    status = re.search(r"status = StatusCode\.(\w+)", text)
+    details = re.search(r'details = "([^"]*)"', text)
+    if status:
+        return redacted(status.group(1) + (f" ({details.group(1)})" if details else ""))
+    lines = text.splitlines()
+    return redacted(lines[0] if lines else type(error).__name__)

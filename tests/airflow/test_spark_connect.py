@@ -1,0 +1,141 @@
+"""Spark Connect without a job: connections, the server's lifecycle checks, an unreachable server."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_cdc.spark_connect.jobs import on_this_machine
+from airflow_provider_cdc.spark_connect.server import (
+    LocalSparkConnectServer,
+    SparkConnectServerError,
+    free_port,
+)
+from airflow_provider_cdc.spark_connect.session import (
+    SparkConnectUnavailableError,
+    connect_url,
+    redacted,
+)
+
+START, END = "2024-06-01T12:00:00Z", "2024-06-01T12:10:00Z"
+
+
+def _connection(monkeypatch, conn_id: str, **fields: object) -> str:
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(fields))
+    return conn_id
+
+
+def test_a_spark_connect_connection_gives_its_uri_and_others_none(monkeypatch) -> None:
+    warm = _connection(monkeypatch, "spark_warm", conn_type="spark_connect", host="sc://spark.internal",
+                       port=15002, login="etl", password="s3cret", extra={"use_ssl": True})
+    url = connect_url(warm)
+    assert url is not None and url.startswith("sc://spark.internal:15002/;")
+    assert "token=s3cret" in url and "user_id=etl" in url
+    assert "s3cret" not in redacted(url) and "token=***" in redacted(url)
+    assert connect_url(_connection(monkeypatch, "spark_yarn", conn_type="spark", host="yarn")) is None
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_NOWHERE", raising=False)
+    assert connect_url("spark_nowhere") is None
+
+
+def test_only_a_loopback_server_shares_this_disk() -> None:
+    assert on_this_machine("sc://127.0.0.1:15002")
+    assert on_this_machine("sc://localhost:15002/;user_id=a")
+    assert not on_this_machine("sc://spark.internal:15002")
+
+
+def test_the_upsert_runs_with_the_workers_python_beside_a_spark_connect_server(monkeypatch) -> None:
+    from airflow_provider_cdc.operators._spark import connection_master, is_connect
+    from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
+
+    warm = _connection(monkeypatch, "spark_warm", conn_type="spark_connect", host="127.0.0.1", port=15002)
+    assert is_connect(connection_master(warm))
+    upsert = SparkUpsertWindowOperator(
+        task_id="upsert", locations={"changeset_root": "/c", "lake_root": "/l"}, pipeline_id="shop",
+        conn_id=warm,
+    )
+    assert upsert.runs_locally(connection_master(warm))  # delta-rs: nothing to run on the server
+
+
+def test_a_merge_on_an_unreachable_server_fails_fast_naming_it_without_its_token(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
+
+    port = free_port()  # nothing listens there
+    warm = _connection(monkeypatch, "spark_warm", conn_type="spark_connect", host="sc://127.0.0.1",
+                       port=port, login="etl", password="s3cret")
+    monkeypatch.setattr(SparkSubmitOperator, "execute", lambda *a, **k: pytest.fail("spark-submit ran"))
+    staging = tmp_path / "staging" / "stream"
+    staging.mkdir(parents=True)
+    merge = SparkMergeWindowOperator(
+        task_id="merge", conn_id=warm, stream_key="projects/p/instances/i/databases/d/stream",
+        locations={"staging_root": str(tmp_path / "staging"), "changeset_root": str(tmp_path / "changesets")},
+        metastore_conn_id=None, window_start=START, window_end=END,
+    )
+    began = time.monotonic()
+    with pytest.raises(SparkConnectUnavailableError) as failure:
+        merge.execute({})
+    message = str(failure.value)
+    assert f"sc://127.0.0.1:{port}" in message and "s3cret" not in message
+    assert "during the merge of window" in message and "retry" in message
+    assert time.monotonic() - began < 60
+    assert not (tmp_path / "changesets").exists()
+    # pyspark's builder marks the process as a Connect client; a later spark-submit must not inherit it
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ and "SPARK_REMOTE" not in os.environ
+
+
+def test_a_server_is_not_started_on_a_port_another_process_holds(tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(SparkConnectServerError, match=f"port {port} is taken"):
+            LocalSparkConnectServer(tmp_path).start(port)
+    assert LocalSparkConnectServer(tmp_path).state() is None
+
+
+def test_a_stale_server_record_is_dropped(tmp_path: Path) -> None:
+    server = LocalSparkConnectServer(tmp_path)
+    server.state_file.write_text(json.dumps({"pid": 2**22 + 12345, "port": 1, "log": "x"}))
+    assert server.state() is None and not server.state_file.exists()
+    assert server.stop() is False
+
+
+def test_jobs_with_the_same_artifacts_share_one_session_id_and_the_url_keeps_its_parameters(
+    tmp_path: Path,
+) -> None:
+    from airflow_provider_cdc.spark_connect.session import _with_session_id, shared_session_id
+
+    first, second = tmp_path / "a.zip", tmp_path / "b.zip"
+    first.write_bytes(b"domain v1")
+    second.write_bytes(b"domain v2")
+    shared = shared_session_id([str(first)])
+    assert shared == shared_session_id([str(first)])  # another task, another process: the same id
+    assert shared != shared_session_id([str(second)])  # other code: other workers
+    assert shared != shared_session_id([str(first)], attempt=1)  # after the server closed it
+    import uuid
+
+    assert uuid.UUID(shared).version == 4  # what the Spark Connect client accepts
+    url = _with_session_id("sc://h:15002/;user_id=etl;token=t;session_id=old", shared)
+    assert url == f"sc://h:15002/;user_id=etl;token=t;session_id={shared}"
+    assert _with_session_id("sc://h:15002", shared) == f"sc://h:15002/;session_id={shared}"
+
+
+def test_the_domain_zip_of_the_same_code_is_the_same_bytes(tmp_path: Path, monkeypatch) -> None:
+    """What lets every window's merge share one session (and its warm Python workers)."""
+    from airflow_provider_cdc.operators.merge import build_domain_zip
+
+    zips = []
+    for name, now in (("first", 1_700_000_000.0), ("second", 1_800_000_000.0)):  # built years apart
+        monkeypatch.setattr(time, "time", lambda now=now: now)
+        (tmp_path / name).mkdir()
+        zips.append(Path(build_domain_zip(tmp_path / name)))
+    monkeypatch.undo()
+    assert zips[0] != zips[1] and zips[0].read_bytes() == zips[1].read_bytes()
