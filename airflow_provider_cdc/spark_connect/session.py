@@ -81,6 +81,12 @@ def remote_session(
     (idle timeout) is followed by the next id of the sequence. An unreachable or vanished server
     raises :class:`SparkConnectUnavailableError` naming the server (without its token) and ``what``.
     """
+    with _connect_mode(), _open_session(url, artifacts, what, shared) as spark:
+        yield spark
+
+
+@contextmanager
+def _open_session(url: str, artifacts: Sequence[str], what: str, shared: bool) -> Iterator[Any]:
     spark = None
     try:
         for attempt in range(SHARED_SESSION_ATTEMPTS if shared else 1):
@@ -137,27 +143,34 @@ def _with_session_id(url: str, session_id: str) -> str:
     return f"{base.rstrip('/')}/;" + ";".join([*kept, f"session_id={session_id}"])
 
 
-#: What pyspark's builder puts in the process environment when it makes a Connect session: left
-#: there, a later ``spark-submit`` from this worker would start in Connect mode and fail.
+#: What marks this process as a Spark Connect client: pyspark's ``functions`` build Connect columns
+#: only while it is set, so it is set for the job's duration, and taken away after it (left there, a
+#: later ``spark-submit`` from this worker would start in Connect mode and fail).
 _CONNECT_MODE_VARIABLES = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
 
 
-def _session(url: str) -> Any:
+@contextmanager
+def _connect_mode() -> Iterator[None]:
     saved = {name: os.environ.get(name) for name in _CONNECT_MODE_VARIABLES}
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
     try:
-        with warnings.catch_warnings():
-            # pyspark's notice about pandas 3 when it loads its Connect client; the jobs exchange
-            # Arrow, not pandas
-            warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
-            from pyspark.sql.connect.session import SparkSession
-
-            spark = SparkSession.builder.remote(url).create()  # no call to the server yet
+        yield
     finally:
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def _session(url: str) -> Any:
+    with warnings.catch_warnings():
+        # pyspark's notice about pandas 3 when it loads its Connect client; the jobs exchange
+        # Arrow, not pandas
+        warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
+        from pyspark.sql.connect.session import SparkSession
+
+        spark = SparkSession.builder.remote(url).create()  # no call to the server yet
     spark.client.set_retry_policies([_retry_policy()])
     return spark
 
