@@ -3,8 +3,10 @@ to the change-stream demo's ``Orders`` Delta table.
 
     spanner_change_stream_to_lake: ... ─► commit ══ asset event: {lake_root}/Orders ══► cdc_table_consumer
 
-The commit task of every example pipeline DAG emits, through its asset alias ``cdc:{dag_id}``, one asset
-event per table it applied (``outlets=table_asset_outlets(DAG_ID)``); the event's extra carries the
+A pipeline's commit task given ``outlets=table_asset_outlets(DAG_ID)`` emits, through its asset alias
+``cdc:{dag_id}``, one asset event per table it applied (the example pipeline DAGs do not declare it: on
+Airflow 2.11 an alias the DAG processor has not registered fails the commit, as under a bare
+``airflow dags backfill``); the event's extra carries the
 window (``window_start``, ``window_end``, ``window_id``), the ``target``, the ``table``, its apply
 ``watermark`` after the commit (every change committed before it is in the table) and the window's
 change ``rows`` of it. A table's asset is named by where it lives: ``file:///.../lake/Orders`` for the

@@ -39,7 +39,7 @@ except ImportError:  # Airflow 2.11
 from airflow.timetables.interval import DeltaDataIntervalTimetable
 
 from airflow_provider_cdc.dag_settings import DagSettings
-from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator, table_asset_outlets
+from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
 from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
 from airflow_provider_cdc.sensors.window_complete import WindowCompleteSensor
 from airflow_provider_cdc.sources.datastream.operators import (
@@ -155,7 +155,6 @@ with DAG(
     )
     commit = CdcCommitWindowOperator(
         task_id="commit",
-        outlets=table_asset_outlets(DAG_ID),  # an asset event per applied table, see cdc_table_consumer
         pipeline_id="{{ params.pipeline_id }}",
         read_summaries=read.output,
         epoch=epoch_template(open_window.task_id),

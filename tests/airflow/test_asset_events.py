@@ -255,10 +255,10 @@ def test_the_consumer_dag_parses_scheduled_on_the_demo_orders_table(monkeypatch:
     dag = bag.dags["cdc_table_consumer"]
     assert [a.uri for a in dag.timetable.asset_condition.objects] == ["file:///srv/cdc-demo/lake/Orders"]
     assert {t.task_id for t in dag.tasks} == {"log_table_events"}
-    # Every pipeline's commit emits through its alias.
+    # The example pipelines declare no alias (a bare `airflow dags backfill` on 2.11 cannot register one).
     for dag_id, pipeline in bag.dags.items():
         if dag_id != "cdc_table_consumer":
-            assert [o.name for o in pipeline.get_task("commit").outlets] == [f"cdc:{dag_id}"]
+            assert pipeline.get_task("commit").outlets == []
 
 
 def test_the_consumer_task_reads_each_triggering_event_once() -> None:
