@@ -221,8 +221,8 @@ if dag is not None:
     report["timetable"] = type(dag.timetable).__name__
 print(json.dumps(report))
 """
-    # Serializing a DAG whose commit task has a DatasetAlias outlet reads the alias's datasets from
-    # the metadata database (as the DAG processor does), so the check runs against a migrated one.
+    # Serializing a DAG with a DatasetAlias outlet reads the alias's datasets from the metadata
+    # database (as the DAG processor does), so the check runs against a migrated one, as Airflow does.
     migrated = subprocess.run(
         [str(AIRFLOW2), "db", "migrate"], env=env, capture_output=True, text=True, timeout=300
     )
