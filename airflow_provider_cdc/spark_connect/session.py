@@ -13,8 +13,10 @@ is back. URIs are logged without their token.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import re
+import sys
 import uuid
 import warnings
 from collections.abc import Iterator, Sequence
@@ -94,7 +96,7 @@ def _open_session(url: str, artifacts: Sequence[str], what: str, shared: bool) -
             spark = _session(session_url)
             try:
                 for path in artifacts:
-                    spark.addArtifacts(path, pyfile=True)
+                    _add_pyfile(spark, path)
                 break
             except Exception as error:
                 if not (shared and "SESSION_CLOSED" in str(error)):
@@ -121,6 +123,22 @@ def _open_session(url: str, artifacts: Sequence[str], what: str, shared: bool) -
         if spark is not None:
             spark.release_session_on_close = not shared
             spark.stop()  # releases a session of its own; best effort when the server is gone
+
+
+def _add_pyfile(spark: Any, path: str) -> None:
+    """Ship ``path`` to the session's Python workers, leaving this process's ``sys.path`` as it was.
+
+    The client also puts a zip on the local ``sys.path`` (at position 1). The task already imports the
+    installed package; the domain zip there would shadow it for every process this one spawns (their
+    ``airflow_provider_cdc`` would be the zip's, without the provider's entry point).
+    """
+    before = list(sys.path)
+    try:
+        spark.addArtifacts(path, pyfile=True)
+    finally:
+        if sys.path != before:
+            sys.path[:] = before
+            importlib.invalidate_caches()
 
 
 #: Ids tried in turn for a shared session the server closed (an idle timeout ends a session for good).

@@ -649,6 +649,7 @@ def operator_run(request, tmp_path_factory) -> dict[str, Any]:
     (stale / "table=Gone" / "part-0.parquet").write_text("stale")
     (stale / MANIFEST_NAME).write_text("{}")
 
+    path_before = list(sys.path)
     with pytest.MonkeyPatch.context() as patch, captured_logs() as records:
         patch.delenv("AIRFLOW_CONN_CDC_MERGE_NO_SUCH_CONNECTION", raising=False)
         patch.delenv("PYSPARK_PYTHON", raising=False)
@@ -672,7 +673,13 @@ def operator_run(request, tmp_path_factory) -> dict[str, Any]:
             window_end=format_timestamp(END),
             conf={"spark.ui.enabled": "false"},
         ).execute({})
-    return {"rows": rows, "changeset": stale, "log": "\n".join(records), "runner": request.param}
+    return {
+        "rows": rows,
+        "changeset": stale,
+        "log": "\n".join(records),
+        "runner": request.param,
+        "path_added": [entry for entry in sys.path if entry not in path_before],
+    }
 
 
 @pytest.mark.spark
@@ -727,6 +734,13 @@ def test_operator_ships_the_domain_package_with_py_files(operator_run: dict) -> 
     assert "airflow_provider_cdc.core from " in operator_run["log"]
     location = operator_run["log"].split("airflow_provider_cdc.core from ")[1].splitlines()[0]
     assert "airflow_provider_cdc_domain.zip" in location
+
+
+@pytest.mark.spark
+def test_the_task_process_keeps_its_python_path(operator_run: dict) -> None:
+    # The Spark Connect client puts a shipped zip on the local sys.path; left there, the domain zip
+    # would shadow the installed package in every process the task spawns.
+    assert operator_run["path_added"] == []
 
 
 HARNESS = '''
