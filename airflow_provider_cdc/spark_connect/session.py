@@ -99,7 +99,7 @@ def _open_session(url: str, artifacts: Sequence[str], what: str, shared: bool) -
                     _add_pyfile(spark, path)
                 break
             except Exception as error:
-                if not (shared and "SESSION_CLOSED" in str(error)):
+                if not (shared and _session_closed(error)):
                     raise
                 spark.release_session_on_close = False
                 spark.stop()
@@ -139,6 +139,12 @@ def _add_pyfile(spark: Any, path: str) -> None:
         if sys.path != before:
             sys.path[:] = before
             importlib.invalidate_caches()
+
+
+def _session_closed(error: BaseException) -> bool:
+    """Whether the server refused a session id because that session was closed (released or timed out)."""
+    condition = getattr(error, "getCondition", lambda: None)()
+    return condition == "INVALID_HANDLE.SESSION_CLOSED"
 
 
 #: Ids tried in turn for a shared session the server closed (an idle timeout ends a session for good).

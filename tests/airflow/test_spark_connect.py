@@ -139,3 +139,33 @@ def test_the_domain_zip_of_the_same_code_is_the_same_bytes(tmp_path: Path, monke
         zips.append(Path(build_domain_zip(tmp_path / name)))
     monkeypatch.undo()
     assert zips[0] != zips[1] and zips[0].read_bytes() == zips[1].read_bytes()
+
+
+@pytest.mark.spark
+def test_a_shared_session_the_server_closed_is_followed_by_the_next_id(
+    spark_connect_server, tmp_path: Path
+) -> None:
+    """An idle timeout (here: a release) ends a shared session for good; the next job takes the next id."""
+    from airflow_provider_cdc.spark_connect.session import (
+        _connect_mode,
+        _session,
+        _with_session_id,
+        remote_session,
+        shared_session_id,
+    )
+
+    artifact = tmp_path / "cdc_closed_session.zip"
+    with __import__("zipfile").ZipFile(artifact, "w") as archive:
+        archive.writestr("cdc_closed_session_probe.py", f"VALUE = {time.time_ns()}\n")
+    artifacts = [str(artifact)]
+    url = spark_connect_server.url
+    with remote_session(url, artifacts=artifacts, shared=True) as spark:
+        assert spark.client._session_id == shared_session_id(artifacts, 0)
+        assert spark.range(3).count() == 3
+    with _connect_mode():  # the server forgets the shared session, as after its idle timeout
+        closing = _session(_with_session_id(url, shared_session_id(artifacts, 0)))
+        closing.release_session_on_close = True
+        closing.stop()
+    with remote_session(url, artifacts=artifacts, shared=True) as spark:
+        assert spark.client._session_id == shared_session_id(artifacts, 1)
+        assert spark.range(5).count() == 5
