@@ -23,21 +23,30 @@ export AIRFLOW_HOME="${AIRFLOW_HOME:-$(pwd)/.cache/airflow-test-home}"
 mkdir -p "$AIRFLOW_HOME"
 .venv/bin/ruff check --quiet .
 # Test files that run alongside the rest (whole suite only), each in a pytest process and Airflow home
-# of its own: the Airflow 2.11 backfill tests with the BigQuery and commit-timestamp example DAGs' (about
-# 3 + 3 + 2 minutes, mostly subprocesses waiting on each other), the tests against Google's Cloud Spanner emulator (about 4 minutes, mostly waiting for
-# real-time windows to pass; they skip, naming the reason, where the emulator is not installed), the
-# crash campaign (about 7 minutes: SIGKILLs at 20 seeded points, CDC_CRASH_POINTS for more, with a Spark
-# Connect server killed mid-merge, the deferred-apply upsert killed between append and compaction, and the
-# example DAG with every root on gs:// in the Cloud Storage fake) and the
-# Datastream and Table Store pipeline and example DAG tests (about 9 minutes: every database and format
-# through Spark, both Datastream DAGs with kills, both Table Store DAGs).
+# of its own, so the two cores stay busy while tests wait on subprocesses and real time: the Airflow
+# 2.11 backfill tests (cold spark-submit merges, as on Cloud Composer 2) with the BigQuery and
+# commit-timestamp example DAGs'; the tests against Google's Cloud Spanner emulator (mostly waiting for
+# real-time windows; they skip, naming the reason, where the emulator is not installed) with the
+# change-stream example DAG's and the merge job's Spark tests; the crash campaign (SIGKILLs at 20 seeded
+# points, CDC_CRASH_POINTS for more) with the deferred-apply upsert killed between append and compaction;
+# the Datastream and Table Store pipeline and example DAG tests with the example DAG on gs:// and a Spark
+# Connect server killed mid-merge. The end-to-end DAG tests merge on one Spark Connect server per process
+# (the crash campaign, the Airflow 2.11 tests, the gs:// DAG's first window and the Datastream lake DAG,
+# whose runs are killed mid-merge, run cold spark-submits). Each process reports its slowest tests and
+# how long it took.
 side_names=() side_pids=() side_logs=()
 run_alongside() {  # NAME FILE...
   local name=$1 log
   shift
   log=$(mktemp)
   mkdir -p "$AIRFLOW_HOME-$name"
-  AIRFLOW_HOME="$AIRFLOW_HOME-$name" .venv/bin/python -m pytest -p no:cacheprovider "$@" >"$log" 2>&1 &
+  (
+    started=$SECONDS
+    AIRFLOW_HOME="$AIRFLOW_HOME-$name" .venv/bin/python -m pytest -p no:cacheprovider --durations=10 "$@"
+    status=$?
+    echo "[test] $name took $((SECONDS - started)) s"
+    exit $status
+  ) >"$log" 2>&1 &
   side_names+=("$name: $*") side_pids+=("$!") side_logs+=("$log")
 }
 set +e
@@ -50,22 +59,25 @@ if [ "$#" -eq 0 ]; then
       --ignore=tests/e2e/test_example_dag_commit_timestamp.py --ignore=tests/e2e/test_asset_events_airflow2.py)
   fi
   # The Google-emulator tests mostly wait for real-time windows: the change-stream example DAG's
-  # end-to-end tests (about 10 minutes of spark-submits) run in their process.
+  # end-to-end tests and the merge job's Spark tests (one spark-submit and one Spark Connect run of
+  # every scenario) run in their process.
   run_alongside google tests/e2e/test_google_emulator_read.py tests/e2e/test_example_dag_google.py \
-    tests/e2e/test_example_dag.py
+    tests/e2e/test_example_dag.py tests/adapters/test_merge_job.py
   ignored+=(--ignore=tests/e2e/test_google_emulator_read.py --ignore=tests/e2e/test_example_dag_google.py
-    --ignore=tests/e2e/test_example_dag.py)
-  run_alongside crash tests/e2e/test_crash_campaign.py tests/e2e/test_spark_connect_recovery.py \
-    tests/e2e/test_deferred_apply_crash.py tests/e2e/test_example_dag_gcs.py
-  ignored+=(--ignore=tests/e2e/test_crash_campaign.py --ignore=tests/e2e/test_spark_connect_recovery.py
-    --ignore=tests/e2e/test_deferred_apply_crash.py --ignore=tests/e2e/test_example_dag_gcs.py)
+    --ignore=tests/e2e/test_example_dag.py --ignore=tests/adapters/test_merge_job.py)
+  run_alongside crash tests/e2e/test_crash_campaign.py tests/e2e/test_deferred_apply_crash.py
+  ignored+=(--ignore=tests/e2e/test_crash_campaign.py --ignore=tests/e2e/test_deferred_apply_crash.py)
   run_alongside sources tests/adapters/test_datastream_pipeline.py tests/e2e/test_example_dag_datastream.py \
-    tests/e2e/test_example_dag_tablestore.py
+    tests/e2e/test_example_dag_tablestore.py tests/e2e/test_example_dag_gcs.py \
+    tests/e2e/test_spark_connect_recovery.py
   ignored+=(--ignore=tests/adapters/test_datastream_pipeline.py --ignore=tests/e2e/test_example_dag_datastream.py
-    --ignore=tests/e2e/test_example_dag_tablestore.py)
+    --ignore=tests/e2e/test_example_dag_tablestore.py --ignore=tests/e2e/test_example_dag_gcs.py
+    --ignore=tests/e2e/test_spark_connect_recovery.py)
   trap 'kill "${side_pids[@]}" 2>/dev/null' INT TERM
-  .venv/bin/python -m pytest "${ignored[@]}"
+  started=$SECONDS
+  .venv/bin/python -m pytest --durations=20 "${ignored[@]}"
   statuses=("$?")
+  echo "[test] the main pytest process took $((SECONDS - started)) s"
   for i in "${!side_pids[@]}"; do
     wait "${side_pids[$i]}"
     statuses+=("$?")

@@ -274,12 +274,20 @@ class ExampleDagHome:
 
         return [(run_type, state, utc(start), utc(end)) for run_type, state, start, end in rows]
 
-    def airflow(self, *args: str, log: Path, timeout: float = 300.0) -> str:
-        """Run an ``airflow`` command; its output goes to ``log`` and is returned; a failure fails."""
+    def airflow(
+        self, *args: str, log: Path, timeout: float = 300.0, env: dict[str, str] | None = None
+    ) -> str:
+        """Run an ``airflow`` command (with ``env`` over :attr:`env`); its output goes to ``log`` and is
+        returned; a failure fails."""
         command = [str(Path(sys.executable).parent / "airflow"), *args]
         with log.open("w") as out:
             completed = subprocess.run(
-                command, env=self.env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=False
+                command,
+                env={**self.env, **(env or {})},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+                check=False,
             )
         text = log.read_text(errors="replace")
         if completed.returncode != 0:
@@ -287,10 +295,18 @@ class ExampleDagHome:
         return text
 
 
+def spark_connect_connection(port: int) -> str:
+    """An Airflow connection (``AIRFLOW_CONN_*`` JSON) to a Spark Connect server on loopback ``port``."""
+    return json.dumps({"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": port})
+
+
 def example_dag_environment(
-    root: Path, emulator_host: str, api_port: int, metastore_url: str
+    root: Path, emulator_host: str, api_port: int, metastore_url: str, spark_connect_port: int | None = None
 ) -> dict[str, str]:
-    """Environment of the Airflow commands and tasks: nothing inherited from this process's Airflow."""
+    """Environment of the Airflow commands and tasks: nothing inherited from this process's Airflow.
+
+    With ``spark_connect_port`` the DAGs' merges run on that Spark Connect server (``spark_default``),
+    warm; without it each merge is a cold ``spark-submit`` (the DAGs' default)."""
     inherited = ("AIRFLOW", "CDC_", "SPANNER_EMULATOR", "PYSPARK", "SPARK_")
     env = {key: value for key, value in os.environ.items() if not key.startswith(inherited)}
     env.update(
@@ -313,12 +329,18 @@ def example_dag_environment(
         CDC_READERS="2",
         PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
     )
+    if spark_connect_port is not None:
+        env["AIRFLOW_CONN_SPARK_DEFAULT"] = spark_connect_connection(spark_connect_port)
     return env
 
 
 @contextmanager
 def emulator_dag_home(
-    root: Path, settings: Any, load: Callable[[Any, Any, Path], Any], reserialize: bool = True
+    root: Path,
+    settings: Any,
+    load: Callable[[Any, Any, Path], Any],
+    reserialize: bool = True,
+    spark_connect_port: int | None = None,
 ) -> Iterator[ExampleDagHome]:
     """A DAG home in ``root``: a demo database written by ``load(emulator, settings, truth_path)`` (it
     returns the committed history) on an emulator served from this process until the context ends, a
@@ -333,7 +355,7 @@ def emulator_dag_home(
         home = ExampleDagHome(
             root=root,
             airflow_home=root / "airflow",
-            env=example_dag_environment(root, host, api_port, metastore_url),
+            env=example_dag_environment(root, host, api_port, metastore_url, spark_connect_port),
             settings=settings,
             workload=history,
             metastore_url=metastore_url,
@@ -349,25 +371,33 @@ def emulator_dag_home(
 
 
 @contextmanager
-def example_dag_home_at(root: Path, windows: int, changes_per_window: int) -> Iterator[ExampleDagHome]:
+def example_dag_home_at(
+    root: Path, windows: int, changes_per_window: int, spark_connect_port: int | None = None
+) -> Iterator[ExampleDagHome]:
     """The change-stream example DAG's home in ``root`` (:func:`emulator_dag_home`) over the demo database
     of ``windows`` windows of ``changes_per_window`` changes."""
     from airflow_provider_cdc.testing.demo import DemoSettings, load_demo
 
     settings = DemoSettings(windows=windows, changes_per_window=changes_per_window)
-    with emulator_dag_home(root, settings, load_demo) as home:
+    with emulator_dag_home(root, settings, load_demo, spark_connect_port=spark_connect_port) as home:
         yield home
 
 
 @pytest.fixture(scope="session")
-def example_dag_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ExampleDagHome]:
+def example_dag_home(
+    spark_connect_server: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ExampleDagHome]:
     """The demo database (12 windows, 200 changes each) on an emulator, and an Airflow 3 home for the DAG.
 
     The emulator serves from this process for the whole session; Airflow commands and tasks run as
-    subprocesses with :attr:`ExampleDagHome.env`.
+    subprocesses with :attr:`ExampleDagHome.env`. Merges run on this process's Spark Connect server
+    (the cold ``spark-submit`` path runs end to end in the crash campaign, the Cloud Storage DAG test
+    and the Airflow 2.11 tests).
     """
     root = tmp_path_factory.mktemp("example-dag")
-    with example_dag_home_at(root, EXAMPLE_DAG_WINDOWS, EXAMPLE_DAG_CHANGES_PER_WINDOW) as home:
+    with example_dag_home_at(
+        root, EXAMPLE_DAG_WINDOWS, EXAMPLE_DAG_CHANGES_PER_WINDOW, spark_connect_server.port
+    ) as home:
         yield home
 
 

@@ -26,7 +26,6 @@ from support.table_sources import (
 
 from airflow_provider_cdc.core.window import Window
 
-pytestmark = pytest.mark.timeout(600)
 W = timedelta(seconds=3)
 DDL = [
     "CREATE TABLE Docs (Id INT64 NOT NULL, Title STRING(MAX), Deleted BOOL, "

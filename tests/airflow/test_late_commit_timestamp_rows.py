@@ -24,7 +24,6 @@ from support.table_sources import metastore_connection, sleep_until, table_hook
 
 from airflow_provider_cdc.core.window import Window
 
-pytestmark = pytest.mark.timeout(600)
 UTC = timezone.utc
 SIMPLE = "(Id INT64 NOT NULL, Title STRING(MAX), UpdatedAt TIMESTAMP OPTIONS (allow_commit_timestamp=true))"
 DDL = [

@@ -37,7 +37,6 @@ from support.table_sources import (
 from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND
 from airflow_provider_cdc.core.window import Window
 
-pytestmark = pytest.mark.timeout(600)
 W = timedelta(seconds=3)
 
 

@@ -512,7 +512,6 @@ def pipeline(example_dag_home: Any) -> Iterator[Pipeline]:
 # =============================================================================================
 
 
-@pytest.mark.timeout(1800)
 def test_ten_windows_apply_the_history_exactly(pipeline: Pipeline) -> None:
     from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, to_micros
 
@@ -577,7 +576,6 @@ def _transactions_spanning_partitions(pipeline: Pipeline) -> int:
 # =============================================================================================
 
 
-@pytest.mark.timeout(900)
 def test_clearing_a_middle_window_and_running_it_again_changes_nothing(pipeline: Pipeline) -> None:
     pipeline.require(range(FIRST_WINDOWS))
     start, end = pipeline.window(CLEARED_WINDOW)
@@ -663,7 +661,6 @@ def _utc(text: str) -> datetime:
     return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
 
 
-@pytest.mark.timeout(1800)
 def test_backfill_over_five_windows_run_by_the_scheduler_changes_nothing(pipeline: Pipeline) -> None:
     pipeline.require(range(FIRST_WINDOWS))
     windows = [pipeline.window(i) for i in BACKFILLED]
@@ -823,7 +820,6 @@ def _cmdline(process: Any) -> list[str]:
         return []
 
 
-@pytest.mark.timeout(900)
 def test_upsert_killed_mid_apply_is_healed_by_its_retry(pipeline: Pipeline) -> None:
     pipeline.require(range(KILLED_WINDOW))
     start, end = pipeline.window(KILLED_WINDOW)
@@ -861,7 +857,6 @@ def test_upsert_killed_mid_apply_is_healed_by_its_retry(pipeline: Pipeline) -> N
 # =============================================================================================
 
 
-@pytest.mark.timeout(900)
 def test_two_runs_of_one_window_at_once_apply_it_exactly_once(pipeline: Pipeline) -> None:
     """The manual run opens the window again after the scheduled run read and merged it: the scheduled
     run's upsert (of the earlier epoch) is refused without retries and applies nothing, the manual run

@@ -116,7 +116,9 @@ def _sorted_texts(rows: list[dict[str, Any]]) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def bigquery_dag(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BigQueryDag]:
+def bigquery_dag(
+    spark_connect_server: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BigQueryDag]:
     """The demo database on an emulator, the BigQuery fake with the DAG's dataset, and an Airflow 3 home."""
     from conftest import emulator_dag_home
 
@@ -128,7 +130,9 @@ def bigquery_dag(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BigQueryD
     settings = DemoSettings(
         windows=WINDOWS, changes_per_window=CHANGES_PER_WINDOW, value_profile=GOOGLE_EMULATOR_PROFILE
     )
-    with FakeBigQuery() as fake, emulator_dag_home(root, settings, load_demo, reserialize=False) as home:
+    with FakeBigQuery() as fake, emulator_dag_home(
+        root, settings, load_demo, reserialize=False, spark_connect_port=spark_connect_server.port
+    ) as home:
         fake.create_dataset(PROJECT, DATASET)
         home.env.update(
             CDC_BIGQUERY_API_ENDPOINT=fake.rest_endpoint, CDC_BIGQUERY_WRITE_ENDPOINT=fake.write_endpoint
@@ -180,7 +184,6 @@ def _assert_history_exercises_the_target(dag: BigQueryDag) -> None:
     assert reinserts, "no deleted key was inserted again"
 
 
-@pytest.mark.timeout(900)
 def test_windows_reach_bigquery_equal_to_the_history_and_a_rerun_changes_nothing(
     bigquery_dag: BigQueryDag,
 ) -> None:

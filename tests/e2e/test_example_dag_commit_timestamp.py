@@ -87,7 +87,7 @@ class LedgerDag:
 
 
 @pytest.fixture(scope="module")
-def ledger_dag(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LedgerDag]:
+def ledger_dag(spark_connect_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LedgerDag]:
     """The commit-timestamp demo database on an emulator in this process, and an Airflow 3 home."""
     from conftest import emulator_dag_home
 
@@ -98,7 +98,13 @@ def ledger_dag(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LedgerDag]:
 
     root = tmp_path_factory.mktemp("example-dag-commit-timestamp")
     settings = CommitTimestampDemoSettings(windows=WINDOWS, transactions_per_window=TRANSACTIONS_PER_WINDOW)
-    with emulator_dag_home(root, settings, load_commit_timestamp_demo, reserialize=False) as home:
+    with emulator_dag_home(
+        root,
+        settings,
+        load_commit_timestamp_demo,
+        reserialize=False,
+        spark_connect_port=spark_connect_server.port,
+    ) as home:
         yield LedgerDag(home, json.loads((root / "truth.json").read_text()))
 
 
@@ -211,7 +217,6 @@ def _assert_final_state_of_the_history(dag: LedgerDag) -> None:
 
 @_e2e
 @pytest.mark.spark
-@pytest.mark.timeout(900)
 def test_windows_equal_the_history_and_a_rerun_changes_nothing(ledger_dag: LedgerDag) -> None:
     from airflow_provider_cdc.core.timestamps import format_timestamp
 

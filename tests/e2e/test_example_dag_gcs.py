@@ -186,7 +186,6 @@ def _assert_equal_to_history(dag: GcsDag, index: int, when: str) -> None:
         )
 
 
-@pytest.mark.timeout(900)
 def test_windows_on_gcs_equal_the_history_and_a_rerun_changes_nothing(gcs_dag: GcsDag) -> None:
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage

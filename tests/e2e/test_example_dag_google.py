@@ -98,7 +98,9 @@ class GoogleDag:
 
 
 @pytest.fixture(scope="module")
-def google_dag(google_spanner_emulator: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GoogleDag]:
+def google_dag(
+    google_spanner_emulator: Any, spark_connect_server: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GoogleDag]:
     """An Airflow 3 home for the DAG, and the workload committing from the first window's start on.
 
     Airflow's metadata database is migrated and the DAG serialized while the first window passes.
@@ -115,7 +117,9 @@ def google_dag(google_spanner_emulator: Any, tmp_path_factory: pytest.TempPathFa
     # The first window starts after the change stream exists, on a whole second.
     start = _now().replace(microsecond=0) + timedelta(seconds=8)
     api_port, metastore_url = free_port(), f"sqlite:///{root / 'cdc_metastore.db'}"
-    env = example_dag_environment(root, google_spanner_emulator.host, api_port, metastore_url)
+    env = example_dag_environment(
+        root, google_spanner_emulator.host, api_port, metastore_url, spark_connect_server.port
+    )
     env.update(CDC_WINDOW_SECONDS=str(int(WINDOW.total_seconds())), CDC_START_DATE=start.isoformat())
     home = ExampleDagHome(
         root=root,
@@ -175,7 +179,6 @@ def _truth_at(workload: Any, moment: datetime) -> dict[str, list[dict[str, Any]]
 
 
 
-@pytest.mark.timeout(900)
 def test_consecutive_windows_against_google_emulator_equal_the_committed_history(
     google_dag: GoogleDag,
 ) -> None:

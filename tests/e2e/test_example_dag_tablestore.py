@@ -69,7 +69,9 @@ def _assert_equal(rows: list[dict[str, Any]], truth: dict[tuple, dict[str, Any]]
 
 
 @pytest.fixture(scope="module")
-def tablestore_dags(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TablestoreDags]:
+def tablestore_dags(
+    spark_connect_server: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TablestoreDags]:
     from conftest import ExampleDagHome, example_dag_environment, free_port
 
     from airflow_provider_cdc.testing.bigquery_fake import FakeBigQuery
@@ -91,7 +93,7 @@ def tablestore_dags(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tables
         metastore_url, api_port = f"sqlite:///{root / 'cdc_metastore.db'}", free_port()
         with FakeBigQuery() as fake:
             fake.create_dataset(*DATASET)
-            env = example_dag_environment(root, "", api_port, metastore_url)
+            env = example_dag_environment(root, "", api_port, metastore_url, spark_connect_server.port)
             env.pop("CDC_WINDOW_MINUTES", None)
             env.update(
                 CDC_WINDOW_SECONDS=str(WINDOW_SECONDS),

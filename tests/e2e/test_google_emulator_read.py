@@ -38,7 +38,6 @@ WINDOW = timedelta(seconds=20)
 WINDOWS = 4
 CHANGES_PER_SECOND = 20
 
-pytestmark = pytest.mark.timeout(600)
 
 
 def _now() -> datetime:
