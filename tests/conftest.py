@@ -274,16 +274,13 @@ class ExampleDagHome:
 
         return [(run_type, state, utc(start), utc(end)) for run_type, state, start, end in rows]
 
-    def airflow(
-        self, *args: str, log: Path, timeout: float = 300.0, env: dict[str, str] | None = None
-    ) -> str:
-        """Run an ``airflow`` command (with ``env`` over :attr:`env`); its output goes to ``log`` and is
-        returned; a failure fails."""
+    def airflow(self, *args: str, log: Path, timeout: float = 300.0) -> str:
+        """Run an ``airflow`` command; its output goes to ``log`` and is returned; a failure fails."""
         command = [str(Path(sys.executable).parent / "airflow"), *args]
         with log.open("w") as out:
             completed = subprocess.run(
                 command,
-                env={**self.env, **(env or {})},
+                env=self.env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 timeout=timeout,

@@ -9,6 +9,7 @@ reads and writes go through pyarrow filesystems, and the job's progress lines go
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 import sys
@@ -67,6 +68,12 @@ def on_this_machine(url: str) -> bool:
     return (urlparse(url.replace("sc://", "http://", 1)).hostname or "") in LOOPBACK_HOSTS
 
 
+def merge_tag(changeset: str) -> str:
+    """The tag of a window's merge operations on the server: one per change-set folder, whatever the
+    try or the opening of the window."""
+    return f"cdc-merge-{hashlib.sha256(changeset.encode()).hexdigest()[:32]}"
+
+
 def run_merge(
     url: str,
     arguments: Sequence[str],
@@ -92,10 +99,13 @@ def run_merge(
     files = ArrowFiles(dict(storage_options) if storage_options else None, shares_disk=on_this_machine(url))
     lines = _LogLines(log)
     what = f"the merge of window {args.window}"
+    tag = merge_tag(args.changeset)
     with remote_session(url, artifacts=artifacts, what=what, shared=True) as spark:
         if on_session is not None:
             on_session(spark)
         try:
+            _fence_earlier_tries(spark, tag, what, log)
+            spark.addTag(tag)
             with redirect_stdout(lines):
                 configure_session(spark)
                 return merge_window(spark, args, files, dict(storage_options) if storage_options else None)
@@ -103,5 +113,26 @@ def run_merge(
             raise SparkConnectJobError(f"merge_job: error: {error}") from None
         finally:
             lines.flush()
+            spark.clearTags()
             if on_session is not None:
                 on_session(None)
+
+
+def _fence_earlier_tries(spark: Any, tag: str, what: str, log: logging.Logger | Any) -> None:
+    """Interrupt what an earlier try of this window's merge still runs on the server.
+
+    A task killed without cleanup (SIGKILL, a lost worker) leaves its operations running on the
+    server, writing the change set the retry is about to write. They share the retry's session (its
+    id comes from the artifacts) and tag, so the retry stops them before it starts. A try of an
+    earlier opening of the window is stopped too: its manifest would be refused (its epoch is
+    stale), and its writes would race this one's. A stale try never gets this far: the merge
+    operator checks the epoch before it merges.
+    """
+    interrupted = spark.interruptTag(tag)
+    if interrupted:
+        log.info(
+            "Interrupted %d operation(s) an earlier try of %s left running on the server: %s",
+            len(interrupted),
+            what,
+            ", ".join(interrupted),
+        )

@@ -1,7 +1,7 @@
 """The table-source operators: arguments, registration, and a snapshot applied as a pipeline's first window.
 
 The end-to-end test (``spark``) runs the operators as a DAG wires them, against the project's
-emulator: a snapshot window ``[T - 1µs, T)`` opened, read, merged (``spark-submit``), upserted to
+emulator: a snapshot window ``[T - 1µs, T)`` opened, read, merged (on a Spark Connect server), upserted to
 Delta and committed, then the change stream's first window ``[T, T + w)``, which may only apply
 after the snapshot; the Delta tables equal the database at each window end.
 """
@@ -133,10 +133,14 @@ def _delta_tables(lake: Path, types: dict[str, dict]) -> dict[str, dict]:
 def test_a_snapshot_is_applied_as_the_pipelines_first_window_and_the_stream_follows(
     spanner_emulator: Any,
     new_spanner_database: Any,
+    spark_connect_server: Any,
     monkeypatch: pytest.MonkeyPatch,
     sqlite_url: str,
     tmp_path: Path,
 ) -> None:
+    """Merges run on a Spark Connect server (the next test runs them with ``spark-submit``)."""
+    from conftest import spark_connect_connection
+
     from airflow_provider_cdc.metastore import Metastore
     from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
     from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
@@ -173,7 +177,8 @@ def test_a_snapshot_is_applied_as_the_pipelines_first_window_and_the_stream_foll
         "window_start": format_timestamp(stream_window.start),
         "window_end": format_timestamp(stream_window.end),
     }
-    spark = {"conn_id": "cdc_no_such_spark_connection", "conf": {"spark.ui.enabled": "false"}}
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_SPARK_CONNECT", spark_connect_connection(spark_connect_server.port))
+    spark = {"conn_id": "cdc_spark_connect"}
     types = {name: column_types(database, name) for name in ("Accounts", "Notes")}
     store = Metastore(sqlite_url)
 

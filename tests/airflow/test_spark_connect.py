@@ -169,3 +169,53 @@ def test_a_shared_session_the_server_closed_is_followed_by_the_next_id(
     with remote_session(url, artifacts=artifacts, shared=True) as spark:
         assert spark.client._session_id == shared_session_id(artifacts, 1)
         assert spark.range(5).count() == 5
+
+
+@pytest.mark.spark
+def test_a_retry_interrupts_what_a_killed_try_of_its_merge_left_running_on_the_server(
+    spark_connect_server, tmp_path: Path
+) -> None:
+    """A task killed mid-merge leaves its operations running on the server; the retry stops them first
+    (another window's merges have another tag)."""
+    import threading
+
+    from airflow_provider_cdc.operators.merge import build_domain_zip
+    from airflow_provider_cdc.spark_connect.jobs import merge_tag, run_merge
+    from airflow_provider_cdc.spark_connect.session import remote_session
+
+    artifacts = [str(build_domain_zip(tmp_path))]
+    changeset = str(tmp_path / "changesets" / "1717243200000000-1717243800000000")
+    manifest_name = "_manifest.pending-2.json"
+    arguments = [
+        "--staging", str(tmp_path / "staging" / "1717243200000000-1717243800000000"),
+        "--changeset", changeset,
+        "--window-start", START, "--window-end", END,
+        "--manifest-name", manifest_name,
+    ]  # fmt: skip
+    running, ended = threading.Event(), {}
+
+    def earlier_try() -> None:  # what the killed try left on the server: a long job with its tag
+        with remote_session(spark_connect_server.url, artifacts=artifacts, shared=True) as spark:
+            spark.registerProgressHandler(lambda **progress: running.set())
+            spark.addTag(merge_tag(changeset))
+            try:
+                spark.range(0, 10**13, numPartitions=2).selectExpr("sum(id % 7)").collect()
+                ended["outcome"] = "finished"
+            except Exception as error:  # the interrupt reaches the client as an error
+                ended["outcome"] = str(error)
+
+    thread = threading.Thread(target=earlier_try, daemon=True)
+    thread.start()
+    assert running.wait(300), "the earlier try's job never started"  # a bound, not a wait
+    lines: list[str] = []
+
+    class Log:
+        def info(self, message: str, *args: object) -> None:
+            lines.append(message % args)
+
+    run_merge(spark_connect_server.url, arguments, artifacts=artifacts, storage_options=None, log=Log())
+    thread.join(300)
+    assert not thread.is_alive(), "the earlier try's job was not interrupted"
+    assert "OPERATION_CANCELED" in ended["outcome"] or "interrupt" in ended["outcome"].lower(), ended
+    assert any("Interrupted 1 operation(s) an earlier try of the merge of window" in line for line in lines)
+    assert merge_tag(changeset) != merge_tag(changeset.replace("1717243200000000", "1717242600000000"))

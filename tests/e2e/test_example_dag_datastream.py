@@ -6,9 +6,10 @@ backfill arriving over several windows while CDC runs, a backlog of CDC files ar
 old minute folders, a column added mid-stream, primary-key changes, deletes and re-inserts. ``airflow
 dags test <dag> <window end>`` runs each window in order; after every window the Delta tables (and the
 BigQuery tables of the loopback fake) equal the truth of the files arrived so far, computed from the
-history's own order. A window whose run is killed (SIGKILL to the whole process group, Spark included)
-during its merge and again during its upsert, then run again, lands on the same tables; a window run
-again after later ones changes nothing.
+history's own order. A window whose run is killed (SIGKILL to the whole process group) during its merge
+and again during its upsert, then run again, lands on the same tables; a window run again after later
+ones changes nothing. Merges run on this process's Spark Connect server: the killed merge's job outlives
+its task there, and the next try of the window interrupts it before it merges.
 """
 
 from __future__ import annotations
@@ -50,9 +51,6 @@ class DatastreamDags:
     bigquery_stream: DatastreamScenario
     bigquery_conf: dict[str, Any]
     fake: Any
-    #: the BigQuery DAG merges on this Spark Connect server; the lake DAG, whose runs are killed
-    #: mid-merge, with a cold ``spark-submit`` each (the kill takes the whole Spark job with it)
-    spark_connect_port: int
 
     @property
     def lake_root(self) -> str:
@@ -66,13 +64,8 @@ class DatastreamDags:
         return command
 
     def run(self, dag_id: str, index: int, scenario: DatastreamScenario, name: str) -> str:
-        from conftest import spark_connect_connection
-
         log = self.home.root / f"{name}.log"
-        env = {}
-        if dag_id == BIGQUERY_DAG:
-            env["AIRFLOW_CONN_SPARK_DEFAULT"] = spark_connect_connection(self.spark_connect_port)
-        return self.home.airflow(*self.command(dag_id, index, scenario)[1:], log=log, timeout=600, env=env)
+        return self.home.airflow(*self.command(dag_id, index, scenario)[1:], log=log, timeout=600)
 
     def states(self, dag_id: str) -> list[str]:
         return [run[1] for run in self.home.dag_runs(dag_id)]
@@ -103,7 +96,7 @@ def datastream_dags(
     metastore_url, api_port = f"sqlite:///{root / 'cdc_metastore.db'}", free_port()
     with FakeBigQuery() as fake:
         fake.create_dataset(*DATASET)
-        env = example_dag_environment(root, "", api_port, metastore_url)
+        env = example_dag_environment(root, "", api_port, metastore_url, spark_connect_server.port)
         env.update(
             CDC_WINDOW_SECONDS=str(WINDOW_SECONDS),
             CDC_START_DATE=lake_stream.start.isoformat(),
@@ -119,7 +112,7 @@ def datastream_dags(
             "stream_root": str(root / "postgresql-stream"),
             "settings": {"column_types": bigquery_stream.jsonl_column_types()},
         }
-        yield DatastreamDags(home, lake_stream, bigquery_stream, conf, fake, spark_connect_server.port)
+        yield DatastreamDags(home, lake_stream, bigquery_stream, conf, fake)
 
 
 def _assert_lake_equals_truth(dags: DatastreamDags, index: int, when: str) -> None:
