@@ -31,9 +31,8 @@ mkdir -p "$AIRFLOW_HOME"
 # points, CDC_CRASH_POINTS for more) with the deferred-apply upsert killed between append and compaction;
 # the Datastream and Table Store pipeline and example DAG tests with the example DAG on gs:// and a Spark
 # Connect server killed mid-merge. The end-to-end DAG tests merge on one Spark Connect server per process
-# (the crash campaign, the Airflow 2.11 tests, the gs:// DAG's first window and the Datastream lake DAG,
-# whose runs are killed mid-merge, run cold spark-submits). Each process reports its slowest tests and
-# how long it took.
+# (the crash campaign, the Airflow 2.11 tests and the gs:// DAG's first window run cold spark-submits).
+# Each process reports its slowest tests and how long it took.
 side_names=() side_pids=() side_logs=()
 run_alongside() {  # NAME FILE...
   local name=$1 log

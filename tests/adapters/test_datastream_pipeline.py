@@ -4,18 +4,15 @@ For MySQL, Oracle, PostgreSQL and SQL Server, a seeded history (duplicates, a ba
 a backlog of CDC files arriving windows late into old minute folders, a column added mid-stream,
 primary-key changes, deletes and re-inserts) is written as Datastream lays it out, in Avro and in JSONL
 (plain and gzip). Each arrival window is opened and read by the source's hook, merged by the real Spark
-merge job (all windows in one ``spark-submit``), then applied to Delta Lake (with tombstones) and to
-BigQuery CDC tables (the loopback fake). After every window both targets equal the truth: the state the
-history gives from the files arrived so far, computed from the history's own order, never from
-sequence numbers. Applying every window again changes nothing.
+merge job (every window on a Spark Connect server, as the merge operator runs it there), then applied
+to Delta Lake (with tombstones) and to BigQuery CDC tables (the loopback fake). After every window both
+targets equal the truth: the state the history gives from the files arrived so far, computed from the
+history's own order, never from sequence numbers. Applying every window again changes nothing.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -58,20 +55,6 @@ COMBINATIONS = [
     ("sqlserver", "avro"),
     ("sqlserver", "jsonl.gz"),
 ]
-HARNESS = """
-import contextlib, io, json, sys
-from airflow_provider_cdc.merge import job as merge_job
-
-results = {}
-for name, argv in json.load(open(sys.argv[1])).items():
-    stderr = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(stderr):
-            results[name] = {"code": merge_job.main(argv), "stderr": stderr.getvalue()}
-    except Exception as error:
-        results[name] = {"code": "exception", "stderr": stderr.getvalue() + str(error)}
-json.dump(results, open(sys.argv[2], "w"))
-"""
 
 
 @dataclass
@@ -129,15 +112,23 @@ def _merge_arguments(stream: Stream, window: Window) -> list[str]:
     ]  # fmt: skip
 
 
-def spark_submit() -> str:
-    from pyspark import find_spark_home
+class _Lines:
+    """The merge job's progress lines (a logger-like sink)."""
 
-    return str(Path(find_spark_home._find_spark_home()) / "bin" / "spark-submit")
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, message: str, *args: object) -> None:
+        self.lines.append(message % args)
 
 
 @pytest.fixture(scope="module")
-def streams(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Stream]:
-    """Every combination read window by window, and merged by one spark-submit."""
+def streams(spark_connect_server: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Stream]:
+    """Every combination read window by window, and merged on a Spark Connect server as the merge
+    operator runs it there (the job's own command line, the same plan as ``spark-submit``)."""
+    from airflow_provider_cdc.operators.merge import build_domain_zip
+    from airflow_provider_cdc.spark_connect.jobs import SparkConnectJobError, run_merge
+
     made: dict[str, Stream] = {}
     jobs: dict[str, list[str]] = {}
     for seed, (database, file_format) in enumerate(COMBINATIONS):
@@ -149,18 +140,15 @@ def streams(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Stream]:
             stream.hook.open_window_epoch(PIPELINE, window, str(stream.staging), "reader")
             stream.hook.read_window(window, str(stream.staging), "reader")
             jobs[f"{stream.name}/{index}"] = _merge_arguments(stream, window)
-    work = tmp_path_factory.mktemp("merge")
-    (work / "jobs.json").write_text(json.dumps(jobs))
-    (work / "harness.py").write_text(HARNESS)
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
-    completed = subprocess.run(
-        [spark_submit(), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-         str(work / "harness.py"), str(work / "jobs.json"), str(work / "results.json")],
-        env=env, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    results = json.loads((work / "results.json").read_text())
-    failed = {name: result["stderr"][-2000:] for name, result in results.items() if result["code"] != 0}
+    artifacts = [build_domain_zip(tmp_path_factory.mktemp("merge"))]
+    failed: dict[str, str] = {}
+    for name, arguments in jobs.items():
+        try:
+            run_merge(
+                spark_connect_server.url, arguments, artifacts=artifacts, storage_options=None, log=_Lines()
+            )
+        except SparkConnectJobError as error:
+            failed[name] = str(error)[-2000:]
     assert not failed, failed
     return made
 
