@@ -6,7 +6,7 @@ import json
 import os
 import tempfile
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -157,7 +157,8 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
         self.stream_key = stream_key
         self.window_basis = window_basis
         self.spark_conn_id = conn_id
-        self._connect_session: Any = None  # the Spark Connect session of a running merge
+        #: interrupts the running merge's operations on a Spark Connect server (None: none running)
+        self._interrupt_merge: Callable[[], Any] | None = None
 
     def _window_and_folders(self) -> tuple[Window, str, str]:
         window = window_of(self.window_start, self.window_end)
@@ -262,19 +263,20 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
             artifacts = [build_domain_zip(workdir), *filter(None, (self.py_files or "").split(","))]
             try:
                 run_merge(url, arguments, artifacts=artifacts, storage_options=options, log=self.log,
-                          on_session=self._track_session)
+                          on_interruptible=self._track_merge)
             except SparkConnectJobError as error:
                 raise SparkJobError(str(error)) from None
 
-    def _track_session(self, session: Any) -> None:
-        self._connect_session = session
+    def _track_merge(self, interrupt: Callable[[], Any] | None) -> None:
+        self._interrupt_merge = interrupt
 
     def on_kill(self) -> None:
-        """Interrupt the job's operations on the Spark Connect server, or kill the ``spark-submit``."""
-        session = self._connect_session
-        if session is not None:
+        """Interrupt this merge's operations on the Spark Connect server (the other jobs of the shared
+        session go on), or kill the ``spark-submit``."""
+        interrupt = self._interrupt_merge
+        if interrupt is not None:
             self.log.info("Interrupting the merge's operations on the Spark Connect server")
-            session.interruptAll()
+            interrupt()
             return
         super().on_kill()
 

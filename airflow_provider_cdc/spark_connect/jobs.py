@@ -81,15 +81,16 @@ def run_merge(
     artifacts: Sequence[str],
     storage_options: Mapping[str, str] | None,
     log: logging.Logger | Any,
-    on_session: Callable[[Any], None] | None = None,
+    on_interruptible: Callable[[Callable[[], Any] | None], None] | None = None,
 ) -> dict[str, Any]:
     """Run the merge job with ``arguments`` on the server at ``url``; return its manifest.
 
     Raises :class:`SparkConnectJobError` when the window cannot be merged (the job's own reason)
     and :class:`~airflow_provider_cdc.spark_connect.session.SparkConnectUnavailableError` when the
     server is unreachable or goes away; nothing is published in either case, and the change set is
-    rewritten whole when the task runs again. ``on_session`` gets the session once it is open (and
-    ``None`` when it is released), for a caller that may have to interrupt it.
+    rewritten whole when the task runs again. ``on_interruptible`` gets a function that interrupts this
+    merge's operations on the server once they can run (and ``None`` when they are over), for a caller
+    that may have to stop the merge; other jobs in the shared session go on.
     """
     from airflow_provider_cdc.merge.files import ArrowFiles
     from airflow_provider_cdc.merge.job import configure_session, merge_window, parse_arguments
@@ -101,11 +102,11 @@ def run_merge(
     what = f"the merge of window {args.window}"
     tag = merge_tag(args.changeset)
     with remote_session(url, artifacts=artifacts, what=what, shared=True) as spark:
-        if on_session is not None:
-            on_session(spark)
         try:
             _fence_earlier_tries(spark, tag, what, log)
             spark.addTag(tag)
+            if on_interruptible is not None:
+                on_interruptible(lambda: spark.interruptTag(tag))
             with redirect_stdout(lines):
                 configure_session(spark)
                 return merge_window(spark, args, files, dict(storage_options) if storage_options else None)
@@ -114,8 +115,8 @@ def run_merge(
         finally:
             lines.flush()
             spark.clearTags()
-            if on_session is not None:
-                on_session(None)
+            if on_interruptible is not None:
+                on_interruptible(None)
 
 
 def _fence_earlier_tries(spark: Any, tag: str, what: str, log: logging.Logger | Any) -> None:

@@ -7,6 +7,7 @@ import os
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -175,8 +176,8 @@ def test_a_shared_session_the_server_closed_is_followed_by_the_next_id(
 def test_a_retry_interrupts_what_a_killed_try_of_its_merge_left_running_on_the_server(
     spark_connect_server, tmp_path: Path
 ) -> None:
-    """A task killed mid-merge leaves its operations running on the server; the retry stops them first
-    (another window's merges have another tag)."""
+    """A task killed mid-merge leaves its operations running on the server; the retry stops them first,
+    and only them: another window's merge in the same shared session goes on."""
     import threading
 
     from airflow_provider_cdc.operators.merge import build_domain_zip
@@ -192,30 +193,44 @@ def test_a_retry_interrupts_what_a_killed_try_of_its_merge_left_running_on_the_s
         "--window-start", START, "--window-end", END,
         "--manifest-name", manifest_name,
     ]  # fmt: skip
-    running, ended = threading.Event(), {}
+    other_changeset = changeset.replace("1717243200000000", "1717242600000000")
+    started = {tag: threading.Event() for tag in (merge_tag(changeset), merge_tag(other_changeset))}
+    ended: dict[str, str] = {}
 
-    def earlier_try() -> None:  # what the killed try left on the server: a long job with its tag
+    def long_job(tag: str) -> None:  # a job with a merge's tag, running until it is interrupted
         with remote_session(spark_connect_server.url, artifacts=artifacts, shared=True) as spark:
-            spark.registerProgressHandler(lambda **progress: running.set())
-            spark.addTag(merge_tag(changeset))
+            spark.registerProgressHandler(lambda **progress: started[tag].set())
+            spark.addTag(tag)
             try:
                 spark.range(0, 10**13, numPartitions=2).selectExpr("sum(id % 7)").collect()
-                ended["outcome"] = "finished"
+                ended[tag] = "finished"
             except Exception as error:  # the interrupt reaches the client as an error
-                ended["outcome"] = str(error)
+                ended[tag] = str(error)
 
-    thread = threading.Thread(target=earlier_try, daemon=True)
-    thread.start()
-    assert running.wait(300), "the earlier try's job never started"  # a bound, not a wait
+    # what the killed try left on the server, and another window's merge in the same shared session
+    threads = {tag: threading.Thread(target=long_job, args=(tag,), daemon=True) for tag in started}
+    for tag, thread in threads.items():
+        thread.start()
+        assert started[tag].wait(300), "a job never started"  # a bound, not a wait
     lines: list[str] = []
+    interrupts: list[Any] = []
 
     class Log:
         def info(self, message: str, *args: object) -> None:
             lines.append(message % args)
 
-    run_merge(spark_connect_server.url, arguments, artifacts=artifacts, storage_options=None, log=Log())
-    thread.join(300)
-    assert not thread.is_alive(), "the earlier try's job was not interrupted"
-    assert "OPERATION_CANCELED" in ended["outcome"] or "interrupt" in ended["outcome"].lower(), ended
+    run_merge(spark_connect_server.url, arguments, artifacts=artifacts, storage_options=None, log=Log(),
+              on_interruptible=interrupts.append)  # fmt: skip
+    killed, other = threads[merge_tag(changeset)], threads[merge_tag(other_changeset)]
+    killed.join(300)
+    assert not killed.is_alive(), "the earlier try's job was not interrupted"
+    outcome = ended[merge_tag(changeset)]
+    assert "OPERATION_CANCELED" in outcome or "interrupt" in outcome.lower(), outcome
     assert any("Interrupted 1 operation(s) an earlier try of the merge of window" in line for line in lines)
-    assert merge_tag(changeset) != merge_tag(changeset.replace("1717243200000000", "1717242600000000"))
+    assert other.is_alive(), f"another window's merge was interrupted: {ended}"
+    # what on_kill calls while the merge runs, and nothing once it is over
+    assert callable(interrupts[0]) and interrupts[-1] is None
+    with remote_session(spark_connect_server.url, artifacts=artifacts, shared=True) as spark:
+        assert len(spark.interruptTag(merge_tag(other_changeset))) == 1
+    other.join(300)
+    assert not other.is_alive()
