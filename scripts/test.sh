@@ -28,9 +28,9 @@ mkdir -p "$AIRFLOW_HOME"
 # commit-timestamp example DAGs'; the tests against Google's Cloud Spanner emulator (mostly waiting for
 # real-time windows; they skip, naming the reason, where the emulator is not installed) with the
 # change-stream example DAG's and the merge job's Spark tests; the crash campaign (SIGKILLs at 20 seeded
-# points, CDC_CRASH_POINTS for more) with the deferred-apply upsert killed between append and compaction;
-# the Datastream and Table Store pipeline and example DAG tests with the example DAG on gs:// and a Spark
-# Connect server killed mid-merge. The end-to-end DAG tests merge on one Spark Connect server per process
+# points, CDC_CRASH_POINTS for more) with the deferred-apply upsert killed between append and compaction,
+# the example DAG on gs:// and a Spark Connect server killed mid-merge; the Datastream and Table Store
+# pipeline and example DAG tests. The end-to-end DAG tests merge on one Spark Connect server per process
 # (the crash campaign, the Airflow 2.11 tests and the gs:// DAG's first window run cold spark-submits).
 # Each process reports its slowest tests and how long it took.
 side_names=() side_pids=() side_logs=()
@@ -64,14 +64,14 @@ if [ "$#" -eq 0 ]; then
     tests/e2e/test_example_dag.py tests/adapters/test_merge_job.py
   ignored+=(--ignore=tests/e2e/test_google_emulator_read.py --ignore=tests/e2e/test_example_dag_google.py
     --ignore=tests/e2e/test_example_dag.py --ignore=tests/adapters/test_merge_job.py)
-  run_alongside crash tests/e2e/test_crash_campaign.py tests/e2e/test_deferred_apply_crash.py
-  ignored+=(--ignore=tests/e2e/test_crash_campaign.py --ignore=tests/e2e/test_deferred_apply_crash.py)
+  run_alongside crash tests/e2e/test_crash_campaign.py tests/e2e/test_deferred_apply_crash.py \
+    tests/e2e/test_example_dag_gcs.py tests/e2e/test_spark_connect_recovery.py
+  ignored+=(--ignore=tests/e2e/test_crash_campaign.py --ignore=tests/e2e/test_deferred_apply_crash.py
+    --ignore=tests/e2e/test_example_dag_gcs.py --ignore=tests/e2e/test_spark_connect_recovery.py)
   run_alongside sources tests/adapters/test_datastream_pipeline.py tests/e2e/test_example_dag_datastream.py \
-    tests/e2e/test_example_dag_tablestore.py tests/e2e/test_example_dag_gcs.py \
-    tests/e2e/test_spark_connect_recovery.py
+    tests/e2e/test_example_dag_tablestore.py
   ignored+=(--ignore=tests/adapters/test_datastream_pipeline.py --ignore=tests/e2e/test_example_dag_datastream.py
-    --ignore=tests/e2e/test_example_dag_tablestore.py --ignore=tests/e2e/test_example_dag_gcs.py
-    --ignore=tests/e2e/test_spark_connect_recovery.py)
+    --ignore=tests/e2e/test_example_dag_tablestore.py)
   trap 'kill "${side_pids[@]}" 2>/dev/null' INT TERM
   started=$SECONDS
   .venv/bin/python -m pytest --durations=20 "${ignored[@]}"
