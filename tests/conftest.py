@@ -279,12 +279,7 @@ class ExampleDagHome:
         command = [str(Path(sys.executable).parent / "airflow"), *args]
         with log.open("w") as out:
             completed = subprocess.run(
-                command,
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                timeout=timeout,
-                check=False,
+                command, env=self.env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout, check=False
             )
         text = log.read_text(errors="replace")
         if completed.returncode != 0:

@@ -25,6 +25,7 @@ from google.cloud import bigquery
 from google.cloud.bigquery_storage_v1 import BigQueryWriteClient
 from google.cloud.bigquery_storage_v1.services.big_query_write.transports import BigQueryWriteGrpcTransport
 from support.clock import ManualClock
+from support.log_lines import LineLog
 
 from airflow_provider_cdc.changesets.reader import ChangeSetReader
 from airflow_provider_cdc.core.contract.locations import partition_key
@@ -112,16 +113,6 @@ def _merge_arguments(stream: Stream, window: Window) -> list[str]:
     ]  # fmt: skip
 
 
-class _Lines:
-    """The merge job's progress lines (a logger-like sink)."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def info(self, message: str, *args: object) -> None:
-        self.lines.append(message % args)
-
-
 @pytest.fixture(scope="module")
 def streams(spark_connect_server: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Stream]:
     """Every combination read window by window, and merged on a Spark Connect server as the merge
@@ -145,7 +136,7 @@ def streams(spark_connect_server: Any, tmp_path_factory: pytest.TempPathFactory)
     for name, arguments in jobs.items():
         try:
             run_merge(
-                spark_connect_server.url, arguments, artifacts=artifacts, storage_options=None, log=_Lines()
+                spark_connect_server.url, arguments, artifacts=artifacts, storage_options=None, log=LineLog()
             )
         except SparkConnectJobError as error:
             failed[name] = str(error)[-2000:]

@@ -34,6 +34,7 @@ from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.merge import kernels as merge_kernels
 from airflow_provider_cdc.merge import plan as merge_plan
 from airflow_provider_cdc.staging import STAGED_CHANGE_SCHEMA
+from tests.support.log_lines import LineLog
 from tests.support.staged_changes import spanner_staged_row
 
 START = datetime(2024, 6, 1, 12, 0, tzinfo=timezone.utc)
@@ -654,10 +655,10 @@ def operator_run(request, tmp_path_factory) -> dict[str, Any]:
         patch.delenv("AIRFLOW_CONN_CDC_MERGE_NO_SUCH_CONNECTION", raising=False)
         patch.delenv("PYSPARK_PYTHON", raising=False)
         if request.param == "spark-connect":
+            from conftest import spark_connect_connection
+
             port = request.getfixturevalue("spark_connect_server").port
-            patch.setenv("AIRFLOW_CONN_CDC_MERGE_NO_SUCH_CONNECTION", json.dumps(
-                {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": port}
-            ))
+            patch.setenv("AIRFLOW_CONN_CDC_MERGE_NO_SUCH_CONNECTION", spark_connect_connection(port))
 
             def no_spark_submit(*args: object, **kwargs: object) -> None:
                 raise AssertionError("a spark_connect connection must not run spark-submit")
@@ -792,16 +793,6 @@ def run_on_spark_connect(url: str, scenarios: dict[str, list[str]], workdir: Pat
         except Exception as error:  # a failed Spark task surfaces here with the worker's message
             results[name] = {"code": "exception", "stderr": str(error)}
     return results, "\n".join(log.lines)
-
-
-class LineLog:
-    """A logger-like sink that keeps the formatted messages."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def info(self, message: str, *args: object) -> None:
-        self.lines.append(message % args)
 
 
 #: The scenarios the spark-submit run merges (every scenario runs on Spark Connect, the same plan):

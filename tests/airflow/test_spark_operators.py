@@ -16,6 +16,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from deltalake import DeltaTable
 from support.change_sets import END, write_window
 from support.change_sets import interval_context as _context
+from support.log_lines import LineLog
 
 from airflow_provider_cdc.core.timestamps import to_micros
 from airflow_provider_cdc.operators._spark import (
@@ -26,16 +27,6 @@ from airflow_provider_cdc.operators._spark import (
     spark_defaults,
 )
 from airflow_provider_cdc.targets.delta.target import APP_ID_PREFIX, DeltaLakeTarget
-
-
-class ListLog:
-    """A logger-like sink that keeps the formatted messages."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def info(self, message: str, *args: object) -> None:
-        self.lines.append(message % args)
 
 
 def _spark_connection(monkeypatch, conn_id: str, host: str) -> str:
@@ -114,7 +105,7 @@ def test_local_python_job_runs_with_py_files_and_logs_each_line(tmp_path: Path) 
                             "print('env', os.environ['WINDOW'])\n"
                             "print('python', sys.executable)\n")
     job = LocalPythonJob(str(script), ["--window", 7], env={"WINDOW": "w1"}, py_files=f" {shipped} ")
-    log = ListLog()
+    log = LineLog()
     job.run(log)
     assert "hello from the zip" in log.lines
     assert "args ['--window', '7']" in log.lines
@@ -134,7 +125,7 @@ def test_local_python_job_failure_raises_with_the_last_output(tmp_path: Path) ->
     script = _job(tmp_path, "import sys\nfor i in range(100):\n    print('line', i)\n"
                             "print('error: the change set has no manifest', file=sys.stderr)\nsys.exit(3)\n")
     with pytest.raises(SparkJobError, match="exited with status 3") as info:
-        LocalPythonJob(str(script), []).run(ListLog())
+        LocalPythonJob(str(script), []).run(LineLog())
     message = str(info.value)
     assert "error: the change set has no manifest" in message and "line 99" in message
     assert "line 0\n" not in message  # only the last lines
@@ -143,7 +134,7 @@ def test_local_python_job_failure_raises_with_the_last_output(tmp_path: Path) ->
 def test_local_python_job_kill_stops_a_running_job(tmp_path: Path) -> None:
     script = _job(tmp_path, "import time\nprint('started', flush=True)\ntime.sleep(120)\n")
     job = LocalPythonJob(str(script), [])
-    log = ListLog()
+    log = LineLog()
     errors: list[BaseException] = []
 
     def run() -> None:

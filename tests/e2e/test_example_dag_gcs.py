@@ -98,11 +98,11 @@ class GcsDag:
 
     def use_spark(self, where: str) -> None:
         """Merge with ``spark-submit`` (no Spark connection) or on the Spark Connect server."""
+        from conftest import spark_connect_connection
+
         self.home.env.pop("AIRFLOW_CONN_SPARK_DEFAULT", None)
         if where == "connect":
-            self.home.env["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps(
-                {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": self.spark_connect_port}
-            )
+            self.home.env["AIRFLOW_CONN_SPARK_DEFAULT"] = spark_connect_connection(self.spark_connect_port)
 
     def window(self, index: int) -> tuple[datetime, datetime]:
         return self.home.settings.window_bounds(index)

@@ -50,13 +50,13 @@ def _merge_operator(root: Path):
 def test_a_server_that_dies_mid_window_fails_the_merge_and_a_retry_heals_it(
     tmp_path: Path, monkeypatch
 ) -> None:
+    from conftest import spark_connect_connection
+
     server = LocalSparkConnectServer(tmp_path / "server")
     port = free_port()
     state = server.start(port, master="local[2]")
     try:
-        monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps(
-            {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": port}
-        ))
+        monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", spark_connect_connection(port))
         rows = scenario_rows(random.Random(23))
         write_staging(tmp_path / "staging" / "stream" / WINDOW_ID, staging_files(rows))
         changeset = tmp_path / "changesets" / WINDOW_ID
