@@ -17,6 +17,7 @@ import importlib
 import os
 import re
 import sys
+import threading
 import uuid
 import warnings
 from collections.abc import Iterator, Sequence
@@ -173,18 +174,32 @@ def _with_session_id(url: str, session_id: str) -> str:
 _CONNECT_MODE_VARIABLES = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_LOCAL_REMOTE")
 
 
+_connect_mode_lock = threading.Lock()
+_connect_mode_users = 0
+_connect_mode_saved: dict[str, str | None] = {}
+
+
 @contextmanager
 def _connect_mode() -> Iterator[None]:
-    saved = {name: os.environ.get(name) for name in _CONNECT_MODE_VARIABLES}
-    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    """Connect mode while any thread of this process runs a job: the first to enter saves the
+    variables, the last to leave restores them (overlapping jobs in threads leave nothing behind)."""
+    global _connect_mode_users, _connect_mode_saved
+    with _connect_mode_lock:
+        if _connect_mode_users == 0:
+            _connect_mode_saved = {name: os.environ.get(name) for name in _CONNECT_MODE_VARIABLES}
+            os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+        _connect_mode_users += 1
     try:
         yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        with _connect_mode_lock:
+            _connect_mode_users -= 1
+            if _connect_mode_users == 0:
+                for name, value in _connect_mode_saved.items():
+                    if value is None:
+                        os.environ.pop(name, None)
+                    else:
+                        os.environ[name] = value
 
 
 def _session(url: str) -> Any:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.log_lines import LineLog
 
 from airflow_provider_cdc.spark_connect.jobs import on_this_machine
 from airflow_provider_cdc.spark_connect.server import (
@@ -212,21 +213,17 @@ def test_a_retry_interrupts_what_a_killed_try_of_its_merge_left_running_on_the_s
     for tag, thread in threads.items():
         thread.start()
         assert started[tag].wait(300), "a job never started"  # a bound, not a wait
-    lines: list[str] = []
+    log = LineLog()
     interrupts: list[Any] = []
-
-    class Log:
-        def info(self, message: str, *args: object) -> None:
-            lines.append(message % args)
-
-    run_merge(spark_connect_server.url, arguments, artifacts=artifacts, storage_options=None, log=Log(),
+    run_merge(spark_connect_server.url, arguments, artifacts=artifacts, storage_options=None, log=log,
               on_interruptible=interrupts.append)  # fmt: skip
     killed, other = threads[merge_tag(changeset)], threads[merge_tag(other_changeset)]
     killed.join(300)
     assert not killed.is_alive(), "the earlier try's job was not interrupted"
     outcome = ended[merge_tag(changeset)]
     assert "OPERATION_CANCELED" in outcome or "interrupt" in outcome.lower(), outcome
-    assert any("Interrupted 1 operation(s) an earlier try of the merge of window" in line for line in lines)
+    fenced = "Interrupted 1 operation(s) an earlier try of the merge of window"
+    assert any(fenced in line for line in log.lines)
     assert other.is_alive(), f"another window's merge was interrupted: {ended}"
     # what on_kill calls while the merge runs, and nothing once it is over
     assert callable(interrupts[0]) and interrupts[-1] is None
@@ -234,3 +231,5 @@ def test_a_retry_interrupts_what_a_killed_try_of_its_merge_left_running_on_the_s
         assert len(spark.interruptTag(merge_tag(other_changeset))) == 1
     other.join(300)
     assert not other.is_alive()
+    # jobs that overlapped in threads leave no Connect mode behind (a later spark-submit would fail)
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ
