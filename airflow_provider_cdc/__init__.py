@@ -44,6 +44,11 @@ def get_provider_info() -> dict:
                 "integration-name": "CDC metastore",
                 "tags": ["software"],
             },
+            {
+                "integration-name": "Google Cloud Dataproc (CDC jobs)",
+                "external-doc-url": "https://cloud.google.com/dataproc/docs",
+                "tags": ["gcp"],
+            },
         ],
         "hooks": [
             {
@@ -71,6 +76,10 @@ def get_provider_info() -> dict:
                     "airflow_provider_cdc.sources.tablestore.hook",
                     "airflow_provider_cdc.sources.tablestore.connection",
                 ],
+            },
+            {
+                "integration-name": "Google Cloud Dataproc (CDC jobs)",
+                "python-modules": ["airflow_provider_cdc.hooks.dataproc"],
             },
         ],
         "operators": [
@@ -132,6 +141,10 @@ def get_provider_info() -> dict:
             {
                 "hook-class-name": "airflow_provider_cdc.sources.tablestore.connection.TablestoreHook",
                 "connection-type": "tablestore",
+            },
+            {
+                "hook-class-name": "airflow_provider_cdc.hooks.dataproc.DataprocJobsHook",
+                "connection-type": "dataproc",
             },
         ],
     }

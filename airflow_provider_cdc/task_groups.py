@@ -86,6 +86,7 @@ def initial_snapshot(
     outlets: Sequence[Any] | None = None,
     bigquery_dataset: str | None = None,
     group_id: str = "initial_snapshot",
+    spark_conn_id: str = "spark_default",
     **connection: Any,
 ) -> TaskGroup:
     """The snapshot window ``[T - 1µs, T)`` as a task group (call it inside a DAG):
@@ -109,6 +110,8 @@ def initial_snapshot(
     :param outlets: the commit's outlets, e.g. ``table_asset_outlets(dag_id)``: an asset event per table
         the snapshot applied (see :class:`~airflow_provider_cdc.operators.commit.CdcCommitWindowOperator`).
     :param bigquery_dataset: ``project.dataset`` naming the BigQuery tables' assets (templated).
+    :param spark_conn_id: the Spark connection of the merge and the upsert (templated): ``spark``
+        (``spark-submit``; missing: ``local[*]``), ``spark_connect`` or ``dataproc``.
     :param connection: further connection fields of the table operators (``gcp_conn_id``,
         ``impersonation_chain``, ``metastore_conn_id``).
     """
@@ -150,11 +153,13 @@ def initial_snapshot(
             stream_key=window_template(open_snapshot.task_id, "source_key"),
             pipeline_id=pipeline_id,
             epoch=epoch,
+            conn_id=spark_conn_id,
             **bounds,
         )
         upsert = SparkUpsertWindowOperator(
-            task_id="upsert", locations=locations, pipeline_id=pipeline_id, epoch=epoch, **bounds
-        )
+            task_id="upsert", locations=locations, pipeline_id=pipeline_id, epoch=epoch,
+            conn_id=spark_conn_id, **bounds,
+        )  # fmt: skip
         last: Any = upsert
         watermarks = None
         if bigquery is not None:

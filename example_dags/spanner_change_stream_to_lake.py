@@ -15,8 +15,9 @@ nothing configured: the change-stream emulator's demo database (``SPANNER_EMULAT
 metastore under ``$AIRFLOW_HOME``, Spark ``local[*]`` and Delta tables under ``$AIRFLOW_HOME/cdc-demo``.
 On Cloud Composer set the params to your instance, database and change stream and the roots to
 ``gs://`` URIs; ``google_cloud_default`` carries the credentials and ``cdc_metastore_default`` the
-metastore (PostgreSQL). Settings that shape the DAG itself are read from the environment when it is
-parsed: the window length in minutes (``CDC_WINDOW_MINUTES``, default 10) or in seconds
+metastore (PostgreSQL); the param ``spark_conn_id`` names where the Spark jobs run (``spark-submit``, a
+Spark Connect server, or Dataproc). Settings that shape the DAG itself are read from the environment
+when it is parsed: the window length in minutes (``CDC_WINDOW_MINUTES``, default 10) or in seconds
 (``CDC_WINDOW_SECONDS``, which takes precedence), the first window's start (``CDC_START_DATE``, RFC 3339,
 default 2026-01-01T00:00:00Z) and the readers per window (``CDC_READERS``, default 2).
 """
@@ -81,6 +82,12 @@ with DAG(
         ),
         "changeset_root": Param(f"{DEMO_HOME}/changesets", type="string", description="merged change sets"),
         "lake_root": Param(f"{DEMO_HOME}/lake", type="string", description="Delta tables (local or gs://)"),
+        "spark_conn_id": Param(
+            "spark_default",
+            type="string",
+            description="where the merge and upsert jobs run: a connection of type spark (spark-submit; "
+            "none defined: local[*]), spark_connect or dataproc (a cluster or Serverless batches)",
+        ),
     },
     tags=["cdc", "spanner", "delta", "example"],
 ) as dag:
@@ -113,6 +120,7 @@ with DAG(
         pipeline_id="{{ params.pipeline_id }}",
         readers=READERS,
         enabled="{{ params.initial_snapshot }}",
+        spark_conn_id="{{ params.spark_conn_id }}",
     )
     wait_parents = SpannerChangeStreamPartitionsDrainedSensor(
         task_id="wait_parents",
@@ -154,12 +162,14 @@ with DAG(
         pipeline_id="{{ params.pipeline_id }}",
         # This run's opening of the window: a run whose window was opened again since changes nothing.
         epoch=epoch_template(open_window.task_id),
+        conn_id="{{ params.spark_conn_id }}",
     )
     upsert = SparkUpsertWindowOperator(
         task_id="upsert",
         locations=locations,
         pipeline_id="{{ params.pipeline_id }}",
         epoch=epoch_template(open_window.task_id),
+        conn_id="{{ params.spark_conn_id }}",
     )
     commit = CdcCommitWindowOperator(
         task_id="commit",

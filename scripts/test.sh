@@ -27,8 +27,8 @@ mkdir -p "$AIRFLOW_HOME"
 # 2.11 backfill tests (cold spark-submit merges, as on Cloud Composer 2) with the BigQuery and
 # commit-timestamp example DAGs'; the tests against Google's Cloud Spanner emulator (mostly waiting for
 # real-time windows; they skip, naming the reason, where the emulator is not installed) with the
-# change-stream example DAG's and the merge job's Spark tests; the crash campaign (SIGKILLs at 20 seeded
-# points, CDC_CRASH_POINTS for more) with the deferred-apply upsert killed between append and compaction,
+# change-stream example DAG's (here and on the Dataproc fake) and the merge job's Spark tests; the
+# crash campaign (SIGKILLs at 20 seeded points, CDC_CRASH_POINTS for more) with the deferred-apply upsert killed between append and compaction,
 # the example DAG on gs:// and a Spark Connect server killed mid-merge; the Datastream and Table Store
 # pipeline and example DAG tests. The end-to-end DAG tests merge on one Spark Connect server per process
 # (the crash campaign, the Airflow 2.11 tests and the gs:// DAG's first window run cold spark-submits).
@@ -58,12 +58,13 @@ if [ "$#" -eq 0 ]; then
       --ignore=tests/e2e/test_example_dag_commit_timestamp.py --ignore=tests/e2e/test_asset_events_airflow2.py)
   fi
   # The Google-emulator tests mostly wait for real-time windows: the change-stream example DAG's
-  # end-to-end tests and the merge job's Spark tests (one spark-submit and one Spark Connect run of
-  # every scenario) run in their process.
+  # end-to-end tests (on this machine and on the Dataproc fake) and the merge job's Spark tests (one
+  # spark-submit and one Spark Connect run of every scenario) run in their process.
   run_alongside google tests/e2e/test_google_emulator_read.py tests/e2e/test_example_dag_google.py \
-    tests/e2e/test_example_dag.py tests/adapters/test_merge_job.py
+    tests/e2e/test_example_dag.py tests/adapters/test_merge_job.py tests/e2e/test_example_dag_dataproc.py
   ignored+=(--ignore=tests/e2e/test_google_emulator_read.py --ignore=tests/e2e/test_example_dag_google.py
-    --ignore=tests/e2e/test_example_dag.py --ignore=tests/adapters/test_merge_job.py)
+    --ignore=tests/e2e/test_example_dag.py --ignore=tests/adapters/test_merge_job.py
+    --ignore=tests/e2e/test_example_dag_dataproc.py)
   run_alongside crash tests/e2e/test_crash_campaign.py tests/e2e/test_deferred_apply_crash.py \
     tests/e2e/test_example_dag_gcs.py tests/e2e/test_spark_connect_recovery.py
   ignored+=(--ignore=tests/e2e/test_crash_campaign.py --ignore=tests/e2e/test_deferred_apply_crash.py

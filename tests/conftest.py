@@ -451,3 +451,66 @@ def spark_connect_server(tmp_path_factory) -> Iterator[Any]:
         yield state
     finally:
         server.stop()
+
+
+# =============================================================================================
+# Dataproc fake: its certificate is made at start-up and trusted by this process and its children
+# (gRPC reads GRPC_DEFAULT_SSL_ROOTS_FILE_PATH once per process, before its first TLS channel)
+# =============================================================================================
+import tempfile  # noqa: E402
+
+DATAPROC_FAKE_TLS_DIR = tempfile.mkdtemp(prefix="cdc-dataproc-fake-tls-")
+
+
+def _trust_dataproc_fake() -> None:
+    from airflow_provider_cdc.testing.dataproc_fake.tls import certificate
+
+    roots, _, _ = certificate(DATAPROC_FAKE_TLS_DIR)
+    os.environ["GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"] = str(roots)
+
+
+_trust_dataproc_fake()
+
+
+@pytest.fixture
+def dataproc_fake(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A Cloud Storage fake (bucket ``cdc``, in a child process) and the Dataproc fake running jobs
+    against it, with the cluster ``cdc`` in ``test-project``/``us-central1``; the environment sends the
+    google provider's Dataproc clients (connection ``google_cloud_dataproc``, anonymous) and every
+    storage client of this process to them. Yields ``(dataproc, gcs, key_file)``."""
+    import json
+
+    from airflow_provider_cdc.testing.dataproc_fake import FakeDataproc
+    from airflow_provider_cdc.testing.gcs_fake import FakeGcsProcess
+
+    with FakeGcsProcess(["cdc"]) as gcs:
+        key_file = tmp_path / "service-account.json"
+        key_file.write_text(gcs.delta_storage_options()["google_service_account_key"])
+        cluster_env = {"STORAGE_EMULATOR_HOST": gcs.endpoint, "GOOGLE_SERVICE_ACCOUNT": str(key_file)}
+        with FakeDataproc(
+            gcs.endpoint, output_bucket="cdc", cluster_env=cluster_env, certificate_dir=DATAPROC_FAKE_TLS_DIR
+        ) as dataproc:
+            dataproc.create_cluster(EMULATOR_PROJECT, "us-central1", "cdc")
+            for name, value in {**dataproc.client_environ(), **cluster_env}.items():
+                monkeypatch.setenv(name, value)
+            monkeypatch.setenv(
+                "AIRFLOW_CONN_GOOGLE_CLOUD_DATAPROC",
+                json.dumps({"conn_type": "google_cloud_platform", "extra": {"is_anonymous": True}}),
+            )
+            yield dataproc, gcs, key_file
+
+
+def dataproc_connection(cluster: str | None = "cdc", **extra: Any) -> str:
+    """A ``dataproc`` Spark connection (JSON) on the fake: the cluster ``cluster`` or, with ``None``,
+    Serverless batches; job files staged under ``gs://cdc/dataproc``."""
+    import json
+
+    fields = {
+        "project_id": EMULATOR_PROJECT,
+        "region": "us-central1",
+        "staging_uri": "gs://cdc/dataproc",
+        "gcp_conn_id": "google_cloud_dataproc",
+        **({"cluster_name": cluster} if cluster else {}),
+        **extra,
+    }
+    return json.dumps({"conn_type": "dataproc", "extra": fields})

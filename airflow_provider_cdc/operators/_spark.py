@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_cdc._compat import AirflowNotFoundException, BaseHook
+from airflow_provider_cdc.dataproc.placement import DATAPROC_CONNECTION_TYPE
 from airflow_provider_cdc.hooks.storage import DEFAULT_GCP_CONN_ID
 
 LOCAL_MASTER = "local[*]"
@@ -46,6 +47,11 @@ def connection_master(conn_id: str) -> str | None:
     if connection.conn_type == CONNECT_CONNECTION_TYPE:
         return host if host.startswith("sc://") else f"sc://{host}"
     return host if connection.conn_type == "spark" and host else f"{connection.conn_type}://{host}"
+
+
+def is_dataproc(master: str | None) -> bool:
+    """Whether a master from :func:`connection_master` is a ``dataproc`` connection (jobs on Dataproc)."""
+    return bool(master) and str(master).startswith(f"{DATAPROC_CONNECTION_TYPE}://")
 
 
 def is_connect(master: str | None) -> bool:
@@ -129,9 +135,10 @@ def spark_defaults(
 
 
 def puts_environment_on_command_line(master: str | None) -> bool:
-    """Whether ``spark-submit`` to ``master`` carries the job's environment as ``--conf`` values on
-    its command line (YARN, Kubernetes): credentials must not reach such a job that way."""
-    return bool(master) and ("yarn" in str(master) or "k8s" in str(master))
+    """Whether a job on ``master`` would carry its environment where others can read it: ``--conf``
+    values on ``spark-submit``'s command line (YARN, Kubernetes), or a Dataproc job's resource.
+    Credentials must not reach such a job that way."""
+    return bool(master) and ("yarn" in str(master) or "k8s" in str(master) or is_dataproc(master))
 
 
 def job_credentials(
@@ -157,11 +164,13 @@ def job_credentials(
 
 def refuse_remote_credentials(master: str | None, env: Mapping[str, str]) -> None:
     """Credentials in a job's environment only reach a driver this worker starts: on YARN or
-    Kubernetes spark-submit would carry them as ``--conf`` values on its command line."""
+    Kubernetes spark-submit would carry them as ``--conf`` values on its command line, and a Dataproc
+    job in its resource."""
     if env and puts_environment_on_command_line(master):
+        where = "the Dataproc job's resource" if is_dataproc(master) else "the spark-submit command line"
         raise ValueError(
             f"gcp_conn_id credentials can only reach a driver started by this worker; master {master!r} "
-            "would put them on the spark-submit command line. Drop gcp_conn_id and give the cluster "
+            f"would put them in {where}. Drop gcp_conn_id and give the cluster "
             "its own Google credentials (e.g. workload identity)"
         )
 

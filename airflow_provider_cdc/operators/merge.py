@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import tempfile
-import zipfile
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -19,11 +16,14 @@ from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.connection_fields import connection_arguments_of
 from airflow_provider_cdc.hooks.pipeline import MergeInput, StaleEpochError, pending_manifest_name
 from airflow_provider_cdc.hooks.storage import storage_options
+from airflow_provider_cdc.job_archive import PACKAGE_DIR, build_domain_zip
 from airflow_provider_cdc.merge.input import units_json
+from airflow_provider_cdc.operators._dataproc import run_on_dataproc
 from airflow_provider_cdc.operators._spark import (
     SparkJobError,
     connection_master,
     is_connect,
+    is_dataproc,
     job_credentials,
     spark_defaults,
 )
@@ -36,44 +36,8 @@ from airflow_provider_cdc.operators.window_step import (
 from airflow_provider_cdc.spark_connect.jobs import SparkConnectJobError, run_merge
 from airflow_provider_cdc.spark_connect.session import connect_url, redacted
 
-PACKAGE_DIR = Path(__file__).resolve().parents[1]
 #: The ``spark-submit`` application this operator runs.
 MERGE_JOB_PATH = str(PACKAGE_DIR / "merge" / "job.py")
-DOMAIN_ZIP_NAME = "airflow_provider_cdc_domain.zip"
-_ZIP_ENTRY_TIME = (1980, 1, 1, 0, 0, 0)
-_ZIP_PACKAGE_INIT = '"""The domain layer of airflow-provider-cdc, shipped to Spark with --py-files."""\n'
-
-
-def shipped_modules() -> list[Path]:
-    """What the merge job imports: the domain (with the window contract), the filesystem resolver and
-    the job's own plan, kernels and file copies (executors unpickle the kernels by reference)."""
-    merge = PACKAGE_DIR / "merge"
-    return [
-        *sorted((PACKAGE_DIR / "core").rglob("*.py")),
-        PACKAGE_DIR / "filesystems.py",
-        *sorted(merge.glob("*.py")),
-    ]
-
-
-def build_domain_zip(directory: str | os.PathLike[str]) -> str:
-    """Write what the merge job imports as a zip for ``--py-files``; return the zip's path.
-
-    The zip holds the domain modules, ``filesystems`` and the job's modules with a package
-    ``__init__`` without imports, so the driver and executors import them without Airflow installed.
-    """
-    target = Path(directory) / DOMAIN_ZIP_NAME
-    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        # The same code gives the same bytes (no timestamps): a Spark Connect session is shared by
-        # the jobs whose zip is byte for byte the same.
-        entries = [("__init__.py", _ZIP_PACKAGE_INIT.encode())] + [
-            (module.relative_to(PACKAGE_DIR).as_posix(), module.read_bytes()) for module in shipped_modules()
-        ]
-        for name, content in entries:
-            entry = zipfile.ZipInfo(f"airflow_provider_cdc/{name}", date_time=_ZIP_ENTRY_TIME)
-            entry.compress_type = zipfile.ZIP_DEFLATED
-            entry.external_attr = 0o644 << 16
-            archive.writestr(entry, content)
-    return str(target)
 
 
 class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
@@ -124,10 +88,13 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
         unless ``epoch`` is given, then the DAG id).
     :param epoch: the opening of the window this run merges (templated, e.g.
         ``epoch_template(open_task.task_id)``); default the window's current epoch.
-    :param conn_id: Spark connection (default ``spark_default``; missing means ``local[*]``). A
+    :param conn_id: Spark connection (templated; default ``spark_default``; missing means ``local[*]``). A
         connection of type ``spark_connect`` runs the same job on that Spark Connect server (a warm
         Spark: no JVM start per window), with this task as the job's driver; the domain zip and
-        ``py_files`` become the session's Python artifacts.
+        ``py_files`` become the session's Python artifacts. A connection of type ``dataproc`` submits
+        it as a Dataproc job or Serverless batch
+        (:class:`~airflow_provider_cdc.hooks.dataproc.DataprocJobsHook`; ``conf`` becomes the job's
+        properties).
     :param kwargs: passed to ``SparkSubmitOperator`` (``conf``, ``driver_memory``, ``py_files``, ...).
     """
 
@@ -137,6 +104,7 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
         *WINDOW_STEP_FIELDS,
         "stream_key",
         "window_basis",
+        "spark_conn_id",
     )
     template_fields_renderers = {"locations": "json"}
     ui_color = "#f4a460"
@@ -159,6 +127,8 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
         self.spark_conn_id = conn_id
         #: interrupts the running merge's operations on a Spark Connect server (None: none running)
         self._interrupt_merge: Callable[[], Any] | None = None
+        #: the hook running the merge on Dataproc (None: none running)
+        self._dataproc: Any = None
 
     def _window_and_folders(self) -> tuple[Window, str, str]:
         window = window_of(self.window_start, self.window_end)
@@ -221,6 +191,7 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
             raise AirflowFailException(str(exc)) from exc
 
     def _merge(self, context: Any) -> None:
+        self._conn_id = self.spark_conn_id = str(self.spark_conn_id)  # as rendered
         window, staging, changeset = self._window_and_folders()
         merge_input = None
         pipeline = self._pipeline(context)
@@ -241,6 +212,13 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
         master = connection_master(self.spark_conn_id)
         if is_connect(master):
             self._merge_on_connect(window, staging, changeset, arguments)
+        elif is_dataproc(master):
+            self.log.info("Merging window %s from %s into %s on Dataproc", window, staging, changeset)
+            run_on_dataproc(
+                self, context, step="merge", master=str(master), application=MERGE_JOB_PATH,
+                arguments=arguments, locations=(staging, changeset),
+                pipeline=pipeline or self.pipeline_of(context, required=False) or self.dag_id, window=window,
+            )
         else:
             self._submit(context, window, staging, changeset, arguments, master)
         if merge_input is not None and merge_input.epoch is not None and pipeline is not None:
@@ -273,6 +251,10 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
     def on_kill(self) -> None:
         """Interrupt this merge's operations on the Spark Connect server (the other jobs of the shared
         session go on), or kill the ``spark-submit``."""
+        if self._dataproc is not None:
+            self.log.info("Cancelling the merge's Dataproc job")
+            self._dataproc.kill()
+            return
         interrupt = self._interrupt_merge
         if interrupt is not None:
             self.log.info("Interrupting the merge's operations on the Spark Connect server")

@@ -14,10 +14,12 @@ from airflow_provider_cdc._compat import AirflowFailException
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.connection_fields import connection_arguments_of
 from airflow_provider_cdc.hooks.pipeline import StaleEpochError
+from airflow_provider_cdc.operators._dataproc import run_on_dataproc
 from airflow_provider_cdc.operators._spark import (
     LocalPythonJob,
     connection_master,
     is_connect,
+    is_dataproc,
     is_local,
     job_credentials,
     local_environment,
@@ -91,9 +93,11 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
     :param local_python: on a local master (or without the Spark connection) run the job with the
         worker's Python instead of ``spark-submit`` (default ``True``). The job starts no
         SparkSession, so ``spark-submit`` would only add a JVM start (10-20 s) before the same
-        Python runs; ``False`` submits it anyway. Other masters always use ``spark-submit``.
+        Python runs; ``False`` submits it anyway. Other masters always use ``spark-submit``; a Spark
+        connection of type ``dataproc`` submits the job to Dataproc (a cluster job or a Serverless
+        batch; the cluster needs ``deltalake`` and ``pyarrow``).
 
-    Other keyword arguments go to :class:`SparkSubmitOperator` (``conn_id``, ``conf``,
+    Other keyword arguments go to :class:`SparkSubmitOperator` (``conn_id``: templated here, ``conf``,
     ``env_vars``, ``py_files`` …); ``application`` defaults to the job shipped in this package.
     """
 
@@ -105,6 +109,7 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
         "apply_mode",
         "max_staleness",
         "compact_every",
+        "spark_conn_id",
     )
     template_fields_renderers = {"locations": "json"}
     ui_color = "#d6f5e3"
@@ -137,6 +142,7 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
         self.local_python = local_python
         self.spark_conn_id = conn_id
         self._local_job: LocalPythonJob | None = None
+        self._dataproc: Any = None
 
     def build_application_args(self) -> list[str]:
         """The job's arguments from the rendered fields; with a metastore, after checking the window
@@ -180,6 +186,7 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
         return self.local_python and (is_local(master) or is_connect(master))
 
     def execute(self, context: Any) -> None:
+        self._conn_id = self.spark_conn_id = str(self.spark_conn_id)  # as rendered
         try:
             arguments = self.build_application_args()
         except StaleEpochError as exc:  # the window was opened again: a retry cannot change that
@@ -194,13 +201,24 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
             self.log.info("Applying window %s with arguments %s locally", window, arguments)
             self._local_job.run(self.log)
             return None
+        if is_dataproc(master):
+            locations = self.window_locations("changeset_root", "lake_root")
+            self.log.info("Applying window %s with arguments %s on Dataproc", window, arguments)
+            run_on_dataproc(
+                self, context, step="upsert", master=str(master), application=self.application,
+                arguments=arguments, locations=(locations.change_set(window), str(locations.lake_root)),
+                pipeline=str(self.pipeline_id), window=window,
+            )
+            return None
         env = job_credentials(master, env, self.gcp_conn_id, self.log)
         with spark_defaults(self, self.spark_conn_id, master, application_args=arguments, env=env) as used:
             self.log.info("Applying window %s with arguments %s on Spark master %s", window, arguments, used)
             return super().execute(context)
 
     def on_kill(self) -> None:
-        if self._local_job is not None:
+        if self._dataproc is not None:
+            self._dataproc.kill()
+        elif self._local_job is not None:
             self._local_job.kill()
         else:
             super().on_kill()

@@ -1,0 +1,1 @@
+"""Running the merge and upsert jobs on Dataproc: cluster jobs or Serverless batches."""

@@ -1,0 +1,148 @@
+"""The change-stream example DAG with every root on ``gs://`` (the Cloud Storage fake): its Airflow home,
+credentials, Spark placement, runs, and the comparison of its Delta tables with the committed history."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+DAG_ID = "spanner_change_stream_to_lake"
+PIPELINE = DAG_ID  # the DAG's default pipeline_id
+TABLES = ("Customers", "Orders", "Readings")
+BUCKET = "cdc"
+CHANGES_PER_WINDOW = 80
+
+
+@dataclass
+class GcsDag:
+    """The DAG's Airflow home, the emulator's history and the Cloud Storage fake holding every root."""
+
+    home: Any  # ExampleDagHome
+    fake: Any  # FakeGcsProcess
+    key_file: Path  # a service-account key pointing object_store at the fake
+    spark_connect_port: int
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        """What delta-rs needs to read the fake from this process."""
+        return {"google_service_account_key": self.key_file.read_text()}
+
+    def root(self, name: str) -> str:
+        return f"gs://{BUCKET}/demo/{name}"
+
+    @property
+    def conf(self) -> dict[str, str]:
+        """The DAG's roots, all on the fake."""
+        return {
+            "staging_root": self.root("staging"),
+            "changeset_root": self.root("changesets"),
+            "lake_root": self.root("lake"),
+        }
+
+    def use_credentials(self, source: str) -> None:
+        """Give the Airflow commands the Google connection of ``source``: ``key`` (the key in the
+        connection) or ``adc`` (no key in it; the clients' credentials come from the environment)."""
+        env = self.home.env
+        env.pop("GOOGLE_SERVICE_ACCOUNT", None)
+        if source == "key":
+            extra = {"keyfile_dict": self.key_file.read_text()}
+        else:
+            env["GOOGLE_SERVICE_ACCOUNT"] = str(self.key_file)  # object_store reads it from the environment
+            extra = {}
+        env["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"] = json.dumps(
+            {"conn_type": "google_cloud_platform", "extra": extra}
+        )
+
+    def use_spark(self, where: str) -> None:
+        """Merge with ``spark-submit`` (no Spark connection) or on the Spark Connect server."""
+        from conftest import spark_connect_connection
+
+        self.home.env.pop("AIRFLOW_CONN_SPARK_DEFAULT", None)
+        if where == "connect":
+            self.home.env["AIRFLOW_CONN_SPARK_DEFAULT"] = spark_connect_connection(self.spark_connect_port)
+
+    def window(self, index: int) -> tuple[datetime, datetime]:
+        return self.home.settings.window_bounds(index)
+
+    def snapshot_window(self) -> tuple[datetime, datetime]:
+        start = self.window(0)[0]
+        return start - timedelta(microseconds=1), start
+
+    def run(self, index: int, name: str) -> str:
+        """``airflow dags test`` of window ``index`` (the date given is the window's end)."""
+        end = self.window(index)[1]
+        return self.home.airflow(
+            "dags", "test", DAG_ID, end.isoformat(), "-c", json.dumps(self.conf),
+            log=self.home.root / f"{name}.log", timeout=600,
+        )  # fmt: skip
+
+    def lake(self) -> Any:
+        from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
+
+        return DeltaLakeTarget(self.root("lake"), self.storage_options)
+
+    def truth_after(self, index: int) -> dict[str, list[dict[str, Any]]]:
+        from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND
+        from airflow_provider_cdc.testing.workload import TABLES_BY_NAME
+
+        state = self.home.workload.state_at(self.window(index)[1] - ONE_MICROSECOND)
+        return {
+            name: [TABLES_BY_NAME[name].encode_values(rows[key]) for key in sorted(rows)]
+            for name, rows in state.items()
+        }
+
+    def lake_snapshot(self) -> dict[str, tuple[int, list[str]]]:
+        """Per Delta table: version and every row (hidden CDC columns included), sorted."""
+        lake = self.lake()
+        return {
+            table: (
+                lake.open(table).version(),
+                sorted(
+                    json.dumps(r, sort_keys=True, default=str) for r in lake.read_table(table).to_pylist()
+                ),
+            )
+            for table in TABLES
+        }
+
+    def metastore(self) -> Any:
+        from airflow_provider_cdc.metastore import Metastore
+
+        return Metastore(self.home.metastore_url)
+
+
+@contextmanager
+def gcs_dag_home(root: Path, windows: int, spark_connect_port: int) -> Iterator[GcsDag]:
+    """The demo database (``windows`` windows) on an emulator, the fake with the bucket ``cdc`` and an
+    Airflow 3 home whose clients find the fake through ``STORAGE_EMULATOR_HOST`` and the key's
+    ``gcs_base_url``."""
+    from conftest import emulator_dag_home
+
+    from airflow_provider_cdc.testing.demo import DemoSettings, load_demo
+    from airflow_provider_cdc.testing.gcs_fake import FakeGcsProcess
+
+    settings = DemoSettings(windows=windows, changes_per_window=CHANGES_PER_WINDOW, prior_changes=100)
+    with (
+        FakeGcsProcess([BUCKET]) as fake,
+        emulator_dag_home(root, settings, load_demo, reserialize=False) as home,
+    ):
+        key_file = root / "service-account.json"
+        key_file.write_text(fake.delta_storage_options()["google_service_account_key"])
+        home.env["STORAGE_EMULATOR_HOST"] = fake.endpoint
+        yield GcsDag(home, fake, key_file, spark_connect_port)
+
+
+def assert_equal_to_history(dag: GcsDag, index: int, when: str) -> None:
+    from airflow_provider_cdc.testing.lake_check import compare_lake_to_truth
+
+    truth = dag.truth_after(index)
+    assert sorted(truth) == list(TABLES)
+    for result in compare_lake_to_truth(dag.lake(), truth):
+        assert result.equal, (
+            f"Delta table {result.table} {when}: {result.lake_rows} rows, {result.truth_rows} in the "
+            f"history; only in the lake: {result.only_in_lake}; only in the history: {result.only_in_truth}"
+        )
