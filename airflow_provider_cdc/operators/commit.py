@@ -12,6 +12,16 @@ from airflow_provider_cdc._compat import AirflowFailException, Asset, AssetAlias
 from airflow_provider_cdc.core.timestamps import coerce_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.pipeline import StaleEpochError
+from airflow_provider_cdc.lineage import (
+    DatasetName,
+    StepLineage,
+    bigquery_dataset,
+    delta_table_dataset,
+    identity_columns,
+    lineage_enabled,
+    source_datasets,
+    source_table_dataset,
+)
 from airflow_provider_cdc.operators.window_step import (
     WINDOW_STEP_FIELDS,
     WindowStepMixin,
@@ -141,7 +151,58 @@ class CdcCommitWindowOperator(WindowStepMixin, BaseOperator):
             raise AirflowFailException(str(exc)) from exc
         if aliases:
             self._emit_table_events(context, aliases, pipeline, window, summary)
+        if lineage_enabled():  # here, not in the lineage callback: that runs in a forked process,
+            # where delta-rs (whose runtime this process started) cannot run
+            try:
+                self._lineage = self._commit_lineage(pipeline, summary)
+            except Exception as error:  # lineage is reported on the side: the commit itself succeeded
+                self.log.warning(
+                    "No OpenLineage datasets for this commit: %s: %s", type(error).__name__, error
+                )
         return summary
+
+    _lineage: StepLineage | None = None
+
+    def step_lineage(self) -> StepLineage | None:
+        return self._lineage
+
+    def _commit_lineage(self, pipeline: str, summary: dict[str, Any]) -> StepLineage:
+        """The window end to end: the source's tables (the metastore's key of the window's source) in,
+        the target tables that hold the window out, each Delta table's columns copied one to one
+        from the source table of its name (its schema without the CDC columns)."""
+        from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+        from airflow_provider_cdc.hooks.storage import storage_options
+        from airflow_provider_cdc.targets.delta.compare import HIDDEN_COLUMNS
+        from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
+
+        window = self.window()
+        with CdcMetastoreHook(self.metastore_conn_id) as hook:  # type: ignore[arg-type]
+            source_key = hook.metastore.get_window(pipeline, window.start, window.end).stream
+        delta_tables = sorted(assets.watermarks_of(summary, "watermarks"))
+        bigquery_tables = sorted(assets.watermarks_of(summary, "bigquery_watermarks"))
+        outputs: list[DatasetName] = []
+        columns: dict[DatasetName, dict[str, DatasetName]] = {}
+        lake_root = self.window_locations().lake_root
+        if lake_root:
+            fields = self.connection
+            conn_id = fields.storage_conn_id()
+            lake = DeltaLakeTarget(
+                str(lake_root), storage_options(conn_id, fields.impersonation_chain) if conn_id else None
+            )
+            for table in delta_tables:
+                output = delta_table_dataset(str(lake_root), table)
+                outputs.append(output)
+                source = source_table_dataset(source_key, table)
+                if source is not None:
+                    names = [f.name for f in lake.open(table).schema().fields if f.name not in HIDDEN_COLUMNS]
+                    columns.update(identity_columns(output, names, source))
+        if self.bigquery_dataset:
+            outputs += [bigquery_dataset(str(self.bigquery_dataset), table) for table in bigquery_tables]
+        return StepLineage(
+            inputs=source_datasets(source_key, sorted({*delta_tables, *bigquery_tables})),
+            outputs=outputs,
+            columns=columns,
+        )
 
     def _emit_table_events(
         self, context: Any, aliases: list[Any], pipeline: str, window: Window, summary: dict[str, Any]

@@ -17,6 +17,7 @@ from airflow_provider_cdc.hooks.connection_fields import connection_arguments_of
 from airflow_provider_cdc.hooks.pipeline import MergeInput, StaleEpochError, pending_manifest_name
 from airflow_provider_cdc.hooks.storage import storage_options
 from airflow_provider_cdc.job_archive import PACKAGE_DIR, build_domain_zip
+from airflow_provider_cdc.lineage import StepLineage, location_dataset
 from airflow_provider_cdc.merge.input import units_json
 from airflow_provider_cdc.operators._dataproc import run_on_dataproc
 from airflow_provider_cdc.operators._spark import (
@@ -244,6 +245,11 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
                           on_interruptible=self._track_merge)
             except SparkConnectJobError as error:
                 raise SparkJobError(str(error)) from None
+
+    def step_lineage(self) -> StepLineage:
+        """The window's staged rows in, its change set out."""
+        _, staging, changeset = self._window_and_folders()
+        return StepLineage(inputs=[location_dataset(staging)], outputs=[location_dataset(changeset)])
 
     def _track_merge(self, interrupt: Callable[[], Any] | None) -> None:
         self._interrupt_merge = interrupt

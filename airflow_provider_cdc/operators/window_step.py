@@ -33,6 +33,7 @@ from airflow_provider_cdc.operators._window import WINDOW_END, WINDOW_START, epo
 
 if TYPE_CHECKING:
     from airflow_provider_cdc.hooks.pipeline import CdcPipelineHook
+    from airflow_provider_cdc.lineage import StepLineage
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -164,6 +165,17 @@ class WindowStepMixin(ConnectionFieldsMixin):
         fields = self.connection
         conn_id = fields.storage_conn_id()
         return storage_environment(conn_id, fields.impersonation_chain if conn_id else None)
+
+    def step_lineage(self) -> StepLineage | None:
+        """What this run of the step read and wrote (called after it succeeded); ``None``: nothing."""
+        return None
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: :meth:`step_lineage`'s datasets and the window as the run facet ``cdcWindow``
+        (sent by the OpenLineage provider when it is installed and configured)."""
+        from airflow_provider_cdc.lineage import lineage_of
+
+        return lineage_of(self, task_instance, self.step_lineage, self.window(), self.window_epoch())
 
     if TYPE_CHECKING:
 

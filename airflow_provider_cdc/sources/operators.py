@@ -23,6 +23,7 @@ from airflow_provider_cdc.core.contract.window_handle import WINDOW_XCOM_KEY, Wi
 from airflow_provider_cdc.core.timestamps import coerce_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+from airflow_provider_cdc.lineage import StepLineage, lineage_of, location_dataset, source_datasets
 from airflow_provider_cdc.operators._window import (
     EPOCH_XCOM_KEY,
     WINDOW_END,
@@ -245,4 +246,21 @@ class ReadWindowOperatorBase(SourceWindowOperator):
             lease_seconds=self.lease_seconds,
             retries=self.retries_per_unit,
         )
-        return {**summary.to_dict(), "reader_index": self.reader_index}
+        self._summary = {**summary.to_dict(), "reader_index": self.reader_index}
+        return self._summary
+
+    _summary: dict[str, Any] | None = None
+
+    def step_lineage(self) -> StepLineage | None:
+        """The source (its tables, when the read names them) in, the window's staging folder out."""
+        if self._summary is None:
+            return None
+        tables = self._summary.get("tables") or {}
+        return StepLineage(
+            inputs=source_datasets(self.source_hook().source_key, tables),
+            outputs=[location_dataset(str(self._summary["staging_uri"]))],
+        )
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: :meth:`step_lineage`'s datasets and the window as the run facet ``cdcWindow``."""
+        return lineage_of(self, task_instance, self.step_lineage, self.window(), None)

@@ -256,8 +256,18 @@ def test_windows_land_equal_to_the_committed_history_and_reruns_change_nothing(
     for window, changes in history.windows:
         partial_rows += sum(1 for c in changes["Orders"] if c.present is not None)
         _apply_delta(lake, changesets, window)
-        summary = _operator(fake, changesets, lake_root, window).execute({})
+        operator = _operator(fake, changesets, lake_root, window)
+        summary = operator.execute({})
         assert summary["tables"]["Orders"]["upsert_stream_apply_watermark"] is not None
+        # OpenLineage: each table's change-set folder in, the BigQuery table out, the window as a run facet
+        lineage = operator.get_openlineage_facets_on_complete(None)
+        assert {(d.namespace, d.name) for d in lineage.outputs} == {
+            ("bigquery", f"{PROJECT}.{DATASET}.{t}") for t in summary["tables"]
+        }
+        assert {(d.namespace, d.name) for d in lineage.inputs} == {
+            ("file", f"{changesets}/{window.window_id}/table={t}") for t in summary["tables"]
+        }
+        assert lineage.run_facets["cdcWindow"].windowId == window.window_id
     assert partial_rows > 10  # the history exercises image completion
     for table in SCHEMAS:
         assert _bq_rows(fake, table) == _expected(history.snapshot[table]), table

@@ -24,6 +24,7 @@ from support.gcs_dag import BUCKET, DAG_ID, PIPELINE, TABLES, GcsDag, assert_equ
 #: Per window: the Spark connection its run names (DAG param ``spark_conn_id``).
 WINDOW_SPARK = ("spark_default", "dataproc_cluster", "dataproc_serverless")
 WINDOWS = len(WINDOW_SPARK)
+LINEAGE_FILE = "openlineage-events.jsonl"
 
 pytestmark = [
     pytest.mark.spark,
@@ -69,6 +70,11 @@ def dataproc_dag(
                 AIRFLOW_CONN_GOOGLE_CLOUD_DATAPROC=json.dumps(
                     {"conn_type": "google_cloud_platform", "extra": {"is_anonymous": True}}
                 ),
+                # OpenLineage: the provider's file transport, one event per line
+                AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps(
+                    {"type": "file", "log_file_path": str(root / LINEAGE_FILE), "append": True}
+                ),
+                AIRFLOW__OPENLINEAGE__NAMESPACE="cdc-e2e",
             )
             yield dag, dataproc
 
@@ -136,3 +142,74 @@ def test_windows_on_dataproc_apply_what_a_local_window_does(dataproc_dag: tuple[
     staged = {blob.name.rsplit("/", 1)[0] for blob in client.list_blobs(BUCKET, prefix="dataproc/cdc-jobs/")}
     assert len(staged) == 2, staged
     assert dataproc.proxy.refused == []  # nothing but Dataproc's endpoints went through the proxy
+
+
+def test_each_step_reports_its_datasets_and_the_window_to_openlineage(
+    dataproc_dag: tuple[GcsDag, Any],
+) -> None:
+    """The OpenLineage provider (file transport) sent, for each step of the windows run above, the
+    datasets it read and wrote and the window as the ``cdcWindow`` run facet."""
+    from airflow_provider_cdc.testing.workload import TABLES_BY_NAME
+
+    dag, _ = dataproc_dag
+    path = dag.home.root / LINEAGE_FILE
+    assert path.exists(), "no OpenLineage event was written"
+    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    complete = [
+        e for e in events if e["eventType"] == "COMPLETE" and e["job"]["name"].startswith(DAG_ID + ".")
+    ]
+
+    def of(task: str, index: int) -> dict[str, Any]:
+        start, end = dag.window(index)
+        window_id = f"{int(start.timestamp() * 1e6)}-{int(end.timestamp() * 1e6)}"
+        found = [
+            e for e in complete
+            if e["job"]["name"] == f"{DAG_ID}.{task}"
+            and e["run"]["facets"].get("cdcWindow", {}).get("windowId") == window_id
+        ]  # fmt: skip
+        assert found, f"no COMPLETE event of {task} with the window of run {index}"
+        return found[-1]
+
+    def names(datasets: list[dict[str, Any]]) -> set[tuple[str, str]]:
+        return {(d["namespace"], d["name"]) for d in datasets}
+
+    bucket = f"gs://{BUCKET}"
+    for index in range(WINDOWS):
+        start, end = dag.window(index)
+        window_id = f"{int(start.timestamp() * 1e6)}-{int(end.timestamp() * 1e6)}"
+        merge = of("merge", index)
+        assert names(merge["inputs"]) == {(bucket, f"demo/staging/WorkloadChanges/{window_id}")}
+        assert names(merge["outputs"]) == {(bucket, f"demo/changesets/{window_id}")}
+        facet = merge["run"]["facets"]["cdcWindow"]
+        assert (facet["pipeline"], facet["windowStart"][:19], facet["windowEnd"][:19]) == (
+            PIPELINE, start.strftime("%Y-%m-%dT%H:%M:%S"), end.strftime("%Y-%m-%dT%H:%M:%S")
+        )  # fmt: skip
+        lake = {(bucket, f"demo/lake/{table}") for table in TABLES}
+        upsert = of("upsert", index)
+        assert names(upsert["outputs"]) <= lake and names(upsert["outputs"])
+        assert all(
+            name.startswith(f"demo/changesets/{window_id}/table=") for _, name in names(upsert["inputs"])
+        )
+        read = of("read", index)
+        assert names(read["inputs"]) == {("spanner://demo-project/demo-instance", "demo.WorkloadChanges")}
+        assert names(read["outputs"]) == {(bucket, f"demo/staging/WorkloadChanges/{window_id}")}
+        commit = of("commit", index)
+        assert names(commit["outputs"]) == lake
+        sources = {("spanner://demo-project/demo-instance", f"demo.{table}") for table in TABLES}
+        assert names(commit["inputs"]) == sources
+        for output in commit["outputs"]:
+            table = output["name"].rsplit("/", 1)[-1]
+            fields = output["facets"]["columnLineage"]["fields"]
+            assert set(fields) == set(TABLES_BY_NAME[table].column_names), table
+            for column, lineage in fields.items():
+                (source,) = lineage["inputFields"]
+                assert (source["namespace"], source["name"], source["field"]) == (
+                    "spanner://demo-project/demo-instance", f"demo.{table}", column
+                )  # fmt: skip
+    # The snapshot's readers name the tables they read: together every table of the lake (and any
+    # other table the stream watches), each a table of the demo database.
+    snapshot_reads = [e for e in complete if e["job"]["name"] == f"{DAG_ID}.initial_snapshot.read"]
+    read_tables = set().union(*(names(e["inputs"]) for e in snapshot_reads))
+    spanner = "spanner://demo-project/demo-instance"
+    assert {(spanner, f"demo.{table}") for table in TABLES} <= read_tables
+    assert all(namespace == spanner and name.startswith("demo.") for namespace, name in read_tables)

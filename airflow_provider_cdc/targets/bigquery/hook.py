@@ -235,7 +235,12 @@ class BigQueryCdcHook(GoogleBaseHook):
                 results.append(target.send_planned(plan, pipeline, window))
         order = {t.name: i for i, t in enumerate(tables)}
         results.sort(key=lambda r: order[r.source_table])
-        summary: dict[str, Any] = {"window_id": window.window_id, "tables": {}}
+        summary: dict[str, Any] = {
+            "window_id": window.window_id,
+            "project": target.project,
+            "dataset": str(dataset),
+            "tables": {},
+        }
         for result in results:
             entry = result.to_dict()
             if report_watermarks:

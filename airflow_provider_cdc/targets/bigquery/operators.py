@@ -7,8 +7,10 @@ from datetime import timedelta
 from typing import Any
 
 from airflow_provider_cdc._compat import AirflowFailException, BaseOperator
+from airflow_provider_cdc.core.contract.locations import TABLE_DIR_PREFIX
 from airflow_provider_cdc.hooks.connection_fields import connection_arguments_of
 from airflow_provider_cdc.hooks.pipeline import StaleEpochError
+from airflow_provider_cdc.lineage import StepLineage, bigquery_dataset, location_dataset
 from airflow_provider_cdc.operators.window_step import (
     WINDOW_STEP_FIELDS,
     PipelineWindowStepFields,
@@ -106,9 +108,26 @@ class BigQueryCdcUpsertOperator(WindowStepMixin, BaseOperator):
             location=self.location,
         )
         try:
-            return self._apply(hook)
+            self._summary = self._apply(hook)
+            return self._summary
         except StaleEpochError as exc:  # the window was opened again: a retry cannot change that
             raise AirflowFailException(str(exc)) from exc
+
+    _summary: dict[str, Any] | None = None
+
+    def step_lineage(self) -> StepLineage | None:
+        """Each table of the window's change set in, the BigQuery table it was sent to out."""
+        summary = self._summary
+        if not summary or not summary.get("project"):
+            return None
+        change_set = self.window_locations("changeset_root").change_set(self.window())
+        project_dataset = f"{summary['project']}.{summary['dataset']}"
+        inputs, outputs = [], []
+        for table, entry in sorted((summary.get("tables") or {}).items()):
+            source = entry.get("source_table", table) if isinstance(entry, dict) else table
+            inputs.append(location_dataset(f"{change_set}/{TABLE_DIR_PREFIX}{source}"))
+            outputs.append(bigquery_dataset(project_dataset, table))
+        return StepLineage(inputs=inputs, outputs=outputs)
 
     def _apply(self, hook: BigQueryCdcHook) -> dict[str, Any]:
         return hook.apply_window(

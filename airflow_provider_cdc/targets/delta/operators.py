@@ -11,9 +11,11 @@ from typing import Any
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
 from airflow_provider_cdc._compat import AirflowFailException
+from airflow_provider_cdc.core.contract.locations import TABLE_DIR_PREFIX
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.connection_fields import connection_arguments_of
 from airflow_provider_cdc.hooks.pipeline import StaleEpochError
+from airflow_provider_cdc.lineage import StepLineage, delta_table_dataset, location_dataset
 from airflow_provider_cdc.operators._dataproc import run_on_dataproc
 from airflow_provider_cdc.operators._spark import (
     LocalPythonJob,
@@ -214,6 +216,24 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
         with spark_defaults(self, self.spark_conn_id, master, application_args=arguments, env=env) as used:
             self.log.info("Applying window %s with arguments %s on Spark master %s", window, arguments, used)
             return super().execute(context)
+
+    def step_lineage(self) -> StepLineage:
+        """Each table of the window's change set (its manifest) in, its Delta table out."""
+        from airflow_provider_cdc.changesets.reader import ChangeSetReader
+        from airflow_provider_cdc.core.contract.change_set import manifest_tables
+        from airflow_provider_cdc.hooks.storage import storage_options
+
+        window = self.window()
+        locations = self.window_locations("changeset_root", "lake_root")
+        change_set = locations.change_set(window)
+        fields = self.connection
+        conn_id = fields.storage_conn_id()
+        options = storage_options(conn_id, fields.impersonation_chain) if conn_id else None
+        tables = sorted(manifest_tables(ChangeSetReader(change_set, options).manifest(), change_set))
+        return StepLineage(
+            inputs=[location_dataset(f"{change_set}/{TABLE_DIR_PREFIX}{table}") for table in tables],
+            outputs=[delta_table_dataset(str(locations.lake_root), table) for table in tables],
+        )
 
     def on_kill(self) -> None:
         if self._dataproc is not None:
