@@ -5,11 +5,12 @@ splits and merges) is served by the project's emulator in this process, and the 
 (``airflow_provider_cdc.testing.bigquery_fake``) serves the Storage Write API and the REST endpoints
 on loopback, also from this process. ``airflow dags test spanner_change_stream_to_bigquery <window
 end>`` runs each window (the date given is the end of the window it runs), in order, with the fake's
-endpoints in ``CDC_BIGQUERY_API_ENDPOINT``/``CDC_BIGQUERY_WRITE_ENDPOINT``. After every window the
-BigQuery tables, as a query would see them, and the Delta tables equal the committed history up to that
-window's end, and the commit recorded each BigQuery table's ``upsert_stream_apply_watermark``. Then a
-middle window runs again (``dags test`` clears its run): the ledger has every table of it, nothing is
-sent again, and nothing changes.
+endpoints in ``CDC_BIGQUERY_API_ENDPOINT``/``CDC_BIGQUERY_WRITE_ENDPOINT`` and the staging, change sets
+and Delta tables on ``gs://`` (the Cloud Storage fake; the key in ``google_cloud_default``). After
+every window the BigQuery tables, as a query would see them, and the Delta tables equal the committed
+history up to that window's end, and the commit recorded each BigQuery table's
+``upsert_stream_apply_watermark``. Then a middle window runs again (``dags test`` clears its run): the
+ledger has every table of it, nothing is sent again, and nothing changes.
 
 The demo's values are drawn without NULL array elements (``value_profile="google-emulator"``): BigQuery
 arrays cannot hold them, and the BigQuery upsert refuses such a row naming it.
@@ -22,7 +23,6 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -50,10 +50,16 @@ class BigQueryDag:
 
     home: Any  # ExampleDagHome
     fake: Any  # FakeBigQuery
+    roots: Any  # GcsRoots: every root on the Cloud Storage fake
 
     @property
-    def lake_root(self) -> Path:
-        return self.home.demo_home / "bigquery" / "lake"  # the DAG's default lake_root
+    def lake_root(self) -> str:
+        return str(self.roots.root("lake"))
+
+    def lake(self) -> Any:
+        from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
+
+        return DeltaLakeTarget(self.lake_root, self.roots.storage_options)
 
     def window(self, index: int) -> tuple[datetime, datetime]:
         return self.home.settings.window_bounds(index)
@@ -67,8 +73,9 @@ class BigQueryDag:
         """``airflow dags test`` of window ``index``; returns its output."""
         end = self.window(index)[1]
         return self.home.airflow(
-            "dags", "test", DAG_ID, end.isoformat(), log=self.home.root / f"{name}.log", timeout=600
-        )
+            "dags", "test", DAG_ID, end.isoformat(), "-c", json.dumps(self.roots.conf),
+            log=self.home.root / f"{name}.log", timeout=600,
+        )  # fmt: skip
 
     def truth_after(self, index: int) -> dict[str, list[dict[str, Any]]]:
         """The tables' rows once every transaction committed before window ``index``'s end is applied."""
@@ -88,9 +95,7 @@ class BigQueryDag:
 
     def lake_snapshot(self) -> dict[str, tuple[int, list[str]]]:
         """Per Delta table: version and every row (hidden CDC columns included), sorted."""
-        from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
-
-        lake = DeltaLakeTarget(str(self.lake_root))
+        lake = self.lake()
         return {
             table: (lake.open(table).version(), _sorted_texts(lake.read_table(table).to_pylist()))
             for table in TABLES
@@ -121,6 +126,7 @@ def bigquery_dag(
 ) -> Iterator[BigQueryDag]:
     """The demo database on an emulator, the BigQuery fake with the DAG's dataset, and an Airflow 3 home."""
     from conftest import emulator_dag_home
+    from support.gcs_dag import gcs_roots
 
     from airflow_provider_cdc.testing.bigquery_fake import FakeBigQuery
     from airflow_provider_cdc.testing.demo import DemoSettings, load_demo
@@ -130,27 +136,31 @@ def bigquery_dag(
     settings = DemoSettings(
         windows=WINDOWS, changes_per_window=CHANGES_PER_WINDOW, value_profile=GOOGLE_EMULATOR_PROFILE
     )
-    with FakeBigQuery() as fake, emulator_dag_home(
-        root, settings, load_demo, reserialize=False, spark_connect_port=spark_connect_server.port
-    ) as home:
+    with (
+        FakeBigQuery() as fake,
+        gcs_roots(root, "bigquery") as roots,
+        emulator_dag_home(
+            root, settings, load_demo, reserialize=False, spark_connect_port=spark_connect_server.port
+        ) as home,
+    ):
         fake.create_dataset(PROJECT, DATASET)
         home.env.update(
             CDC_BIGQUERY_API_ENDPOINT=fake.rest_endpoint, CDC_BIGQUERY_WRITE_ENDPOINT=fake.write_endpoint
         )
-        yield BigQueryDag(home, fake)
+        roots.configure(home.env)
+        yield BigQueryDag(home, fake, roots)
 
 
 
 
 def _assert_equal_to_history(dag: BigQueryDag, index: int, when: str) -> None:
     """The BigQuery tables and the Delta tables hold the committed history up to window ``index``'s end."""
-    from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
     from airflow_provider_cdc.testing.bigquery_fake.compare import compare_bigquery_to_truth
     from airflow_provider_cdc.testing.lake_check import compare_lake_to_truth
 
     truth = dag.truth_after(index)
     assert sorted(truth) == list(TABLES)
-    for result in compare_lake_to_truth(DeltaLakeTarget(str(dag.lake_root)), truth):
+    for result in compare_lake_to_truth(dag.lake(), truth):
         assert result.equal, (
             f"Delta table {result.table} {when}: {result.lake_rows} rows, {result.truth_rows} in the "
             f"history; only in the lake: {result.only_in_lake}; only in the history: {result.only_in_truth}"

@@ -3,7 +3,9 @@
 The commit-timestamp demo database (three windows: ``Performances`` inserted, rewritten in full, soft
 deleted and undeleted; ``Documents`` edits appending ``DocumentHistory`` rows; transactions writing both
 tables and pairs sharing one explicit timestamp) is served by the project's emulator in this process.
-``airflow dags test spanner_commit_timestamp_tables_to_lake <window end>`` runs each window in order.
+``airflow dags test spanner_commit_timestamp_tables_to_lake <window end>`` runs each window in order,
+with the staging, change sets and Delta tables on ``gs://`` (the Cloud Storage fake; the key in
+``google_cloud_default``).
 After every window the Delta tables equal what the configuration makes of the history up to the window
 end: ``Performances`` without its soft-deleted rows (and without the soft-delete column),
 ``DocumentLatest`` with each document's newest history row. A window run before its predecessor fails
@@ -44,10 +46,11 @@ class LedgerDag:
 
     home: Any  # ExampleDagHome
     truth: dict[str, Any]  # the demo's ground truth (what compare reads)
+    roots: Any  # GcsRoots: every root on the Cloud Storage fake
 
     @property
-    def lake_root(self) -> Path:
-        return self.home.demo_home / "commit-timestamp" / "lake"  # the DAG's default lake_root
+    def lake_root(self) -> str:
+        return str(self.roots.root("lake"))
 
     def window(self, index: int) -> tuple[datetime, datetime]:
         return self.home.settings.window_bounds(index)
@@ -55,13 +58,14 @@ class LedgerDag:
     def run(self, index: int, name: str) -> str:
         """``airflow dags test`` of window ``index`` (the date given is its end); returns its output."""
         return self.home.airflow(
-            "dags", "test", DAG_ID, self.window(index)[1].isoformat(), log=self.home.root / f"{name}.log"
-        )
+            "dags", "test", DAG_ID, self.window(index)[1].isoformat(), "-c", json.dumps(self.roots.conf),
+            log=self.home.root / f"{name}.log",
+        )  # fmt: skip
 
     def lake(self) -> Any:
         from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
 
-        return DeltaLakeTarget(str(self.lake_root))
+        return DeltaLakeTarget(self.lake_root, self.roots.storage_options)
 
     def metastore(self) -> Any:
         from airflow_provider_cdc.metastore import Metastore
@@ -88,8 +92,10 @@ class LedgerDag:
 
 @pytest.fixture(scope="module")
 def ledger_dag(spark_connect_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LedgerDag]:
-    """The commit-timestamp demo database on an emulator in this process, and an Airflow 3 home."""
+    """The commit-timestamp demo database on an emulator in this process, an Airflow 3 home, and every
+    root on the Cloud Storage fake."""
     from conftest import emulator_dag_home
+    from support.gcs_dag import gcs_roots
 
     from airflow_provider_cdc.testing.commit_timestamp_demo import (
         CommitTimestampDemoSettings,
@@ -98,14 +104,18 @@ def ledger_dag(spark_connect_server: Any, tmp_path_factory: pytest.TempPathFacto
 
     root = tmp_path_factory.mktemp("example-dag-commit-timestamp")
     settings = CommitTimestampDemoSettings(windows=WINDOWS, transactions_per_window=TRANSACTIONS_PER_WINDOW)
-    with emulator_dag_home(
-        root,
-        settings,
-        load_commit_timestamp_demo,
-        reserialize=False,
-        spark_connect_port=spark_connect_server.port,
-    ) as home:
-        yield LedgerDag(home, json.loads((root / "truth.json").read_text()))
+    with (
+        gcs_roots(root, "commit-timestamp") as roots,
+        emulator_dag_home(
+            root,
+            settings,
+            load_commit_timestamp_demo,
+            reserialize=False,
+            spark_connect_port=spark_connect_server.port,
+        ) as home,
+    ):
+        roots.configure(home.env)
+        yield LedgerDag(home, json.loads((root / "truth.json").read_text()), roots)
 
 
 def test_the_dag_loads_with_its_demo_defaults(tmp_path: Path) -> None:
@@ -237,6 +247,8 @@ def test_windows_equal_the_history_and_a_rerun_changes_nothing(ledger_dag: Ledge
                 "test",
                 DAG_ID,
                 dag.window(1)[1].isoformat(),
+                "-c",
+                json.dumps(dag.roots.conf),
             ],
             env=dag.home.env,
             stdout=out,

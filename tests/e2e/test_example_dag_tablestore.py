@@ -5,8 +5,10 @@ sequence extension) serves from this process; a seeded workload writes three one
 puts, partial updates that set and delete columns, row deletes and re-puts, with a shard split in the
 second window and a merge in the third, on the emulator's clock a few minutes in the past (the windows
 have settled). ``airflow dags test <dag> <window end>`` runs each window in order through the
-``tablestore`` connection; after every window the Delta tables (and the BigQuery tables of the loopback
-fake) equal the emulator's table state at the window's end, and a window run again changes nothing.
+``tablestore`` connection (the lake DAG with its staging, change sets and Delta tables on ``gs://``, the
+Cloud Storage fake; the BigQuery DAG on local roots); after every window the Delta tables (and the
+BigQuery tables of the loopback fake) equal the emulator's table state at the window's end, and a window
+run again changes nothing.
 """
 
 from __future__ import annotations
@@ -38,16 +40,23 @@ class TablestoreDags:
     home: Any  # ExampleDagHome
     workload: Any  # TablestoreWorkload
     fake: Any
+    roots: Any  # GcsRoots: the lake DAG's roots on the Cloud Storage fake
 
     def run(self, dag_id: str, index: int, name: str) -> str:
         end = self.workload.window(index)[1].isoformat()
-        return self.home.airflow("dags", "test", dag_id, end, log=self.home.root / f"{name}.log", timeout=600)
+        conf = ["-c", json.dumps(self.roots.conf)] if dag_id == LAKE_DAG else []
+        return self.home.airflow(
+            "dags", "test", dag_id, end, *conf, log=self.home.root / f"{name}.log", timeout=600
+        )
 
-    def lake_rows(self, lake_root: Path) -> list[dict[str, Any]]:
+    def lake_rows(self, lake_root: Path | str) -> list[dict[str, Any]]:
         from deltalake import DeltaTable
 
-        uri = str(lake_root / "orders")
-        return DeltaTable(uri).to_pyarrow_table().to_pylist() if DeltaTable.is_deltatable(uri) else []
+        uri = f"{lake_root}/orders"
+        options = self.roots.storage_options if uri.startswith("gs://") else None
+        if not DeltaTable.is_deltatable(uri, storage_options=options):
+            return []
+        return DeltaTable(uri, storage_options=options).to_pyarrow_table().to_pylist()
 
     def bigquery_rows(self) -> list[dict[str, Any]]:
         if (*DATASET, "orders") not in self.fake.state.tables:
@@ -73,6 +82,7 @@ def tablestore_dags(
     spark_connect_server: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TablestoreDags]:
     from conftest import ExampleDagHome, example_dag_environment, free_port
+    from support.gcs_dag import gcs_roots
 
     from airflow_provider_cdc.testing.bigquery_fake import FakeBigQuery
     from airflow_provider_cdc.testing.tablestore_emulator import ManualClock, TablestoreEmulator
@@ -91,7 +101,7 @@ def tablestore_dags(
         now_us = int(datetime.now(timezone.utc).timestamp() * 1_000_000)
         emulator.clock.advance(max(now_us - emulator.clock(), 0) / 1_000_000)
         metastore_url, api_port = f"sqlite:///{root / 'cdc_metastore.db'}", free_port()
-        with FakeBigQuery() as fake:
+        with FakeBigQuery() as fake, gcs_roots(root, "tablestore") as roots:
             fake.create_dataset(*DATASET)
             env = example_dag_environment(root, "", api_port, metastore_url, spark_connect_server.port)
             env.pop("CDC_WINDOW_MINUTES", None)
@@ -110,10 +120,11 @@ def tablestore_dags(
                     }
                 ),
             )
+            roots.configure(env)
             home = ExampleDagHome(root, root / "airflow", env, None, None, metastore_url, api_port)
             home.airflow_home.mkdir()
             home.airflow("db", "migrate", log=root / "db-migrate.log")
-            yield TablestoreDags(home, workload, fake)
+            yield TablestoreDags(home, workload, fake, roots)
     finally:
         emulator.stop()
 
@@ -126,7 +137,7 @@ def test_both_dags_equal_the_emulators_table_after_every_window(tablestore_dags:
     shards = dags.workload.emulator.shards("orders")
     assert any(s.get("parent_sibling_id") for s in shards), shards  # a merge
     assert sum(1 for s in shards if s.get("parent_id")) >= 3, shards  # a split's two children and a merge
-    lake = dags.home.demo_home / "tablestore" / "lake"
+    lake = dags.roots.root("lake")  # the lake DAG runs with every root on gs://
     bigquery_lake = dags.home.demo_home / "tablestore" / "bigquery" / "lake"
     for index in range(WINDOWS):
         dags.run(LAKE_DAG, index, f"lake-window-{index}")

@@ -146,3 +146,48 @@ def assert_equal_to_history(dag: GcsDag, index: int, when: str) -> None:
             f"Delta table {result.table} {when}: {result.lake_rows} rows, {result.truth_rows} in the "
             f"history; only in the lake: {result.only_in_lake}; only in the history: {result.only_in_truth}"
         )
+
+
+@dataclass
+class GcsRoots:
+    """A DAG's roots on the Cloud Storage fake (``gs://cdc/{prefix}/...``) and the credentials every
+    client of the DAG's tasks and of the test uses to reach them: ``google_cloud_default`` with the
+    fake's key (delta-rs) and ``STORAGE_EMULATOR_HOST`` (pyarrow, ``google-cloud-storage``)."""
+
+    fake: Any  # FakeGcsProcess
+    key_file: Path
+    prefix: str
+
+    def root(self, name: str) -> str:
+        return f"gs://{BUCKET}/{self.prefix}/{name}"
+
+    @property
+    def conf(self) -> dict[str, str]:
+        """The DAG run's conf: its three roots on the fake."""
+        return {
+            "staging_root": self.root("staging"),
+            "changeset_root": self.root("changesets"),
+            "lake_root": self.root("lake"),
+        }
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        return {"google_service_account_key": self.key_file.read_text()}
+
+    def configure(self, env: dict[str, str]) -> None:
+        """Point an Airflow home's commands and tasks at the fake, with the key in the connection."""
+        env["STORAGE_EMULATOR_HOST"] = self.fake.endpoint
+        env["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"] = json.dumps(
+            {"conn_type": "google_cloud_platform", "extra": {"keyfile_dict": self.key_file.read_text()}}
+        )
+
+
+@contextmanager
+def gcs_roots(directory: Path, prefix: str) -> Iterator[GcsRoots]:
+    """The Cloud Storage fake (bucket ``cdc``, a child process) holding a DAG's roots under ``prefix``."""
+    from airflow_provider_cdc.testing.gcs_fake import FakeGcsProcess
+
+    with FakeGcsProcess([BUCKET]) as fake:
+        key_file = directory / "service-account.json"
+        key_file.write_text(fake.delta_storage_options()["google_service_account_key"])
+        yield GcsRoots(fake, key_file, prefix)
