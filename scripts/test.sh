@@ -28,10 +28,11 @@ mkdir -p "$AIRFLOW_HOME"
 # commit-timestamp example DAGs'; the tests against Google's Cloud Spanner emulator (mostly waiting for
 # real-time windows; they skip, naming the reason, where the emulator is not installed) with the
 # change-stream example DAG's (here and on the Dataproc fake) and the merge job's Spark tests; the
-# crash campaign (SIGKILLs at 20 seeded points, CDC_CRASH_POINTS for more) with the deferred-apply upsert killed between append and compaction,
-# the example DAG on gs:// and a Spark Connect server killed mid-merge; the Datastream and Table Store
-# pipeline and example DAG tests. The end-to-end DAG tests merge on one Spark Connect server per process
-# (the crash campaign, the Airflow 2.11 tests and the gs:// DAG's first window run cold spark-submits).
+# crash campaign (SIGKILLs at 20 seeded points, CDC_CRASH_POINTS for more) with the deferred-apply
+# upsert killed between append and compaction, the example DAG on gs:// and a Spark Connect server
+# killed mid-merge; the Datastream and Table Store pipeline and example DAG tests. The end-to-end DAG
+# tests merge on one Spark Connect server per process (the crash campaign, the Airflow 2.11 tests and
+# the gs:// DAG's first window run cold spark-submits; the Dataproc fake runs spark-submit per job).
 # Each process reports its slowest tests and how long it took.
 side_names=() side_pids=() side_logs=()
 run_alongside() {  # NAME FILE...

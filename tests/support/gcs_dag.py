@@ -19,30 +19,46 @@ CHANGES_PER_WINDOW = 80
 
 
 @dataclass
-class GcsDag:
-    """The DAG's Airflow home, the emulator's history and the Cloud Storage fake holding every root."""
+class GcsRoots:
+    """A DAG's roots on the Cloud Storage fake (``gs://cdc/{prefix}/...``) and the credentials every
+    client of the DAG's tasks and of the test uses to reach them: ``google_cloud_default`` with the
+    fake's key (delta-rs) and ``STORAGE_EMULATOR_HOST`` (pyarrow, ``google-cloud-storage``)."""
 
-    home: Any  # ExampleDagHome
     fake: Any  # FakeGcsProcess
-    key_file: Path  # a service-account key pointing object_store at the fake
-    spark_connect_port: int
-
-    @property
-    def storage_options(self) -> dict[str, str]:
-        """What delta-rs needs to read the fake from this process."""
-        return {"google_service_account_key": self.key_file.read_text()}
+    key_file: Path
+    prefix: str
 
     def root(self, name: str) -> str:
-        return f"gs://{BUCKET}/demo/{name}"
+        return f"gs://{BUCKET}/{self.prefix}/{name}"
 
     @property
     def conf(self) -> dict[str, str]:
-        """The DAG's roots, all on the fake."""
+        """The DAG run's conf: its three roots on the fake."""
         return {
             "staging_root": self.root("staging"),
             "changeset_root": self.root("changesets"),
             "lake_root": self.root("lake"),
         }
+
+    @property
+    def storage_options(self) -> dict[str, str]:
+        return {"google_service_account_key": self.key_file.read_text()}
+
+    def configure(self, env: dict[str, str]) -> None:
+        """Point an Airflow home's commands and tasks at the fake, with the key in the connection."""
+        env["STORAGE_EMULATOR_HOST"] = self.fake.endpoint
+        env["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"] = json.dumps(
+            {"conn_type": "google_cloud_platform", "extra": {"keyfile_dict": self.key_file.read_text()}}
+        )
+
+
+@dataclass
+class GcsDag(GcsRoots):
+    """The change-stream DAG's Airflow home, the emulator's history and the Cloud Storage fake holding
+    every root (under ``gs://cdc/demo``)."""
+
+    home: Any = None  # ExampleDagHome
+    spark_connect_port: int = 0
 
     def use_credentials(self, source: str) -> None:
         """Give the Airflow commands the Google connection of ``source``: ``key`` (the key in the
@@ -133,7 +149,7 @@ def gcs_dag_home(root: Path, windows: int, spark_connect_port: int) -> Iterator[
         key_file = root / "service-account.json"
         key_file.write_text(fake.delta_storage_options()["google_service_account_key"])
         home.env["STORAGE_EMULATOR_HOST"] = fake.endpoint
-        yield GcsDag(home, fake, key_file, spark_connect_port)
+        yield GcsDag(fake, key_file, "demo", home, spark_connect_port)
 
 
 def assert_equal_to_history(dag: GcsDag, index: int, when: str) -> None:
@@ -145,40 +161,6 @@ def assert_equal_to_history(dag: GcsDag, index: int, when: str) -> None:
         assert result.equal, (
             f"Delta table {result.table} {when}: {result.lake_rows} rows, {result.truth_rows} in the "
             f"history; only in the lake: {result.only_in_lake}; only in the history: {result.only_in_truth}"
-        )
-
-
-@dataclass
-class GcsRoots:
-    """A DAG's roots on the Cloud Storage fake (``gs://cdc/{prefix}/...``) and the credentials every
-    client of the DAG's tasks and of the test uses to reach them: ``google_cloud_default`` with the
-    fake's key (delta-rs) and ``STORAGE_EMULATOR_HOST`` (pyarrow, ``google-cloud-storage``)."""
-
-    fake: Any  # FakeGcsProcess
-    key_file: Path
-    prefix: str
-
-    def root(self, name: str) -> str:
-        return f"gs://{BUCKET}/{self.prefix}/{name}"
-
-    @property
-    def conf(self) -> dict[str, str]:
-        """The DAG run's conf: its three roots on the fake."""
-        return {
-            "staging_root": self.root("staging"),
-            "changeset_root": self.root("changesets"),
-            "lake_root": self.root("lake"),
-        }
-
-    @property
-    def storage_options(self) -> dict[str, str]:
-        return {"google_service_account_key": self.key_file.read_text()}
-
-    def configure(self, env: dict[str, str]) -> None:
-        """Point an Airflow home's commands and tasks at the fake, with the key in the connection."""
-        env["STORAGE_EMULATOR_HOST"] = self.fake.endpoint
-        env["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"] = json.dumps(
-            {"conn_type": "google_cloud_platform", "extra": {"keyfile_dict": self.key_file.read_text()}}
         )
 
 
