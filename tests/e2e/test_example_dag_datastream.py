@@ -4,12 +4,14 @@ A seeded MySQL stream (Avro) and a PostgreSQL stream (gzipped JSONL) are written
 out into local folders, every file stamped with its arrival (its modification time): duplicates, a
 backfill arriving over several windows while CDC runs, a backlog of CDC files arriving windows late into
 old minute folders, a column added mid-stream, primary-key changes, deletes and re-inserts. ``airflow
-dags test <dag> <window end>`` runs each window in order; after every window the Delta tables (and the
-BigQuery tables of the loopback fake) equal the truth of the files arrived so far, computed from the
-history's own order. A window whose run is killed (SIGKILL to the whole process group) during its merge
-and again during its upsert, then run again, lands on the same tables; a window run again after later
-ones changes nothing. Merges run on this process's Spark Connect server: the killed merge's job outlives
-its task there, and the next try of the window interrupts it before it merges.
+dags test <dag> <window end>`` runs each window in order (the lake DAG with its staging, change sets and
+Delta tables on ``gs://``, the Cloud Storage fake; the BigQuery DAG on local roots); after every window
+the Delta tables (and the BigQuery tables of the loopback fake) equal the truth of the files arrived so
+far, computed from the history's own order. A window whose run is killed (SIGKILL to the whole process
+group) during its merge and again during its upsert, then run again, lands on the same tables; a window
+run again after later ones changes nothing. Merges run on this process's Spark Connect server: the
+killed merge's job outlives its task there, and the next try of the window interrupts it before it
+merges.
 """
 
 from __future__ import annotations
@@ -51,16 +53,22 @@ class DatastreamDags:
     bigquery_stream: DatastreamScenario
     bigquery_conf: dict[str, Any]
     fake: Any
+    roots: Any  # GcsRoots: the lake DAG's staging, change sets and Delta tables on the Cloud Storage fake
 
     @property
     def lake_root(self) -> str:
-        return str(self.home.demo_home / "datastream" / "lake")  # the lake DAG's default lake_root
+        return str(self.roots.root("lake"))
+
+    def lake_rows(self, table: str) -> list[dict[str, Any]]:
+        return delta_rows(self.lake_root, table, self.roots.storage_options)
 
     def command(self, dag_id: str, index: int, scenario: DatastreamScenario) -> list[str]:
         end = scenario.windows[index][1].isoformat()
         command = [str(Path(sys.executable).parent / "airflow"), "dags", "test", dag_id, end]
         if dag_id == BIGQUERY_DAG:
             command += ["-c", json.dumps(self.bigquery_conf)]
+        else:
+            command += ["-c", json.dumps(self.roots.conf)]
         return command
 
     def run(self, dag_id: str, index: int, scenario: DatastreamScenario, name: str) -> str:
@@ -81,6 +89,7 @@ def datastream_dags(
     spark_connect_server: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[DatastreamDags]:
     from conftest import ExampleDagHome, example_dag_environment, free_port
+    from support.gcs_dag import gcs_roots
 
     from airflow_provider_cdc.testing.bigquery_fake import FakeBigQuery
 
@@ -94,7 +103,7 @@ def datastream_dags(
         lake_stream.write_window(index, LocalFolderSink(str(root / "mysql-stream")))
         bigquery_stream.write_window(index, LocalFolderSink(str(root / "postgresql-stream")))
     metastore_url, api_port = f"sqlite:///{root / 'cdc_metastore.db'}", free_port()
-    with FakeBigQuery() as fake:
+    with FakeBigQuery() as fake, gcs_roots(root, "datastream") as roots:
         fake.create_dataset(*DATASET)
         env = example_dag_environment(root, "", api_port, metastore_url, spark_connect_server.port)
         env.update(
@@ -105,6 +114,7 @@ def datastream_dags(
             CDC_BIGQUERY_WRITE_ENDPOINT=fake.write_endpoint,
         )
         env.pop("CDC_WINDOW_MINUTES", None)
+        roots.configure(env)
         home = ExampleDagHome(root, root / "airflow", env, None, None, metastore_url, api_port)
         home.airflow_home.mkdir()
         home.airflow("db", "migrate", log=root / "db-migrate.log")
@@ -112,12 +122,12 @@ def datastream_dags(
             "stream_root": str(root / "postgresql-stream"),
             "settings": {"column_types": bigquery_stream.jsonl_column_types()},
         }
-        yield DatastreamDags(home, lake_stream, bigquery_stream, conf, fake)
+        yield DatastreamDags(home, lake_stream, bigquery_stream, conf, fake, roots)
 
 
 def _assert_lake_equals_truth(dags: DatastreamDags, index: int, when: str) -> None:
     truth = dags.lake_stream.truth_after(index)
-    differences = compare_to_truth(truth, lambda table: delta_rows(dags.lake_root, table))
+    differences = compare_to_truth(truth, dags.lake_rows)
     assert not differences, f"Delta {when}: " + "; ".join(map(str, differences))
 
 
@@ -125,7 +135,7 @@ def _lake_versions(dags: DatastreamDags) -> dict[str, int]:
     from deltalake import DeltaTable
 
     return {
-        table: DeltaTable(f"{dags.lake_root}/{table}").version()
+        table: DeltaTable(f"{dags.lake_root}/{table}", storage_options=dags.roots.storage_options).version()
         for table in ("shop_customers", "shop_orders")
     }
 
@@ -176,7 +186,7 @@ def test_the_lake_dag_equals_the_truth_after_every_window_through_kills_and_reru
         assert dags.states(LAKE_DAG)[index] == "success"
         _assert_lake_equals_truth(dags, index, f"after window {index}")
     final = dags.lake_stream.final_truth()
-    assert not compare_to_truth(final, lambda table: delta_rows(dags.lake_root, table))
+    assert not compare_to_truth(final, dags.lake_rows)
 
     # A window run again after later ones (dags test clears its run): the same files read, nothing
     # applied twice, no Delta commit.

@@ -90,14 +90,16 @@ def compare_rows(
     return difference
 
 
-def delta_rows(lake_root: str, table: str) -> list[dict[str, Any]]:
+def delta_rows(
+    lake_root: str, table: str, storage_options: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
     """The rows of the Delta table ``{lake_root}/{table}`` (none when it does not exist)."""
     from deltalake import DeltaTable
 
     uri = f"{lake_root.rstrip('/')}/{table}"
-    if not DeltaTable.is_deltatable(uri):
+    if not DeltaTable.is_deltatable(uri, storage_options=storage_options):
         return []
-    return DeltaTable(uri).to_pyarrow_table().to_pylist()
+    return DeltaTable(uri, storage_options=storage_options).to_pyarrow_table().to_pylist()
 
 
 def compare_to_truth(truth: Truth, read_rows: Any) -> list[TableDifference]:
