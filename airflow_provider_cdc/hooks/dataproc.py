@@ -83,16 +83,17 @@ class DataprocJobsHook(BaseHook):
     def stage(self, files: Sequence[str], storage_options: Mapping[str, str] | None) -> list[str]:
         """Copy local ``files`` to the staging folder of their content; return their ``gs://`` URIs
         (in order). A folder already there is reused: its name is its content."""
-        from airflow_provider_cdc.filesystems import resolve
+        from airflow_provider_cdc.filesystems import join, resolve
 
         contents = [Path(path).read_bytes() for path in files]
         digest = content_digest(contents)
         uris = [self.placement.staged(digest, Path(path).name) for path in files]
-        for uri, content in zip(uris, contents, strict=True):
-            filesystem, path = resolve(uri, storage_options)
-            if filesystem.get_file_info(path).size == len(content):
+        filesystem, folder = resolve(uris[0].rsplit("/", 1)[0], storage_options)
+        for path, content in zip(files, contents, strict=True):
+            target = join(folder, Path(path).name)
+            if filesystem.get_file_info(target).size == len(content):
                 continue
-            with filesystem.open_output_stream(path) as sink:
+            with filesystem.open_output_stream(target) as sink:
                 sink.write(content)
         self.log.info("Staged %d job file(s) in %s", len(uris), uris[0].rsplit("/", 1)[0])
         return uris

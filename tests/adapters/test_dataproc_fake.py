@@ -248,3 +248,40 @@ def test_a_step_whose_batch_fails_raises_with_the_driver_outputs_last_lines(
     assert ti.pushed  # the provider's link to the batch, on the calling task
     (name,) = dataproc.state.submitted
     assert dataproc.state.batches[name].labels["cdc-step"] == "upsert"
+
+
+def test_job_files_are_staged_once_per_content_with_the_connections_key(
+    dataproc_fake, monkeypatch, tmp_path
+) -> None:
+    """With a key in the step's Google connection the files go through delta-rs's object store (the XML
+    API); a second staging of the same files writes nothing."""
+    from airflow_provider_cdc.hooks.dataproc import DataprocJobsHook
+
+    _, gcs, _ = dataproc_fake
+    # as a worker with a key in its Google connection: the key names the endpoint, the environment none
+    monkeypatch.delenv("STORAGE_EMULATOR_HOST")
+    monkeypatch.delenv("GOOGLE_SERVICE_ACCOUNT")
+    monkeypatch.setenv("AIRFLOW_CONN_DATAPROC_JOBS", dataproc_connection("cdc"))
+    job, archive = tmp_path / "job.py", tmp_path / "jobs.zip"
+    job.write_text("print('merge')\n")
+    archive.write_bytes(b"PK\x05\x06" + bytes(18))
+    hook = DataprocJobsHook("dataproc_jobs")
+    uris = hook.stage([str(job), str(archive)], gcs.delta_storage_options())
+    assert [u.rsplit("/", 1)[-1] for u in uris] == ["job.py", "jobs.zip"]
+    assert uris[0].rsplit("/", 1)[0] == uris[1].rsplit("/", 1)[0]
+    assert uris[0].startswith("gs://cdc/dataproc/cdc-jobs/")
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    client = storage.Client(
+        project="p", credentials=AnonymousCredentials(), client_options={"api_endpoint": gcs.endpoint}
+    )
+    blob = client.bucket("cdc").get_blob(uris[0].split("gs://cdc/", 1)[1])
+    assert blob.download_as_bytes() == b"print('merge')\n"
+    generation = blob.generation
+    assert hook.stage([str(job), str(archive)], gcs.delta_storage_options()) == uris
+    assert client.bucket("cdc").get_blob(blob.name).generation == generation  # not written again
+    job.write_text("print('merge v2')\n")
+    assert (
+        hook.stage([str(job), str(archive)], gcs.delta_storage_options())[0] != uris[0]
+    )  # new content: new folder
