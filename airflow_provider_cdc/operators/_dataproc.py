@@ -10,7 +10,6 @@ from typing import Any
 from airflow_provider_cdc.dataproc.placement import workload_labels
 from airflow_provider_cdc.filesystems import is_local
 from airflow_provider_cdc.hooks.dataproc import DataprocJobError, DataprocJobsHook
-from airflow_provider_cdc.hooks.storage import storage_options
 from airflow_provider_cdc.job_archive import build_job_archive
 from airflow_provider_cdc.operators._spark import SparkJobError, job_credentials
 
@@ -38,9 +37,7 @@ def run_on_dataproc(
             f"put {local} on gs://"
         )
     job_credentials(master, operator.storage_environment(), operator.gcp_conn_id, operator.log)
-    fields = operator.connection
-    conn_id = fields.storage_conn_id()
-    options = storage_options(conn_id, fields.impersonation_chain) if conn_id else None
+    options = operator.storage_options()
     hook = DataprocJobsHook(operator.spark_conn_id)
     labels = workload_labels(
         hook.placement,

@@ -171,7 +171,6 @@ class CdcCommitWindowOperator(WindowStepMixin, BaseOperator):
         the target tables that hold the window out, each Delta table's columns copied one to one
         from the source table of its name (its schema without the CDC columns)."""
         from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-        from airflow_provider_cdc.hooks.storage import storage_options
         from airflow_provider_cdc.targets.delta.compare import HIDDEN_COLUMNS
         from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
 
@@ -184,11 +183,7 @@ class CdcCommitWindowOperator(WindowStepMixin, BaseOperator):
         columns: dict[DatasetName, dict[str, DatasetName]] = {}
         lake_root = self.window_locations().lake_root
         if lake_root:
-            fields = self.connection
-            conn_id = fields.storage_conn_id()
-            lake = DeltaLakeTarget(
-                str(lake_root), storage_options(conn_id, fields.impersonation_chain) if conn_id else None
-            )
+            lake = DeltaLakeTarget(str(lake_root), self.storage_options())
             for table in delta_tables:
                 output = delta_table_dataset(str(lake_root), table)
                 outputs.append(output)

@@ -15,7 +15,6 @@ from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.connection_fields import connection_arguments_of
 from airflow_provider_cdc.hooks.pipeline import MergeInput, StaleEpochError, pending_manifest_name
-from airflow_provider_cdc.hooks.storage import storage_options
 from airflow_provider_cdc.job_archive import PACKAGE_DIR, build_domain_zip
 from airflow_provider_cdc.lineage import StepLineage, location_dataset
 from airflow_provider_cdc.merge.input import units_json
@@ -231,9 +230,7 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
         url = connect_url(self.spark_conn_id)
         if url is None:
             raise ValueError(f"connection {self.spark_conn_id!r} is not a spark_connect connection")
-        fields = self.connection
-        conn_id = fields.storage_conn_id()
-        options = storage_options(conn_id, fields.impersonation_chain) if conn_id else None
+        options = self.storage_options()
         self.log.info(
             "Merging window %s from %s into %s on the Spark Connect server %s",
             window, staging, changeset, redacted(url),

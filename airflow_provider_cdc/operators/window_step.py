@@ -166,6 +166,11 @@ class WindowStepMixin(ConnectionFieldsMixin):
         conn_id = fields.storage_conn_id()
         return storage_environment(conn_id, fields.impersonation_chain if conn_id else None)
 
+    def storage_options(self) -> dict[str, str] | None:
+        """The storage options this task opens the step's locations with, as its pipeline hook reads
+        them (``None``: none; the clients use Application Default Credentials)."""
+        return self.pipeline_hook().storage_options() or None
+
     def step_lineage(self) -> StepLineage | None:
         """What this run of the step read and wrote (called after it succeeded); ``None``: nothing."""
         return None

@@ -221,15 +221,12 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
         """Each table of the window's change set (its manifest) in, its Delta table out."""
         from airflow_provider_cdc.changesets.reader import ChangeSetReader
         from airflow_provider_cdc.core.contract.change_set import manifest_tables
-        from airflow_provider_cdc.hooks.storage import storage_options
 
         window = self.window()
         locations = self.window_locations("changeset_root", "lake_root")
         change_set = locations.change_set(window)
-        fields = self.connection
-        conn_id = fields.storage_conn_id()
-        options = storage_options(conn_id, fields.impersonation_chain) if conn_id else None
-        tables = sorted(manifest_tables(ChangeSetReader(change_set, options).manifest(), change_set))
+        manifest = ChangeSetReader(change_set, self.storage_options()).manifest()
+        tables = sorted(manifest_tables(manifest, change_set))
         return StepLineage(
             inputs=[location_dataset(f"{change_set}/{TABLE_DIR_PREFIX}{table}") for table in tables],
             outputs=[delta_table_dataset(str(locations.lake_root), table) for table in tables],
