@@ -244,33 +244,26 @@ class DataprocJobsHook(BaseHook):
         )
         log.info("Running %s on Dataproc %s as %s", Path(main).name, placement.where, identifier)
         hook = self._google_hook()
+        if placement.serverless:
+            operator = _in_this_task(DataprocCreateBatchOperator, dag_id)(
+                batch=pyspark_batch(placement, **resource), batch_id=identifier, timeout=None, **common
+            )
+        else:
+            operator = _in_this_task(DataprocSubmitJobOperator, dag_id)(
+                job=pyspark_job(placement, job_id=identifier, **resource),
+                wait_timeout=placement.wait_timeout_seconds,
+                **common,
+            )
         try:
-            if placement.serverless:
-                operator = _in_this_task(DataprocCreateBatchOperator, dag_id)(
-                    batch=pyspark_batch(placement, **resource),
-                    batch_id=identifier,
-                    timeout=None,
-                    **common,
-                )
-                self._running = operator
-                operator.execute(context)
-                batch = hook.get_batch(
-                    batch_id=identifier, region=placement.region, project_id=placement.project_id
-                )
-                output = batch.runtime_info.output_uri
-            else:
-                operator = _in_this_task(DataprocSubmitJobOperator, dag_id)(
-                    job=pyspark_job(placement, job_id=identifier, **resource),
-                    wait_timeout=placement.wait_timeout_seconds,
-                    **common,
-                )
-                self._running = operator
-                operator.execute(context)
-                output = hook.get_job(
-                    job_id=identifier, project_id=placement.project_id, region=placement.region
-                ).driver_output_resource_uri
+            self._running = operator
+            operator.execute(context)
+            output = self._output_uri(hook, identifier)
         except Exception as error:
-            tail = self._output_of_failed(hook, identifier, storage_options)
+            try:
+                failed = self._output_uri(hook, identifier)
+            except Exception:  # never submitted, or not reachable: nothing to show
+                failed = None
+            tail = self.driver_output(failed, storage_options, lines=20) if failed else []
             raise DataprocJobError(
                 f"Dataproc {'batch' if placement.serverless else 'job'} {identifier} ({Path(main).name}) "
                 f"did not succeed: {_first_line(error)}"
@@ -282,22 +275,20 @@ class DataprocJobsHook(BaseHook):
             log.info("%s", line)
         log.info("Dataproc %s %s succeeded", "batch" if placement.serverless else "job", identifier)
 
-    def _output_of_failed(
-        self, hook: Any, identifier: str, storage_options: Mapping[str, str] | None
-    ) -> list[str]:
+    def _output_uri(self, hook: Any, identifier: str) -> str:
+        """Where the batch or job ``identifier`` writes its driver output (the service says)."""
         placement = self.placement
-        try:
-            if placement.serverless:
-                uri = hook.get_batch(
+        if placement.serverless:
+            return str(
+                hook.get_batch(
                     batch_id=identifier, region=placement.region, project_id=placement.project_id
                 ).runtime_info.output_uri
-            else:
-                uri = hook.get_job(
-                    job_id=identifier, project_id=placement.project_id, region=placement.region
-                ).driver_output_resource_uri
-        except Exception:  # never submitted, or not reachable: nothing to show
-            return []
-        return self.driver_output(uri, storage_options, lines=20) if uri else []
+            )
+        return str(
+            hook.get_job(
+                job_id=identifier, project_id=placement.project_id, region=placement.region
+            ).driver_output_resource_uri
+        )
 
     _running: Any = None
 
