@@ -206,10 +206,8 @@ def pyspark_job(
         "placement": {"cluster_name": placement.cluster_name},
         "labels": dict(labels),
         "pyspark_job": {
-            "main_python_file_uri": main_uri,
-            "python_file_uris": list(file_uris),
-            "args": [str(arg) for arg in args],
-            "properties": {**placement.properties, **{k: str(v) for k, v in properties.items()}},
+            **_pyspark(main_uri, file_uris, args),
+            "properties": _properties(placement, properties),
         },
     }
 
@@ -224,19 +222,13 @@ def pyspark_batch(
     labels: Mapping[str, str],
 ) -> dict[str, Any]:
     """The ``Batch`` resource of a PySpark batch (Serverless for Apache Spark)."""
-    runtime: dict[str, Any] = {
-        "properties": {**placement.properties, **{k: str(v) for k, v in properties.items()}}
-    }
+    runtime: dict[str, Any] = {"properties": _properties(placement, properties)}
     if placement.runtime_version:
         runtime["version"] = placement.runtime_version
     if placement.container_image:
         runtime["container_image"] = placement.container_image
     batch: dict[str, Any] = {
-        "pyspark_batch": {
-            "main_python_file_uri": main_uri,
-            "python_file_uris": list(file_uris),
-            "args": [str(arg) for arg in args],
-        },
+        "pyspark_batch": _pyspark(main_uri, file_uris, args),
         "runtime_config": runtime,
         "labels": dict(labels),
     }
@@ -251,3 +243,17 @@ def pyspark_batch(
     if execution:
         batch["environment_config"] = {"execution_config": execution}
     return batch
+
+
+def _pyspark(main_uri: str, file_uris: Sequence[str], args: Sequence[str]) -> dict[str, Any]:
+    """What a PySpark job and a PySpark batch both name: the main file, the Python files, the arguments."""
+    return {
+        "main_python_file_uri": main_uri,
+        "python_file_uris": list(file_uris),
+        "args": [str(arg) for arg in args],
+    }
+
+
+def _properties(placement: DataprocPlacement, properties: Mapping[str, Any]) -> dict[str, str]:
+    """The connection's Spark properties with the task's own over them, as text."""
+    return {**placement.properties, **{key: str(value) for key, value in properties.items()}}
