@@ -76,6 +76,21 @@ def _check_labels(labels: Any) -> None:
             raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, f"Invalid value {value!r} of label {key!r}")
 
 
+_JOB_KINDS = (
+    "hadoop_job", "spark_job", "pyspark_job", "hive_job", "pig_job", "spark_r_job", "spark_sql_job",
+    "presto_job", "trino_job", "flink_job",
+)  # fmt: skip
+_BATCH_KINDS = ("pyspark_batch", "spark_batch", "spark_r_batch", "spark_sql_batch", "pyspark_notebook_batch")
+
+
+def _only_pyspark(message: Any, kinds: tuple[str, ...], pyspark: str, what: str) -> None:
+    """``INVALID_ARGUMENT`` unless ``message`` (a job or a batch) sets exactly its PySpark workload."""
+    found = [kind for kind in kinds if kind in message]
+    if found != [pyspark]:
+        message_text = f"The fake runs exactly one {what}, got {found or 'none'}"
+        raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, message_text)
+
+
 def _check_pyspark(workload: Any, what: str) -> None:
     main = workload.main_python_file_uri
     if not main:
@@ -147,27 +162,7 @@ class DataprocState:
             raise _Abort(grpc.StatusCode.INVALID_ARGUMENT, "projectId and region are required")
         _check_request_id(request.request_id)
         job = types.Job(request.job)
-        kinds = [
-            name
-            for name in (
-                "hadoop_job",
-                "spark_job",
-                "pyspark_job",
-                "hive_job",
-                "pig_job",
-                "spark_r_job",
-                "spark_sql_job",
-                "presto_job",
-                "trino_job",
-                "flink_job",
-            )
-            if name in job
-        ]
-        if kinds != ["pyspark_job"]:
-            raise _Abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"The fake runs exactly one pysparkJob per job, got {kinds or 'none'}",
-            )
+        _only_pyspark(job, _JOB_KINDS, "pyspark_job", "pysparkJob per job")
         _check_pyspark(job.pyspark_job, "job.pysparkJob")
         _check_labels(job.labels)
         with self.lock:
@@ -233,9 +228,6 @@ class DataprocState:
                     self._set_job_state(job, "ERROR", workload.message)
                 job.done = True
 
-        if workload.cancelled:
-            ended()
-            return
         self.runner.run(workload, started, ended)
 
     @staticmethod
@@ -315,22 +307,7 @@ class DataprocState:
         assert match is not None
         _check_request_id(request.request_id)
         batch = types.Batch(request.batch)
-        kinds = [
-            name
-            for name in (
-                "pyspark_batch",
-                "spark_batch",
-                "spark_r_batch",
-                "spark_sql_batch",
-                "pyspark_notebook_batch",
-            )
-            if name in batch
-        ]
-        if kinds != ["pyspark_batch"]:
-            raise _Abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"The fake runs exactly one pysparkBatch per batch, got {kinds or 'none'}",
-            )
+        _only_pyspark(batch, _BATCH_KINDS, "pyspark_batch", "pysparkBatch per batch")
         _check_pyspark(batch.pyspark_batch, "batch.pysparkBatch")
         _check_labels(batch.labels)
         with self.lock:
@@ -409,9 +386,6 @@ class DataprocState:
                     )
                 operation.done = True
 
-        if workload.cancelled:
-            ended()
-            return
         self.runner.run(workload, started, ended)
 
     @staticmethod

@@ -19,7 +19,6 @@ import sys
 import tempfile
 import threading
 import uuid
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -103,8 +102,11 @@ class WorkloadRunner:
         return env
 
     def run(self, workload: Workload, on_start: Callable[[], None], on_end: Callable[[], None]) -> None:
-        """Run ``workload`` to its end in this thread; ``on_start``/``on_end`` move its state."""
-        kept: deque[str] = deque(maxlen=OUTPUT_LINES_KEPT)
+        """Run ``workload`` to its end in this thread; ``on_start``/``on_end`` move its state (a workload
+        cancelled before it started only ends)."""
+        if workload.cancelled:
+            on_end()
+            return
         with tempfile.TemporaryDirectory(prefix="dataproc-fake-", dir=self.workdir) as directory:
             try:
                 main = self._download(workload.main_uri, directory)
@@ -131,9 +133,9 @@ class WorkloadRunner:
                 )
                 on_start()
                 status = workload.process.wait()
-            text = output.read_text(errors="replace")
-            kept.extend(text.splitlines())
-            self._upload(workload.output_uri + ".000000000", output.read_bytes())
+            data = output.read_bytes()
+            kept = data.decode(errors="replace").splitlines()[-OUTPUT_LINES_KEPT:]
+            self._upload(workload.output_uri + ".000000000", data)
         workload.succeeded = status == 0 and not workload.cancelled
         if not workload.succeeded:
             # What Dataproc says: the output itself is only in Cloud Storage.
