@@ -57,9 +57,7 @@ class BigQueryDag:
         return str(self.roots.root("lake"))
 
     def lake(self) -> Any:
-        from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
-
-        return DeltaLakeTarget(self.lake_root, self.roots.storage_options)
+        return self.roots.lake()
 
     def window(self, index: int) -> tuple[datetime, datetime]:
         return self.home.settings.window_bounds(index)
@@ -95,11 +93,7 @@ class BigQueryDag:
 
     def lake_snapshot(self) -> dict[str, tuple[int, list[str]]]:
         """Per Delta table: version and every row (hidden CDC columns included), sorted."""
-        lake = self.lake()
-        return {
-            table: (lake.open(table).version(), _sorted_texts(lake.read_table(table).to_pylist()))
-            for table in TABLES
-        }
+        return self.roots.lake_snapshot(TABLES)
 
     def bigquery_rows(self) -> dict[str, list[str]]:
         """Per BigQuery table: every row as a query sees it, sorted."""

@@ -63,9 +63,7 @@ class LedgerDag:
         )  # fmt: skip
 
     def lake(self) -> Any:
-        from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
-
-        return DeltaLakeTarget(self.lake_root, self.roots.storage_options)
+        return self.roots.lake()
 
     def metastore(self) -> Any:
         from airflow_provider_cdc.metastore import Metastore
@@ -74,16 +72,7 @@ class LedgerDag:
 
     def lake_snapshot(self) -> dict[str, tuple[int, list[str]]]:
         """Per Delta table: version and every row (hidden CDC columns included), sorted."""
-        lake = self.lake()
-        return {
-            table: (
-                lake.open(table).version(),
-                sorted(
-                    json.dumps(row, sort_keys=True, default=str) for row in lake.read_table(table).to_pylist()
-                ),
-            )
-            for table in TARGETS
-        }
+        return self.roots.lake_snapshot(TARGETS)
 
     def dag_runs(self) -> list[tuple[str, datetime, datetime]]:
         """``(state, data_interval_start, data_interval_end)`` of every run, oldest first."""

@@ -4,7 +4,7 @@ credentials, Spark placement, runs, and the comparison of its Delta tables with 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -43,6 +43,25 @@ class GcsRoots:
     @property
     def storage_options(self) -> dict[str, str]:
         return {"google_service_account_key": self.key_file.read_text()}
+
+    def lake(self) -> Any:
+        """The Delta tables under the lake root, read through the fake with the key."""
+        from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
+
+        return DeltaLakeTarget(self.root("lake"), self.storage_options)
+
+    def lake_snapshot(self, tables: Sequence[str]) -> dict[str, tuple[int, list[str]]]:
+        """Per Delta table: version and every row (hidden CDC columns included), sorted."""
+        lake = self.lake()
+        return {
+            table: (
+                lake.open(table).version(),
+                sorted(
+                    json.dumps(r, sort_keys=True, default=str) for r in lake.read_table(table).to_pylist()
+                ),
+            )
+            for table in tables
+        }
 
     def configure(self, env: dict[str, str]) -> None:
         """Point an Airflow home's commands and tasks at the fake, with the key in the connection."""
@@ -97,10 +116,6 @@ class GcsDag(GcsRoots):
             log=self.home.root / f"{name}.log", timeout=600,
         )  # fmt: skip
 
-    def lake(self) -> Any:
-        from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
-
-        return DeltaLakeTarget(self.root("lake"), self.storage_options)
 
     def truth_after(self, index: int) -> dict[str, list[dict[str, Any]]]:
         from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND
@@ -112,18 +127,8 @@ class GcsDag(GcsRoots):
             for name, rows in state.items()
         }
 
-    def lake_snapshot(self) -> dict[str, tuple[int, list[str]]]:
-        """Per Delta table: version and every row (hidden CDC columns included), sorted."""
-        lake = self.lake()
-        return {
-            table: (
-                lake.open(table).version(),
-                sorted(
-                    json.dumps(r, sort_keys=True, default=str) for r in lake.read_table(table).to_pylist()
-                ),
-            )
-            for table in TABLES
-        }
+    def lake_snapshot(self, tables: Sequence[str] = TABLES) -> dict[str, tuple[int, list[str]]]:
+        return super().lake_snapshot(tables)
 
     def metastore(self) -> Any:
         from airflow_provider_cdc.metastore import Metastore
