@@ -6,7 +6,12 @@ __version__ = "0.1.0"
 
 
 def get_provider_info() -> dict:
-    """Describe this provider to Airflow's ProvidersManager (``airflow providers list``)."""
+    """Describe this provider to Airflow's ProvidersManager (``airflow providers list``).
+
+    Its plugin (the pipeline pages) is registered through the ``airflow.plugins`` entry point.
+    """
+    from airflow_provider_cdc.hooks.connection_forms import CONNECTION_FORMS
+
     return {
         "package-name": "airflow-provider-cdc",
         "name": "Change Data Capture",
@@ -133,18 +138,5 @@ def get_provider_info() -> dict:
                 "python-modules": ["airflow_provider_cdc.triggers.window_complete"],
             },
         ],
-        "connection-types": [
-            {
-                "hook-class-name": "airflow_provider_cdc.hooks.metastore.CdcMetastoreHook",
-                "connection-type": "cdc_metastore",
-            },
-            {
-                "hook-class-name": "airflow_provider_cdc.sources.tablestore.connection.TablestoreHook",
-                "connection-type": "tablestore",
-            },
-            {
-                "hook-class-name": "airflow_provider_cdc.hooks.dataproc.DataprocJobsHook",
-                "connection-type": "dataproc",
-            },
-        ],
+        "connection-types": [form.provider_info() for form in CONNECTION_FORMS],
     }

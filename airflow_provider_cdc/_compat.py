@@ -1,7 +1,8 @@
 """Airflow 2.11 / 3.x differences of the provider's Airflow surface, in one place.
 
 Import from here rather than from ``airflow``: base classes, exceptions, :data:`Context`,
-:func:`mask_secret`, :func:`default_deferrable`, assets (:class:`Asset`, :class:`AssetAlias`: Airflow 2's
+:func:`mask_secret`, :func:`redact_secrets`, :func:`default_deferrable`, :func:`airflow_stats` (metrics),
+:func:`airflow_conf`, assets (:class:`Asset`, :class:`AssetAlias`: Airflow 2's
 ``Dataset`` and ``DatasetAlias``) and :func:`triggering_asset_events`.
 """
 
@@ -65,6 +66,42 @@ def triggering_asset_events(context: Any) -> list[tuple[str, Any]]:
     return pairs
 
 
+def airflow_conf() -> Any:
+    """Airflow's configuration (Airflow 3: the task SDK's; Airflow 2.11: ``airflow.configuration``)."""
+    try:  # Airflow 3
+        from airflow.sdk.configuration import conf
+    except ImportError:  # Airflow 2.11
+        from airflow.configuration import conf  # type: ignore[no-redef]
+    return conf
+
+
+def airflow_stats() -> Any:
+    """Airflow's own ``Stats``, sending to whichever backend the deployment configured in ``[metrics]``
+    (StatsD, DogStatsD, OpenTelemetry, or none): Airflow 3.2+'s task SDK ``Stats`` (the task runner
+    initializes it in every task process), Airflow 3.0/3.1's and Airflow 2.11's ``airflow.stats``."""
+    try:  # Airflow 3.2+
+        from airflow.sdk.observability.stats import Stats
+    except ImportError:
+        try:  # Airflow 3.0, 3.1
+            from airflow.observability.stats import Stats  # type: ignore[no-redef]
+        except ImportError:  # Airflow 2.11
+            from airflow.stats import Stats  # type: ignore[no-redef]
+    return Stats
+
+
+def redact_secrets(text: str) -> str:
+    """``text`` with every value Airflow masks in task logs (connection passwords, keys given to
+    :func:`mask_secret`) replaced, as the task log would show it."""
+    try:  # Airflow 3
+        from airflow.sdk._shared.secrets_masker import redact
+    except ImportError:
+        try:  # Airflow 2.11
+            from airflow.utils.log.secrets_masker import redact  # type: ignore[no-redef]
+        except ImportError:  # pragma: no cover - every supported Airflow has one
+            return text
+    return str(redact(text))
+
+
 __all__ = [
     "AirflowException",
     "AirflowFailException",
@@ -77,7 +114,10 @@ __all__ = [
     "BaseTrigger",
     "Context",
     "TriggerEvent",
+    "airflow_conf",
+    "airflow_stats",
     "default_deferrable",
     "mask_secret",
+    "redact_secrets",
     "triggering_asset_events",
 ]

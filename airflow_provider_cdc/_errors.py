@@ -1,7 +1,10 @@
 """The provider's errors, which carry their context: local paths, metastore failures, change streams.
 
-They derive from :class:`CdcError`, not from Airflow's exceptions: Airflow retries them like any other
-task failure. Only :class:`RelativePathError` fails a task without retries (``AirflowFailException``).
+They derive from :class:`CdcError`; Airflow retries them like any other task failure. Errors a retry
+cannot heal are ``permanent`` and derive from ``AirflowFailException`` too, so a task fails on them at
+once wherever they are raised: a setting that cannot work (:class:`ConfigurationError`), a relative
+path, an undefined connection, a window outside its stream's retention. Errors of the services (a
+database that does not exist, permission denied) are judged in :mod:`airflow_provider_cdc.failures`.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from airflow_provider_cdc._compat import AirflowFailException
+from airflow_provider_cdc._compat import AirflowFailException, AirflowNotFoundException
 
 # user:password@ in a URL, and password=… in a DSN: never shown in a message.
 _URL_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*):[^@\s]*@")
@@ -21,8 +24,21 @@ _DSN_PASSWORD = re.compile(r"(password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
 class CdcError(Exception):
     """Base of the errors this provider raises."""
 
+    #: a retry cannot heal it (a setting that cannot work): the window steps fail without retries
+    permanent: bool = False
 
-class ChangeStreamConfigError(CdcError):
+
+class ConfigurationError(AirflowFailException, CdcError):
+    """A setting that cannot work: a retry reads the same setting, so it is ``permanent``."""
+
+    permanent = True
+
+
+class InvalidSettingError(ConfigurationError, ValueError):
+    """A task argument with a value it cannot take (a window bound, a root's key, an epoch)."""
+
+
+class ChangeStreamConfigError(ConfigurationError):
     """A change stream setting is invalid: a Spanner id, the stream name, a retention, the project."""
 
 
@@ -31,8 +47,10 @@ class ChangeStreamError(CdcError):
     cause."""
 
 
-class RetentionExpiredError(CdcError):
+class RetentionExpiredError(AirflowFailException, CdcError):
     """A window starts outside its change stream's retention period: its changes can no longer be read."""
+
+    permanent = True
 
 
 class DrainWaitError(CdcError):
@@ -45,6 +63,25 @@ class MetastoreUnavailableError(CdcError):
 
 class RelativePathError(AirflowFailException, CdcError):
     """A local location given as a relative path (tasks run in other working directories)."""
+
+    permanent = True
+
+
+class ConnectionNotDefinedError(AirflowFailException, AirflowNotFoundException, CdcError):
+    """A connection id given explicitly (or one without a default meaning) that is not defined: the
+    message names the connection and the argument that uses it."""
+
+    permanent = True
+
+    def __init__(self, conn_id: str, argument: str, default: str | None = None) -> None:
+        self.conn_id, self.argument = conn_id, argument
+        variable = "AIRFLOW_CONN_" + re.sub(r"[^A-Za-z0-9]", "_", conn_id).upper()
+        unset = f", or leave {argument} unset to use {default!r}" if default and default != conn_id else ""
+        super().__init__(
+            f"connection {conn_id!r} given as {argument} is not defined: define it (Admin > Connections, "
+            f"the environment variable {variable} or your secrets backend) or give {argument} the id of "
+            f"a defined connection{unset}"
+        )
 
 
 def require_absolute(field: str, value: object) -> None:

@@ -96,7 +96,11 @@ with DAG(
             description="seconds after a window's end before listing it (blank: 2 rotations + 60 s)",
         ),
         "tombstone_horizon_days": Param(
-            7, type="number", minimum=0, description="how long deleted keys refuse older late events"
+            7,
+            type="number",
+            exclusiveMinimum=0,  # 0 would keep tombstones that block nothing: refused when a run is created
+            description="days (more than 0) deleted keys refuse older late events, from the window "
+            "that applied the delete",
         ),
         "pipeline_id": Param(
             DAG_ID, type="string", description="names the pipeline in the metastore and Delta"

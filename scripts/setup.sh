@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up everything the project needs on a fresh machine, idempotently:
 #   - Java (for Spark): checks `java`, installs OpenJDK 17 with apt-get when it is missing and we are root;
+#   - Chromium (for the pipeline pages' browser tests): installs Debian's chromium the same way;
 #   - .venv with Airflow 3 and everything in requirements/airflow3.lock, plus this package (editable) with
 #     its `test` extra (the `testing`, `spark` and `bigquery` extras and the test tools), held to the lock;
 #   - with --airflow2: .venv-airflow2 the same way with Airflow 2.11 (requirements/airflow2.lock).
@@ -37,6 +38,17 @@ ensure_java() {
   fi
 }
 
+ensure_chromium() {  # headless Chromium, for the browser tests of the pipeline pages (they skip without it)
+  [ -x /usr/bin/chromium ] && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing chromium (apt-get) for the pipeline pages' browser tests"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } ||
+      log "chromium could not be installed: the pipeline pages' browser tests will skip"
+  else
+    log "chromium is missing: the pipeline pages' browser tests will skip (install Debian's package chromium)"
+  fi
+}
+
 make_venv() {  # make_venv DIR LOCKFILE
   local dir=$1 lock=$2 stamp
   stamp="$dir/.cdc-lock.sha256"
@@ -56,8 +68,28 @@ make_venv() {  # make_venv DIR LOCKFILE
   log "$dir ready"
 }
 
+make_sdk_venv() {  # the official tablestore SDK (it pins protobuf<6) on its own, for tests/adapters/test_tablestore_sdk.py
+  local dir=.venv-tablestore-sdk pins="tablestore==6.4.8 protobuf==5.29.6" stamp want
+  stamp="$dir/.cdc-lock.sha256"
+  want=$(printf '%s' "$pins" | sha256sum | cut -d' ' -f1)
+  if [ -x "$dir/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    log "$dir is up to date"; return 0
+  fi
+  local python
+  python=$(pick_python)
+  [ -x "$dir/bin/python" ] || { log "creating $dir with $python"; "$python" -m venv "$dir"; }
+  log "installing $pins into $dir"
+  # shellcheck disable=SC2086  # the pins are separate arguments
+  if [ -x .venv/bin/uv ]; then .venv/bin/uv pip install --python "$dir/bin/python" -q $pins
+  else "$dir/bin/python" -m pip install -q $pins; fi
+  echo "$want" > "$stamp"
+  log "$dir ready"
+}
+
 ensure_java
+ensure_chromium
 make_venv .venv requirements/airflow3.lock
 if [ "${1:-}" = "--airflow2" ]; then
   make_venv .venv-airflow2 requirements/airflow2.lock
 fi
+make_sdk_venv

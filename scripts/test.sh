@@ -5,6 +5,7 @@
 # PostgreSQL tests run when CDC_TEST_POSTGRES_URL is set (and skip with a reason otherwise); when it is
 # unset and a server answers on 127.0.0.1:5432 as user postgres, that server is used.
 # Extra arguments go to pytest, e.g. scripts/test.sh -k metastore
+# scripts/test.sh --fast [pytest arguments]: the fast tier (no end-to-end DAG runs, no Spark merge scenarios).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --airflow2
@@ -22,18 +23,32 @@ export CDC_E2E_TESTS="${CDC_E2E_TESTS:-1}"
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$(pwd)/.cache/airflow-test-home}"
 mkdir -p "$AIRFLOW_HOME"
 .venv/bin/ruff check --quiet .
-# Test files that run alongside the rest (whole suite only), each in a pytest process and Airflow home
-# of its own, so the two cores stay busy while tests wait on subprocesses and real time: the Airflow
-# 2.11 backfill tests (cold spark-submit merges, as on Cloud Composer 2) with the BigQuery and
-# commit-timestamp example DAGs'; the tests against Google's Cloud Spanner emulator (mostly waiting for
-# real-time windows; they skip, naming the reason, where the emulator is not installed) with the
-# change-stream example DAG's (here and on the Dataproc fake) and the merge job's Spark tests; the
-# crash campaign (SIGKILLs at 20 seeded points, CDC_CRASH_POINTS for more) with the deferred-apply
-# upsert killed between append and compaction, the example DAG on gs:// and a Spark Connect server
-# killed mid-merge; the Datastream and Table Store pipeline and example DAG tests. The end-to-end DAG
-# tests merge on one Spark Connect server per process (the crash campaign, the Airflow 2.11 tests and
+# Test files that run alongside the rest (whole suite only), each group in a pytest process and Airflow
+# home of its own, so the two cores stay busy while tests wait on subprocesses and real time. Each file is
+# named once: its group runs it and the main process leaves it out. The end-to-end DAG tests merge on one
+# Spark Connect server per process (the crash campaign, the Airflow 2.11 tests, the standalone cluster and
 # the gs:// DAG's first window run cold spark-submits; the Dataproc fake runs spark-submit per job).
 # Each process reports its slowest tests and how long it took.
+groups=(
+  # the Airflow 2.11 backfill tests (cold spark-submit merges, as on Cloud Composer 2), with the BigQuery
+  # and commit-timestamp example DAGs'
+  "airflow2: tests/e2e/test_airflow2.py tests/e2e/test_example_dag_bigquery.py
+    tests/e2e/test_example_dag_commit_timestamp.py tests/e2e/test_asset_events_airflow2.py"
+  # against Google's Cloud Spanner emulator (mostly waiting for real-time windows; they skip, naming the
+  # reason, where it is not installed), the change-stream example DAG (here and on the Dataproc fake) and
+  # the merge job's Spark tests (one spark-submit and one Spark Connect run of every scenario)
+  "google: tests/e2e/test_google_emulator_read.py tests/e2e/test_example_dag_google.py
+    tests/e2e/test_example_dag.py tests/adapters/test_merge_job.py tests/e2e/test_example_dag_dataproc.py"
+  # the crash campaign (SIGKILLs at 20 seeded points, CDC_CRASH_POINTS for more), the deferred-apply upsert
+  # killed between append and compaction, the example DAG on gs:// and a Spark Connect server killed
+  # mid-merge
+  "crash: tests/e2e/test_crash_campaign.py tests/e2e/test_deferred_apply_crash.py
+    tests/e2e/test_example_dag_gcs.py tests/e2e/test_spark_connect_recovery.py"
+  # the Datastream and Table Store pipelines and example DAGs, and the example DAG on a Spark standalone
+  # cluster (a master and a worker from the pyspark wheel)
+  "sources: tests/adapters/test_datastream_pipeline.py tests/e2e/test_example_dag_datastream.py
+    tests/e2e/test_example_dag_tablestore.py tests/e2e/test_standalone_cluster.py"
+)
 side_names=() side_pids=() side_logs=()
 run_alongside() {  # NAME FILE...
   local name=$1 log
@@ -50,30 +65,24 @@ run_alongside() {  # NAME FILE...
   side_names+=("$name: $*") side_pids+=("$!") side_logs+=("$log")
 }
 set +e
-if [ "$#" -eq 0 ]; then
+if [ "${1:-}" = "--fast" ]; then
+  # The fast tier: core, sources, targets and pipeline steps, without the end-to-end DAG runs and the
+  # merge job's Spark scenarios (both run in the whole suite).
+  shift
+  started=$SECONDS
+  CDC_E2E_TESTS=0 .venv/bin/python -m pytest -p no:cacheprovider --durations=10 --ignore=tests/e2e \
+    --ignore=tests/adapters/test_merge_job.py --ignore=tests/adapters/test_datastream_pipeline.py "$@"
+  status=$?
+  echo "[test] the fast tier took $((SECONDS - started)) s"
+elif [ "$#" -eq 0 ]; then
   ignored=()
-  if [ -x .venv-airflow2/bin/airflow ]; then
-    run_alongside airflow2 tests/e2e/test_airflow2.py tests/e2e/test_example_dag_bigquery.py \
-      tests/e2e/test_example_dag_commit_timestamp.py tests/e2e/test_asset_events_airflow2.py
-    ignored+=(--ignore=tests/e2e/test_airflow2.py --ignore=tests/e2e/test_example_dag_bigquery.py
-      --ignore=tests/e2e/test_example_dag_commit_timestamp.py --ignore=tests/e2e/test_asset_events_airflow2.py)
-  fi
-  # The Google-emulator tests mostly wait for real-time windows: the change-stream example DAG's
-  # end-to-end tests (on this machine and on the Dataproc fake) and the merge job's Spark tests (one
-  # spark-submit and one Spark Connect run of every scenario) run in their process.
-  run_alongside google tests/e2e/test_google_emulator_read.py tests/e2e/test_example_dag_google.py \
-    tests/e2e/test_example_dag.py tests/adapters/test_merge_job.py tests/e2e/test_example_dag_dataproc.py
-  ignored+=(--ignore=tests/e2e/test_google_emulator_read.py --ignore=tests/e2e/test_example_dag_google.py
-    --ignore=tests/e2e/test_example_dag.py --ignore=tests/adapters/test_merge_job.py
-    --ignore=tests/e2e/test_example_dag_dataproc.py)
-  run_alongside crash tests/e2e/test_crash_campaign.py tests/e2e/test_deferred_apply_crash.py \
-    tests/e2e/test_example_dag_gcs.py tests/e2e/test_spark_connect_recovery.py
-  ignored+=(--ignore=tests/e2e/test_crash_campaign.py --ignore=tests/e2e/test_deferred_apply_crash.py
-    --ignore=tests/e2e/test_example_dag_gcs.py --ignore=tests/e2e/test_spark_connect_recovery.py)
-  run_alongside sources tests/adapters/test_datastream_pipeline.py tests/e2e/test_example_dag_datastream.py \
-    tests/e2e/test_example_dag_tablestore.py
-  ignored+=(--ignore=tests/adapters/test_datastream_pipeline.py --ignore=tests/e2e/test_example_dag_datastream.py
-    --ignore=tests/e2e/test_example_dag_tablestore.py)
+  for group in "${groups[@]}"; do
+    name=${group%%:*}
+    read -r -a files <<<"${group#*:}"
+    if [ "$name" = airflow2 ] && [ ! -x .venv-airflow2/bin/airflow ]; then continue; fi
+    run_alongside "$name" "${files[@]}"
+    for file in "${files[@]}"; do ignored+=("--ignore=$file"); done
+  done
   trap 'kill "${side_pids[@]}" 2>/dev/null' INT TERM
   started=$SECONDS
   .venv/bin/python -m pytest --durations=20 "${ignored[@]}"

@@ -31,12 +31,29 @@ from airflow_provider_cdc.core.types import (
     parse_logical_type,
 )
 
-# The field metadata keys as stored in Delta table schemas, kept as written by earlier versions:
-# existing tables hold them, and another key would change their schemas.
+# Field metadata keys written to table schemas (Delta). Tables written by earlier versions carry the
+# type and key flag under the LEGACY_* keys and keep them (a schema's metadata is not rewritten);
+# readers take either (field_type_text, field_is_primary_key, key_column_names).
 #: Field metadata key of a column's logical type in its text form (``ARRAY<INT64>``).
-FIELD_METADATA_TYPE = "spanner.type"
+FIELD_METADATA_TYPE = "cdc.type"
 #: Field metadata key of a column's primary-key flag (``true``/``false``).
-FIELD_METADATA_PRIMARY_KEY = "spanner.primary_key"
+FIELD_METADATA_PRIMARY_KEY = "cdc.primary_key"
+#: Field metadata key of a column's nullability as the source declares it (``true``/``false``);
+#: absent when the source does not say.
+FIELD_METADATA_NULLABLE = "cdc.nullable"
+#: The keys of :data:`FIELD_METADATA_TYPE` and :data:`FIELD_METADATA_PRIMARY_KEY` in tables written
+#: by earlier versions.
+LEGACY_FIELD_METADATA_TYPE = "spanner.type"
+LEGACY_FIELD_METADATA_PRIMARY_KEY = "spanner.primary_key"
+#: Each key with the keys earlier versions wrote the same fact under, newest first.
+_FIELD_METADATA_KEYS: dict[str, tuple[bytes, ...]] = {
+    key: tuple(name.encode() for name in names)
+    for key, *names in (
+        (FIELD_METADATA_TYPE, FIELD_METADATA_TYPE, LEGACY_FIELD_METADATA_TYPE),
+        (FIELD_METADATA_PRIMARY_KEY, FIELD_METADATA_PRIMARY_KEY, LEGACY_FIELD_METADATA_PRIMARY_KEY),
+        (FIELD_METADATA_NULLABLE, FIELD_METADATA_NULLABLE),
+    )
+}
 
 _SCALAR_ARROW_TYPES: dict[str, pa.DataType] = {code: t.arrow(pa) for code, t in SCALAR_TYPES.items()}
 
@@ -66,7 +83,9 @@ def arrow_schema(column_types: str | Iterable[Mapping[str, Any] | ColumnType]) -
     """Arrow schema of a table's columns ordered by ordinal position, key columns as ordinary columns.
 
     Each field carries metadata :data:`FIELD_METADATA_TYPE` (the logical type's text, e.g.
-    ``ARRAY<INT64>``) and :data:`FIELD_METADATA_PRIMARY_KEY` (``true``/``false``).
+    ``ARRAY<INT64>``), :data:`FIELD_METADATA_PRIMARY_KEY` (``true``/``false``) and, where the source
+    says, :data:`FIELD_METADATA_NULLABLE` (``true``/``false``). Every field is nullable in Arrow (a
+    partial image or an added column leaves values NULL).
     """
     fields = []
     for column in parse_column_types(column_types):
@@ -74,8 +93,42 @@ def arrow_schema(column_types: str | Iterable[Mapping[str, Any] | ColumnType]) -
             FIELD_METADATA_TYPE: str(column.logical_type),
             FIELD_METADATA_PRIMARY_KEY: "true" if column.is_primary_key else "false",
         }
+        if column.is_nullable is not None:
+            metadata[FIELD_METADATA_NULLABLE] = "true" if column.is_nullable else "false"
         fields.append(pa.field(column.name, arrow_type(column.logical_type, column.name), True, metadata))
     return pa.schema(fields)
+
+
+def field_metadata(field: pa.Field, key: str) -> str | None:
+    """The value of one of the field metadata keys above (under its earlier key in a table written
+    by an earlier version), ``None`` when the field has none."""
+    metadata = field.metadata or {}
+    for name in _FIELD_METADATA_KEYS[key]:
+        value = metadata.get(name)
+        if value is not None:
+            return value.decode()
+    return None
+
+
+def field_type_text(field: pa.Field) -> str | None:
+    """The logical type's text a field's metadata records (``ARRAY<INT64>``), if any."""
+    return field_metadata(field, FIELD_METADATA_TYPE)
+
+
+def field_is_primary_key(field: pa.Field) -> bool:
+    """Whether a field's metadata marks it a primary-key column."""
+    return field_metadata(field, FIELD_METADATA_PRIMARY_KEY) == "true"
+
+
+def field_is_nullable(field: pa.Field) -> bool | None:
+    """The source's nullability of a field's column, ``None`` when its metadata does not record it."""
+    value = field_metadata(field, FIELD_METADATA_NULLABLE)
+    return None if value is None else value == "true"
+
+
+def key_column_names(schema: pa.Schema | Iterable[pa.Field]) -> list[str]:
+    """The primary-key columns of a table schema, in schema order."""
+    return [field.name for field in schema if field_is_primary_key(field)]
 
 
 def decode_column(logical_type: LogicalType | Any, values: Iterable[Any], column: str = "?") -> pa.Array:
@@ -235,10 +288,18 @@ def _convert_wire(array: pa.Array, logical_type: LogicalType) -> pa.Array:
 
 
 __all__ = [
+    "FIELD_METADATA_NULLABLE",
     "FIELD_METADATA_PRIMARY_KEY",
     "FIELD_METADATA_TYPE",
+    "LEGACY_FIELD_METADATA_PRIMARY_KEY",
+    "LEGACY_FIELD_METADATA_TYPE",
     "arrow_schema",
     "arrow_type",
     "decode_column",
     "decode_json_objects",
+    "field_is_nullable",
+    "field_is_primary_key",
+    "field_metadata",
+    "field_type_text",
+    "key_column_names",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -39,7 +39,12 @@ from airflow_provider_cdc.core.contract.change_set import (
     ChangeSetError,
     manifest_tables,
 )
-from airflow_provider_cdc.core.contract.locations import MANIFEST_NAME, TABLE_DIR_PREFIX
+from airflow_provider_cdc.core.contract.locations import (
+    MANIFEST_FOLDER,
+    MANIFEST_NAME,
+    TABLE_DIR_PREFIX,
+    manifest_folder,
+)
 from airflow_provider_cdc.filesystems import resolve
 
 _WINDOW_ID = re.compile(r"^(\d+)-(\d+)$")
@@ -49,7 +54,8 @@ def merge_column_types(texts: Iterable[str | None], table: str) -> list[dict[str
     """Union of the distinct ``_column_types_json`` values of a table's change set.
 
     A column added during the window appears in the later values only; a column whose type
-    differs between values is an error naming table and column.
+    differs between values is an error naming table and column. A column is nullable when any value
+    says so, not nullable when one says so and none says otherwise, else of unknown nullability.
     """
     merged: dict[str, ColumnType] = {}
     for text in texts:
@@ -65,8 +71,13 @@ def merge_column_types(texts: Iterable[str | None], table: str) -> list[dict[str
                     f"table {table!r}: column {column.name!r} has conflicting types in the change set: "
                     f"{previous.logical_type} and {column.logical_type}"
                 )
-            if previous is None or column.ordinal_position > previous.ordinal_position:
-                merged[column.name] = column
+            if previous is not None:
+                known = {previous.is_nullable, column.is_nullable} - {None}
+                nullable = True if True in known else (False if known else None)
+                if column.ordinal_position <= previous.ordinal_position:
+                    column = previous
+                column = replace(column, is_nullable=nullable)
+            merged[column.name] = column
     if not merged:
         raise ChangeSetError(f"table {table!r}: the change set carries no column types")
     return [c.to_json_dict() for c in sorted(merged.values(), key=lambda c: (c.ordinal_position, c.name))]
@@ -191,9 +202,17 @@ class ChangeSetReader:
             raise ChangeSetError(f"change set {self.uri!r}: {MANIFEST_NAME} must be a JSON object")
         return manifest
 
-    def table_folders(self) -> list[str]:
-        """Names of the ``table=*`` folders the change set holds."""
-        infos = self._fs.get_file_info(pa_fs.FileSelector(self._root, allow_not_found=True))
+    def data_folder(self, manifest: Mapping[str, Any]) -> str:
+        """The folder (relative to the change set) holding the tables of ``manifest``: an epoch's
+        (``epoch=<n>``, for a merge that belongs to an opening of the window) or the change set's own."""
+        try:
+            return manifest_folder(manifest.get(MANIFEST_FOLDER))
+        except ValueError as exc:
+            raise ChangeSetError(f"change set {self.uri!r}: {exc}; refusing to apply it") from None
+
+    def table_folders(self, folder: str = "") -> list[str]:
+        """Names of the ``table=*`` folders the change set (or its data ``folder``) holds."""
+        infos = self._fs.get_file_info(pa_fs.FileSelector(self._path(folder), allow_not_found=True))
         return sorted(
             info.base_name[len(TABLE_DIR_PREFIX):]
             for info in infos
@@ -209,8 +228,9 @@ class ChangeSetReader:
         advancing watermarks from it) could lose changes.
         """
         manifest = self.manifest()
+        folder = self.data_folder(manifest)
         listed = manifest_tables(manifest, self.uri)
-        unlisted = sorted(set(self.table_folders()) - set(listed))
+        unlisted = sorted(set(self.table_folders(folder)) - set(listed))
         if unlisted:
             folders = ", ".join(TABLE_DIR_PREFIX + name for name in unlisted)
             raise ChangeSetError(
@@ -229,7 +249,7 @@ class ChangeSetReader:
             )
         result = []
         for name in sorted(listed):
-            directory = self._path(f"{TABLE_DIR_PREFIX}{name}")
+            directory = self._path(folder, f"{TABLE_DIR_PREFIX}{name}")
             files = [
                 info.path
                 for info in self._fs.get_file_info(pa_fs.FileSelector(directory, allow_not_found=True))

@@ -5,6 +5,8 @@ raise with the messages they return.
 
 * **Contiguity**: a window applies only when the pipeline's previous window (the one ending at its
   start) is applied, or when it is the pipeline's first window. A failed window is never skipped.
+  A window that ends in the future is not run yet (:func:`future_window_problem` names the
+  pipeline's last applied window and the next one to run).
 * **Agreement**: before a window is applied, each target table must hold exactly the windows the
   metastore says were applied to it: its last applied window version (window end in µs) must be
   the one the metastore recorded. A table restored, rolled back or written by another pipeline
@@ -26,6 +28,36 @@ def describe_window(window: Window) -> str:
     return f"[{format_timestamp(window.start)}, {format_timestamp(window.end)})"
 
 
+def future_window_problem(
+    pipeline: str,
+    window: Window,
+    now_us: int,
+    last_applied: Window | None,
+    first_window_start_us: int | None,
+) -> str | None:
+    """Why ``window`` cannot run now because it ends after ``now_us``, naming the pipeline's last
+    applied window and the next one to run (windows of this one's length); None when it is over."""
+    if window.end_micros <= now_us:
+        return None
+    length = window.end - window.start
+    if last_applied is not None:
+        following = Window(last_applied.end, last_applied.end + length)
+        where = (
+            f"its last applied window is {describe_window(last_applied)} and the next one to run is "
+            f"{describe_window(following)}"
+        )
+    elif first_window_start_us is not None:
+        first = Window(from_micros(first_window_start_us), from_micros(first_window_start_us) + length)
+        where = f"no window of it is applied yet; the first one to run is {describe_window(first)}"
+    else:
+        where = "no window of it was run yet"
+    return (
+        f"window {describe_window(window)} of pipeline {pipeline!r} ends in the future (it is "
+        f"{format_timestamp(from_micros(now_us))}): a window is read once it is over; {where}. Run the "
+        f"windows in order up to now, or run this one after {format_timestamp(window.end)}"
+    )
+
+
 def predecessor_problem(
     pipeline: str,
     window: Window,
@@ -33,12 +65,17 @@ def predecessor_problem(
     predecessor: Window | None,
     predecessor_state: str | None,
     predecessor_attempt: int | None = None,
+    *,
+    now_us: int | None = None,
+    last_applied: Window | None = None,
 ) -> str | None:
     """Why ``window`` may not apply yet, or None when it may.
 
     ``first_window_start_us`` is the pipeline's recorded first window start (None: no window of the
     pipeline recorded yet, so this one is the first); ``predecessor`` the recorded window ending at
-    ``window.start`` with its state (None when no such window was ever opened).
+    ``window.start`` with its state (None when no such window was ever opened). With ``now_us``, a
+    window whose predecessor was never run because it lies in the future is told so
+    (:func:`future_window_problem`, with ``last_applied``), not sent to run a window that cannot run.
     """
     start_us = window.start_micros
     if first_window_start_us is None or start_us == first_window_start_us:
@@ -51,6 +88,10 @@ def predecessor_problem(
         )
     if predecessor is not None and predecessor_state == "applied":
         return None
+    if predecessor is None and now_us is not None:
+        future = future_window_problem(pipeline, window, now_us, last_applied, first_window_start_us)
+        if future is not None:
+            return future
     if predecessor is None:
         waits = f"the window ending at {format_timestamp(window.start)}, which was never run"
     else:

@@ -10,7 +10,10 @@ after de-duplication (a change is identified by table, key and sequence number):
   hold the key). Its image is empty and counts as full.
 * Otherwise the row is an ``UPSERT`` whose image merges the segment's after images column-wise, the
   later value winning per column (``UPDATE → UPDATE`` = partial image, ``INSERT → UPDATE`` and
-  ``DELETE → INSERT`` = full image). ``_full_image`` is true when the segment began with INSERT.
+  ``DELETE → INSERT`` = full image). ``_full_image`` is true when the segment began with INSERT or
+  follows a DELETE: after a DELETE the row starts empty, so ``DELETE → UPDATE`` (a source whose
+  update of an absent row inserts it, such as Table Store's UpdateRow) is a full image of the
+  updated columns, the other non-key columns NULL.
 * ``_CHANGE_SEQUENCE_NUMBER`` and ``_commit_timestamp`` are those of the key's newest change.
 * ``_column_types_json`` is the table's column types in the window: the union of the
   ``column_types_json`` of all its changes, the newest description of each column winning
@@ -124,7 +127,10 @@ def collapse_chain(operations: Sequence[str], after_images: Sequence[str]) -> tu
         for position in range(segment_start, last + 1):
             merged.update(_loads_object(after_images[position], position))
         values_json = dumps_image(merged)
-    return UPSERT, values_json, operations[segment_start] == INSERT
+    full_image = operations[segment_start] == INSERT or (
+        segment_start > 0 and operations[segment_start - 1] == DELETE
+    )
+    return UPSERT, values_json, full_image
 
 
 def collapse_key(

@@ -3,7 +3,9 @@
 A table's columns travel as ``column_types`` entries ``{"name", "type", "is_primary_key",
 "ordinal_position"}`` whose ``type`` is a logical type's JSON form (:mod:`.types`), such as
 ``{"code": "INT64"}`` or ``{"code": "ARRAY", "array_element_type": {"code": "STRING"}}``; a source
-that describes its column types in this form stages its entries unchanged.
+that describes its column types in this form stages its entries unchanged. An entry may add
+``"is_nullable"`` (``true``/``false``) when the source knows whether the column may hold NULL; an
+entry without it (a source that does not know, or files staged before it existed) leaves it unknown.
 :class:`ColumnType` is one entry; :func:`parse_column_types` validates entries (names, supported
 types) and :func:`union_column_types` joins the entries of a window's changes. A source whose type
 descriptions differ passes its own type parser (``parse_type``), which maps them to logical types.
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -32,16 +34,19 @@ TypeParser = Callable[[Any, str], LogicalType]
 
 @dataclass(frozen=True)
 class ColumnType:
-    """One ``column_types`` entry: name, type JSON, key flag and schema position of a column.
+    """One ``column_types`` entry: name, type JSON, key flag, schema position and nullability of a
+    column.
 
     ``type`` is the type's JSON form as the source sent it (a :class:`LogicalType` given instead
-    is stored as its JSON); :attr:`logical_type` is the parsed, validated type.
+    is stored as its JSON); :attr:`logical_type` is the parsed, validated type. ``is_nullable`` is
+    ``None`` when the source does not say whether the column may hold NULL.
     """
 
     name: str
     type: dict[str, Any]
     is_primary_key: bool
     ordinal_position: int
+    is_nullable: bool | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.type, LogicalType):
@@ -49,7 +54,7 @@ class ColumnType:
 
     def __hash__(self) -> int:
         type_text = json.dumps(self.type, sort_keys=True, default=str)
-        return hash((self.name, type_text, self.is_primary_key, self.ordinal_position))
+        return hash((self.name, type_text, self.is_primary_key, self.ordinal_position, self.is_nullable))
 
     @cached_property
     def logical_type(self) -> LogicalType:
@@ -57,13 +62,17 @@ class ColumnType:
         return parse_logical_type(self.type, self.name)
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The entry as sources describe it (``name``, ``type``, ``is_primary_key``, ...)."""
-        return {
+        """The entry as sources describe it (``name``, ``type``, ``is_primary_key``, ...);
+        ``is_nullable`` only when known."""
+        entry = {
             "name": self.name,
             "type": self.type,
             "is_primary_key": self.is_primary_key,
             "ordinal_position": self.ordinal_position,
         }
+        if self.is_nullable is not None:
+            entry["is_nullable"] = self.is_nullable
+        return entry
 
 
 def parse_column_types(
@@ -94,11 +103,17 @@ def parse_column_types(
                 raise LogicalTypeError(
                     f"column {name!r}: ordinal_position must be an integer, got {position!r}"
                 )
+            nullable = entry.get("is_nullable")
+            if nullable is not None and not isinstance(nullable, bool):
+                raise LogicalTypeError(
+                    f"column {name!r}: is_nullable must be true or false, got {nullable!r}"
+                )
             column = ColumnType(
                 name=name,
                 type=parse_type(entry["type"], name).to_json(),
                 is_primary_key=bool(entry.get("is_primary_key", False)),
                 ordinal_position=position,
+                is_nullable=nullable,
             )
         folded = column.name.lower()
         if folded in seen:
@@ -117,7 +132,7 @@ def _canonical_column(column: ColumnType, parse_type: TypeParser) -> ColumnType:
     canonical = logical.to_json()
     if canonical == column.type:
         return column
-    return ColumnType(column.name, canonical, column.is_primary_key, column.ordinal_position)
+    return replace(column, type=canonical)
 
 
 def union_column_types(texts: Iterable[str | Iterable[Mapping[str, Any] | ColumnType]]) -> list[ColumnType]:
@@ -127,12 +142,17 @@ def union_column_types(texts: Iterable[str | Iterable[Mapping[str, Any] | Column
     and the changed ones; INSERT and DELETE list every column). The union (by name,
     case-insensitively) holds every column any change names, each as the newest change naming it
     describes it (type, key flag, ordinal position),
-    so a column whose type changed in the window has its newest type. Ordered by ordinal position.
+    so a column whose type changed in the window has its newest type (and its newest nullability, or
+    an older change's where the newest does not say). Ordered by ordinal position.
     """
     union: dict[str, ColumnType] = {}
     for text in texts:
         for column in parse_column_types(text):
-            union[column.name.lower()] = column
+            folded = column.name.lower()
+            older = union.get(folded)
+            if column.is_nullable is None and older is not None and older.is_nullable is not None:
+                column = replace(column, is_nullable=older.is_nullable)
+            union[folded] = column
     return sorted(union.values(), key=lambda c: (c.ordinal_position, c.name))
 
 

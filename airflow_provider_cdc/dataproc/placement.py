@@ -11,6 +11,7 @@ earlier one left running.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import uuid
 from collections.abc import Mapping, Sequence
@@ -99,6 +100,11 @@ class DataprocPlacement:
 
         def mapping(name: str) -> dict[str, str]:
             value = extras.get(name) or {}
+            if isinstance(value, str):  # the connection form's text: key=value; key=value (or JSON)
+                try:
+                    value = key_values(value)
+                except ValueError as error:
+                    raise DataprocConnectionError(f"connection {conn_id!r}: {name!r}: {error}") from None
             if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
                 raise DataprocConnectionError(
                     f"connection {conn_id!r}: {name!r} must be an object, got {value!r}"
@@ -121,7 +127,9 @@ class DataprocPlacement:
         if cluster is not None and not _CLUSTER.match(cluster):
             raise DataprocConnectionError(f"connection {conn_id!r}: invalid cluster_name {cluster!r}")
         chain = extras.get("impersonation_chain") or None
-        if chain is not None and not isinstance(chain, str):
+        if isinstance(chain, str) and "," in chain:  # a delegation chain as the form's text
+            chain = tuple(item.strip() for item in chain.split(",") if item.strip())
+        elif chain is not None and not isinstance(chain, str):
             chain = tuple(str(item) for item in chain)
         timeout = extras.get("wait_timeout_seconds")
         if timeout not in (None, ""):
@@ -150,6 +158,26 @@ class DataprocPlacement:
             impersonation_chain=chain,
             wait_timeout_seconds=timeout,
         )
+
+
+def key_values(text: str) -> dict[str, str]:
+    """``key=value`` pairs separated by semicolons, or a JSON object, as a mapping (empty text: none)."""
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"not a JSON object: {error.msg}") from None
+        if not isinstance(value, dict):
+            raise ValueError("not a JSON object")
+        return {str(key): str(item) for key, item in value.items()}
+    pairs: dict[str, str] = {}
+    for part in filter(None, (piece.strip() for piece in text.split(";"))):
+        key, sep, item = part.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"expected key=value pairs separated by ';', got {part!r}")
+        pairs[key.strip()] = item.strip()
+    return pairs
 
 
 def content_digest(parts: Sequence[bytes]) -> str:

@@ -47,6 +47,8 @@ class DataprocJobError(RuntimeError):
 class DataprocJobsHook(BaseHook):
     """Runs the provider's jobs on the Dataproc placement of a ``dataproc`` connection.
 
+    Its connection form is declared in :mod:`~airflow_provider_cdc.hooks.connection_forms`.
+
     :param dataproc_conn_id: the connection: extras ``project_id``, ``region``, ``staging_uri``
         (``gs://``), and ``cluster_name`` (omit it for Serverless batches), optionally ``properties``,
         ``runtime_version``, ``container_image``, ``service_account``, ``subnetwork_uri``, ``labels``,
@@ -61,17 +63,6 @@ class DataprocJobsHook(BaseHook):
     def __init__(self, dataproc_conn_id: str = default_conn_name, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.dataproc_conn_id = dataproc_conn_id
-
-    @classmethod
-    def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {
-            "hidden_fields": ["host", "schema", "login", "password", "port"],
-            "relabeling": {},
-            "placeholders": {
-                "extra": '{"project_id": "my-project", "region": "us-central1", "cluster_name": "cdc", '
-                '"staging_uri": "gs://my-bucket/dataproc"}'
-            },
-        }
 
     @cached_property
     def placement(self) -> DataprocPlacement:

@@ -1,4 +1,9 @@
-"""Hook for the provider's partition/window metastore (any SQLAlchemy URL; SQLite by default)."""
+"""Hook for the provider's partition/window metastore (any SQLAlchemy URL; SQLite by default).
+
+Only the default connection ``cdc_metastore_default`` may be missing (the metastore is then a SQLite
+file under ``AIRFLOW_HOME``, logged with its path); any other ``metastore_conn_id`` must be defined:
+a typo must not give each worker a metastore of its own.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +11,36 @@ import os
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_cdc._compat import AirflowNotFoundException, BaseHook
+from airflow_provider_cdc._compat import BaseHook
+from airflow_provider_cdc.hooks.connections import defined_connection
 from airflow_provider_cdc.metastore import Metastore
+
+#: The metastore connection every step uses unless given another ``metastore_conn_id``.
+DEFAULT_METASTORE_CONN_ID = "cdc_metastore_default"
+
+
+def default_metastore_path() -> Path:
+    """The SQLite file of the default metastore: ``$AIRFLOW_HOME/cdc_metastore.db``."""
+    return Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow") / "cdc_metastore.db"
 
 
 def default_metastore_url() -> str:
     """A SQLite file under ``AIRFLOW_HOME`` (the default when no connection is configured)."""
-    home = Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow")
-    home.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{home / 'cdc_metastore.db'}"
+    path = default_metastore_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{path}"
+
+
+def metastore_connection(conn_id: str, logger: Any = None) -> Any | None:
+    """The metastore connection ``conn_id``; ``None`` for a missing ``cdc_metastore_default`` (the
+    SQLite file, logged); any other missing connection raises ``ConnectionNotDefinedError``."""
+    return defined_connection(
+        conn_id,
+        "metastore_conn_id",
+        default=DEFAULT_METASTORE_CONN_ID,
+        default_means=f"the metastore is the SQLite file {default_metastore_path()} (this machine only)",
+        logger=logger,
+    )
 
 
 def connection_url(conn: Any) -> str:
@@ -48,12 +74,13 @@ class CdcMetastoreHook(BaseHook):
     created or upgraded at most once per process and database.
 
     :param metastore_conn_id: connection whose ``extra.sqlalchemy_url`` (or host/login/schema for
-        ``postgres``/``sqlite`` connections) names the database. When the connection does not exist,
-        the metastore is the SQLite file ``$AIRFLOW_HOME/cdc_metastore.db``.
+        ``postgres``/``sqlite`` connections) names the database. When ``cdc_metastore_default`` does
+        not exist, the metastore is the SQLite file ``$AIRFLOW_HOME/cdc_metastore.db``; any other
+        connection must exist (``ConnectionNotDefinedError``, which fails a task without retries).
     """
 
     conn_name_attr = "metastore_conn_id"
-    default_conn_name = "cdc_metastore_default"
+    default_conn_name = DEFAULT_METASTORE_CONN_ID
     conn_type = "cdc_metastore"
     hook_name = "CDC Metastore"
 
@@ -63,11 +90,8 @@ class CdcMetastoreHook(BaseHook):
         self._metastore: Metastore | None = None
 
     def get_url(self) -> str:
-        try:
-            conn = self.get_connection(self.metastore_conn_id)
-        except AirflowNotFoundException:
-            return default_metastore_url()
-        return connection_url(conn)
+        conn = metastore_connection(self.metastore_conn_id, self.log)
+        return default_metastore_url() if conn is None else connection_url(conn)
 
     @property
     def metastore(self) -> Metastore:

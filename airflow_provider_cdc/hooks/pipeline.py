@@ -12,13 +12,15 @@ epoch is no longer the window's changes nothing (:class:`StaleEpochError`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow_provider_cdc._compat import BaseHook
-from airflow_provider_cdc._errors import metastore_errors
+from airflow_provider_cdc._errors import metastore_errors, redact
 from airflow_provider_cdc.core.contract.locations import WindowLocations, partition_key
 from airflow_provider_cdc.core.identifiers import validate_identifier
 from airflow_provider_cdc.core.timestamps import coerce_timestamp, format_timestamp
@@ -73,6 +75,29 @@ def require_epoch(store: Any, pipeline: str, window: Window, epoch: int, step: s
 
 class LakeNotAppliedError(WindowStepError):
     """The commit found a table of the change set that does not hold the window."""
+
+
+class StorageUnavailableError(WindowStepError):
+    """A location of the window (its change set, the lake) could not be read: the message names the
+    window, the step, the location and the storage's own error (retried: storage may come back)."""
+
+
+@contextmanager
+def storage_errors(what: str, location: str, consequence: str) -> Iterator[None]:
+    """Re-raise an I/O error of pyarrow or delta-rs (``OSError``, ``DeltaError``) met while reading
+    ``location`` as :class:`StorageUnavailableError` naming ``what`` (the window and the step), the
+    location, the error's first line (credentials removed) and ``consequence``."""
+    from deltalake.exceptions import DeltaError
+
+    try:
+        yield
+    except (OSError, DeltaError) as exc:
+        lines = str(exc).strip().splitlines()
+        detail = redact(lines[0] if lines else "")
+        raise StorageUnavailableError(
+            f"{what}: {location!r} could not be read ({type(exc).__name__}: {detail}); check that the "
+            f"location exists and that the gcp_conn_id credentials reach it. {consequence}"
+        ) from exc
 
 
 class StaleTablesError(WindowStepError):
@@ -269,27 +294,32 @@ class CdcPipelineHook(BaseHook):
                 require_epoch(metastore.metastore, pipeline, window, epoch, step)
 
     def publish_manifest(self, pipeline: str, window: Window, epoch: int, change_set: str) -> None:
-        """Publish the manifest the merge of ``epoch`` wrote under its pending name, after checking
-        that ``epoch`` is still the window's (a merge of an older opening publishes nothing)."""
-        from airflow_provider_cdc.core.contract.locations import MANIFEST_NAME
+        """Publish the manifest the merge of ``epoch`` wrote under its pending name in its epoch's
+        folder as the change set's ``_manifest.json``, naming that folder, after checking that
+        ``epoch`` is still the window's (a merge of an older opening publishes nothing)."""
+        from airflow_provider_cdc.core.contract.change_set import manifest_bytes
+        from airflow_provider_cdc.core.contract.locations import MANIFEST_FOLDER, MANIFEST_NAME, epoch_folder
         from airflow_provider_cdc.filesystems import join, resolve
 
         filesystem, root = resolve(change_set, self.storage_options())
-        pending = join(root, pending_manifest_name(epoch))
+        pending = join(join(root, epoch_folder(epoch)), pending_manifest_name(epoch))
         try:
             self.check_epoch(pipeline, window, epoch, "merge")
         except StaleEpochError:
             filesystem.delete_file(pending)
             raise
-        target = join(root, MANIFEST_NAME)
         with filesystem.open_input_stream(pending) as stream:
-            data = stream.read()
-        if filesystem.type_name == "local":
-            filesystem.move(pending, target)
+            manifest = {**json.loads(stream.read()), MANIFEST_FOLDER: epoch_folder(epoch)}
+        target = join(root, MANIFEST_NAME)
+        if filesystem.type_name == "local":  # written beside, then renamed: readers see all or nothing
+            staged = f"{target}.{epoch_folder(epoch)}.tmp"
+            with filesystem.open_output_stream(staged) as out:
+                out.write(manifest_bytes(manifest))
+            filesystem.move(staged, target)
         else:
             with filesystem.open_output_stream(target) as out:  # one object write
-                out.write(data)
-            filesystem.delete_file(pending)
+                out.write(manifest_bytes(manifest))
+        filesystem.delete_file(pending)
 
     def expected_versions(self, pipeline: str, window: Window, epoch: int | None = None) -> str:
         """What the metastore says each table holds (JSON for the upsert job), after checking the
@@ -337,6 +367,10 @@ class CdcPipelineHook(BaseHook):
         checked against ``max_staleness``; a table the target has applied nothing to yet is logged as a
         warning. ``bigquery_watermarks`` (the BigQuery upsert's return value, see
         :func:`parse_bigquery_watermarks`) are the watermarks of the target ``bigquery``.
+
+        Returns the window id, its source's metastore key (``source_key``), its ``rows`` and
+        ``transactions``, the Delta tables' apply ``watermarks`` and each reporting target's
+        (``{target}_watermarks``), as RFC 3339 text.
         """
         log = log or self.log
         # A malformed value fails before anything is written.
@@ -367,7 +401,10 @@ class CdcPipelineHook(BaseHook):
 
         if epoch is not None:  # a stale run is refused before it reads anything
             require_epoch(store, pipeline, window, epoch, "commit")
-        changed, merged = self._change_set(locations, window)  # before the window is marked applied
+        step = f"window {window} of pipeline {pipeline!r}: the commit"
+        unchanged = "Nothing was committed; a retry reads it again."
+        with storage_errors(step, str(locations.changeset_root), unchanged):
+            changed, merged = self._change_set(locations, window)  # before the window is marked applied
         if epoch is not None and merged is not None and merged != epoch:
             raise StaleEpochError(
                 f"window {window} of pipeline {pipeline!r}: the change set at {locations.change_set(window)} "
@@ -385,7 +422,8 @@ class CdcPipelineHook(BaseHook):
             )
         if record.state is not WindowState.APPLIED:
             store.require_predecessor_applied(pipeline, window.start, window.end)
-            held = self._window_results(locations, pipeline, window, changed)
+            with storage_errors(step, str(locations.lake_root), unchanged):
+                held = self._window_results(locations, pipeline, window, changed)
             record_results(store, pipeline, window, [*held, *results])
         rows = sum(int(s.get("rows", 0)) for s in summaries)
         transactions = round(sum(float(s.get("transactions", 0.0)) for s in summaries))
@@ -410,7 +448,12 @@ class CdcPipelineHook(BaseHook):
                 )
             log.info("Window %s of %s was applied by another run meanwhile", window, pipeline)
         tables = sorted(set(store.table_watermarks(pipeline, target=DELTA_TARGET)) | set(changed))
-        for table, mark in self._delta_watermarks(locations, pipeline, window, tables).items():
+        with storage_errors(
+            step, str(locations.lake_root),
+            "The window is applied; its tables' apply watermarks did not advance: a retry advances them.",
+        ):
+            delta_marks = self._delta_watermarks(locations, pipeline, window, tables)
+        for table, mark in delta_marks.items():
             if mark is not None:
                 store.advance_table_watermark(pipeline, table, mark, target=DELTA_TARGET)
         watermarks = store.table_watermarks(pipeline, target=DELTA_TARGET)
@@ -423,6 +466,7 @@ class CdcPipelineHook(BaseHook):
         )
         summary: dict[str, Any] = {
             "window_id": window.window_id,
+            "source_key": record.stream,
             "rows": rows,
             "transactions": transactions,
             "watermarks": {t: format_timestamp(w) for t, w in sorted(watermarks.items())},

@@ -7,7 +7,7 @@ writes with one identity: the DAG's ``gcp_conn_id``.
 The default connection (:data:`DEFAULT_GCP_CONN_ID`) is only read for a location on an object store
 (``gs://``, ``s3://`` …), and when it is not defined the storage clients use Application Default
 Credentials: a pipeline on local paths needs no Google connection. A connection named otherwise is
-always read, and must exist.
+always read, and must exist (``ConnectionNotDefinedError``, which fails a task without retries).
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from airflow_provider_cdc._compat import AirflowNotFoundException, mask_secret
+from airflow_provider_cdc._compat import mask_secret
+from airflow_provider_cdc._errors import ConfigurationError
+from airflow_provider_cdc.hooks.connections import defined_connection
 
 #: The Google Cloud connection every window step uses unless given another ``gcp_conn_id``.
 DEFAULT_GCP_CONN_ID = "google_cloud_default"
@@ -91,6 +93,37 @@ def gcp_storage_options(
     return {}
 
 
+def google_connection(gcp_conn_id: str, logger: Any = None) -> Any | None:
+    """The Google Cloud connection ``gcp_conn_id``; ``None`` for a missing ``google_cloud_default``
+    (Application Default Credentials, logged); any other missing connection raises
+    ``ConnectionNotDefinedError``."""
+    return defined_connection(
+        gcp_conn_id,
+        "gcp_conn_id",
+        default=DEFAULT_GCP_CONN_ID,
+        default_means="Google clients use Application Default Credentials",
+        logger=logger,
+    )
+
+
+def gcs_client(gcp_conn_id: str, impersonation_chain: ImpersonationChain = None, logger: Any = None) -> Any:
+    """A ``google.cloud.storage`` client with the identity of ``gcp_conn_id`` (the google provider's
+    ``GCSHook``); without a ``google_cloud_default`` connection, Application Default Credentials (an
+    ``impersonation_chain`` then needs the connection: refused)."""
+    if google_connection(gcp_conn_id, logger) is None:
+        if impersonation_chain:
+            raise ConfigurationError(
+                f"impersonation_chain needs the Google Cloud connection {gcp_conn_id!r} (gcp_conn_id), "
+                "which is not defined: define it, or drop impersonation_chain"
+            )
+        from google.cloud import storage
+
+        return storage.Client()
+    from airflow.providers.google.cloud.hooks.gcs import GCSHook
+
+    return GCSHook(gcp_conn_id=gcp_conn_id, impersonation_chain=impersonation_chain).get_conn()
+
+
 def storage_options(
     gcp_conn_id: str | None, impersonation_chain: ImpersonationChain = None
 ) -> dict[str, str]:
@@ -99,16 +132,11 @@ def storage_options(
     task logs. The connection is read as the google provider's hooks read it, with
     ``impersonation_chain``; a chain (given, or in the connection) is refused, see
     :func:`gcp_storage_options`."""
-    if not gcp_conn_id:
+    if not gcp_conn_id or google_connection(gcp_conn_id) is None:
         return {}
     from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
 
-    try:
-        hook = GoogleBaseHook(gcp_conn_id=gcp_conn_id, impersonation_chain=impersonation_chain)
-    except AirflowNotFoundException:
-        if gcp_conn_id != DEFAULT_GCP_CONN_ID:
-            raise
-        return {}
+    hook = GoogleBaseHook(gcp_conn_id=gcp_conn_id, impersonation_chain=impersonation_chain)
     options = gcp_storage_options(hook.extras, hook.impersonation_chain)
     for value in options.values():
         mask_secret(value)

@@ -166,7 +166,8 @@ def parse_arguments(argv: Sequence[str] | None = None) -> MergeArguments:
     parser.add_argument("--window-end", required=True, type=_timestamp_argument,
                         help="window end, RFC 3339 (exclusive)")
     parser.add_argument("--master", default=None,
-                        help="Spark master when not started by spark-submit (default local[*])")
+                        help="Spark master when not started by spark-submit (default: Spark's own, "
+                        "local[*]); under spark-submit, the master it was given")
     parser.add_argument("--transfer-through-driver", action="store_true",
                         help="copy staging in and the change set out with pyarrow filesystems in the "
                         "driver (automatic when Spark has no filesystem for the URI scheme; local mode)")
@@ -234,7 +235,9 @@ def merge_window(
     files = HadoopFiles(spark) if files is None else files
     options = _storage_options() if storage_options is FROM_ENVIRONMENT else storage_options
     window_id = args.window.window_id
-    if window_id not in (args.staging.rsplit("/", 1)[-1], args.changeset.rsplit("/", 1)[-1]):
+    # the change set is {changeset_root}/{window_id}, or an epoch's folder within it
+    changeset_window = args.changeset.rstrip("/").split("/")[-2:]
+    if window_id != args.staging.rsplit("/", 1)[-1] and window_id not in changeset_window:
         log(f"warning: neither --staging nor --changeset ends with the window id {window_id}")
     through_driver = args.transfer_through_driver or not (
         files.supports(args.staging) and files.supports(args.changeset)
@@ -288,14 +291,17 @@ def merge_window(
 
 
 def _spark_session(master: str | None) -> Any:
-    from pyspark import SparkConf
+    """The job's session on the master it was given: ``--master`` when the job was started without
+    ``spark-submit``; otherwise the one ``spark-submit`` was given (its ``--master``, or the cluster's
+    ``spark-defaults.conf``), never replaced by the job."""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName("cdc-merge-window")
-    if not SparkConf().contains("spark.master"):
-        builder = builder.master(master or "local[*]")
+    if master:
+        builder = builder.master(master)
     spark = builder.getOrCreate()
     spark.sparkContext._jsc.hadoopConfiguration().set(SUCCESS_MARKER_SETTING, "false")
+    log(f"Spark master {spark.sparkContext.master} (application {spark.sparkContext.applicationId})")
     return configure_session(spark)
 
 

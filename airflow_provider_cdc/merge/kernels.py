@@ -225,7 +225,10 @@ def _collapse_complete_groups(rows: pa.Table) -> Iterator[pa.RecordBatch]:
         rows, begin.tolist(), newest.tolist(), np.flatnonzero(key_start).tolist()
     )
     last = rows.take(pa.array(newest))
-    upsert_full = is_insert[np.minimum(begin, count - 1)]
+    # An UPSERT's image is full when its segment begins with an INSERT or right after a DELETE of
+    # the same key (the row starts empty); ``begin`` of a DELETE row may be past the last row.
+    segment = np.minimum(begin, count - 1)
+    upsert_full = is_insert[segment] | (after_delete[segment] & ~key_start[segment])
     yield from pa.table(
         [
             last.column("table_name"),

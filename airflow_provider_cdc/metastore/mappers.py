@@ -14,6 +14,7 @@ from airflow_provider_cdc.core.timestamps import from_micros
 from airflow_provider_cdc.metastore.model import (
     PartitionRecord,
     PartitionState,
+    WindowError,
     WindowPartitionRecord,
     WindowPartitionState,
     WindowRecord,
@@ -77,6 +78,18 @@ def to_window(row: Mapping[str, Any]) -> WindowRecord:
         opened_at=from_micros(row["opened_us"]),
         updated_at=from_micros(row["updated_us"]),
         applied_at=optional_datetime(row["applied_us"]),
+        error=to_window_error(row),
+    )
+
+
+def to_window_error(row: Mapping[str, Any]) -> WindowError | None:
+    """The window's recorded failure of a ``cdc_windows`` row (``None``: none, or a row selected without
+    the error columns)."""
+    text = row.get("last_error")
+    if text is None or row.get("last_error_us") is None:
+        return None
+    return WindowError(
+        text, row.get("last_error_task"), row.get("last_error_try"), from_micros(row["last_error_us"])
     )
 
 

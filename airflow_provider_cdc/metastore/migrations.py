@@ -412,6 +412,32 @@ def _v7_unit_checkpoints(conn: Connection) -> None:
     ).create(conn)
 
 
+def _v8_windows_by_state(conn: Connection) -> None:
+    windows = sa.Table(
+        WINDOWS_TABLE,
+        sa.MetaData(),
+        sa.Column("pipeline", sa.String(250)),
+        sa.Column("state", sa.String(16)),
+        sa.Column("start_us", sa.BigInteger),
+    )
+    sa.Index("ix_cdc_windows_state", windows.c.pipeline, windows.c.state, windows.c.start_us).create(conn)
+
+
+def _v9_window_errors(conn: Connection) -> None:
+    """A window's last failure: the error's first lines, the task that met it, its try and when (all
+    nullable; a column that exists already is kept)."""
+    present = {column["name"] for column in sa.inspect(conn).get_columns(WINDOWS_TABLE)}
+    windows = sa.Table(WINDOWS_TABLE, sa.MetaData())
+    for column in (
+        sa.Column("last_error", sa.Text, nullable=True),
+        sa.Column("last_error_task", sa.Text, nullable=True),
+        sa.Column("last_error_try", sa.Integer, nullable=True),
+        sa.Column("last_error_us", sa.BigInteger, nullable=True),
+    ):
+        if column.name not in present:
+            conn.execute(AddColumn(windows, column))
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "partitions and windows", _v1_partitions_and_windows),
     Migration(
@@ -436,6 +462,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         _v6_ledger_by_target,
     ),
     Migration(7, "unit checkpoints at window boundaries", _v7_unit_checkpoints),
+    Migration(8, "index of windows by pipeline, state and start", _v8_windows_by_state),
+    Migration(9, "the last failure of a window: error, task, try and time", _v9_window_errors),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
+from typing import Any
 
 from airflow_provider_cdc.core.identifiers import (
     MAX_PIPELINE_ID_LENGTH,
@@ -327,6 +328,53 @@ def window_parents_to_wait_for(
 
 
 @dataclass(frozen=True)
+class WindowError:
+    """The last failure of a step of a window, as the failing task recorded it."""
+
+    #: the error's first lines (its type and message, credentials redacted)
+    text: str
+    #: the task instance that met it: ``{dag_id}/{run_id}/{task_id}/{map_index}`` (a reader's lease owner)
+    task: str | None
+    #: the task's try number (``None``: not known)
+    try_number: int | None
+    at: datetime
+
+    @property
+    def dag_id(self) -> str | None:
+        """The DAG of :attr:`task` (``None``: no task recorded)."""
+        return task_instance_parts(self.task)[0] if self.task else None
+
+    @property
+    def task_id(self) -> str | None:
+        """The task id of :attr:`task`, with its map index when mapped (``read[1]``)."""
+        if not self.task:
+            return None
+        _dag, _run, task, index = task_instance_parts(self.task)
+        return task if index in ("", "-1") else f"{task}[{index}]"
+
+    @property
+    def run_id(self) -> str | None:
+        return task_instance_parts(self.task)[1] if self.task else None
+
+
+def task_instance_name(ti: Any) -> str:
+    """The name of a running task instance: ``{dag_id}/{run_id}/{task_id}/{map_index}`` (the same across
+    its tries; a reader's lease owner, the task that met a window's error)."""
+    return f"{ti.dag_id}/{ti.run_id}/{ti.task_id}/{getattr(ti, 'map_index', -1)}"
+
+
+def task_instance_parts(identity: str) -> tuple[str, str, str, str]:
+    """``(dag_id, run_id, task_id, map_index)`` of a task instance named ``dag/run/task/map_index`` (a
+    run id may hold ``/``; a name of another form is all task id)."""
+    dag, _, rest = identity.partition("/")
+    run, _, tail = rest.rpartition("/")
+    run, _, task = run.rpartition("/") if run else ("", "", "")
+    if not (dag and task):
+        return "", "", identity, ""
+    return dag, run, task, tail
+
+
+@dataclass(frozen=True)
 class WindowRecord:
     """A pipeline's window ``[start, end)`` as the metastore holds it."""
 
@@ -344,6 +392,9 @@ class WindowRecord:
     opened_at: datetime
     updated_at: datetime
     applied_at: datetime | None
+    #: the last failure of a step of the window's current epoch (``None``: none recorded, or a later try
+    #: of the same task succeeded, or the window was applied or opened again since)
+    error: WindowError | None = None
 
     @property
     def window(self) -> Window:

@@ -15,7 +15,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from airflow_provider_cdc.core.apply_order import TableVersions, predecessor_problem
+from airflow_provider_cdc.core.apply_order import TableVersions, future_window_problem, predecessor_problem
 from airflow_provider_cdc.core.identifiers import validate_identifier
 from airflow_provider_cdc.core.timestamps import from_micros
 from airflow_provider_cdc.core.window import Window
@@ -106,9 +106,13 @@ class PipelineLedger(MetastoreEngine):
                 sa.select(W).where((W.c.pipeline == pipeline) & (W.c.end_us == start_us))
                 .order_by(W.c.start_us.desc()).limit(1)
             ).first()
+            now_us = self._now(conn) if before is None else None
+            last_applied = self._last_applied(conn, pipeline) if before is None else None
         first_us = None if recorded is None else timestamp_micros(recorded.first_window_start, "first window")
         if before is None:
-            problem = predecessor_problem(pipeline, window, first_us, None, None)
+            problem = predecessor_problem(
+                pipeline, window, first_us, None, None, now_us=now_us, last_applied=last_applied
+            )
         else:
             row = before._mapping
             problem = predecessor_problem(
@@ -116,6 +120,41 @@ class PipelineLedger(MetastoreEngine):
                 row["state"], row["attempt"],
             )
         return None if problem is None else WindowOrderError(problem, never_run=before is None)
+
+    def last_applied_window(self, pipeline: str) -> Window | None:
+        """The pipeline's applied window that ends last (None: none is applied)."""
+        pipeline = validate_pipeline(pipeline)
+        with self._tx() as conn:
+            return self._last_applied(conn, pipeline)
+
+    @staticmethod
+    def _last_applied(conn: Connection, pipeline: str) -> Window | None:
+        row = conn.execute(
+            sa.select(W.c.start_us, W.c.end_us)
+            .where((W.c.pipeline == pipeline) & (W.c.state == WindowState.APPLIED.value))
+            .order_by(W.c.end_us.desc()).limit(1)
+        ).first()
+        return None if row is None else Window(from_micros(row[0]), from_micros(row[1]))
+
+    def window_time_problem(self, pipeline: str, window: Window) -> str | None:
+        """Why ``window`` cannot run now because it ends in the future (by the metastore's clock),
+        naming the pipeline's last applied window and the next one to run; None when it is over."""
+        pipeline = validate_pipeline(pipeline)
+        with self._tx() as conn:
+            now_us = self._now(conn)
+            if window.end_micros <= now_us:
+                return None
+            recorded = self._pipeline_row(conn, pipeline)
+            last_applied = self._last_applied(conn, pipeline)
+        first_us = None if recorded is None else timestamp_micros(recorded.first_window_start, "first window")
+        return future_window_problem(pipeline, window, now_us, last_applied, first_us)
+
+    def pipeline_ids(self) -> list[str]:
+        """Every pipeline the metastore knows: recorded, or with a recorded window."""
+        with self._tx() as conn:
+            recorded = {row[0] for row in conn.execute(sa.select(PL.c.pipeline))}
+            windowed = {row[0] for row in conn.execute(sa.select(W.c.pipeline).distinct())}
+        return sorted(recorded | windowed)
 
     def require_predecessor_applied(self, pipeline: str, start: datetime | str, end: datetime | str) -> None:
         """Raise :class:`WindowOrderError` unless the window may apply now."""

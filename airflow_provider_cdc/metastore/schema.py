@@ -97,6 +97,14 @@ windows = sa.Table(
     sa.Column("key_count", sa.BigInteger, nullable=True),
     # version 5: states reading and applied only; no error, drained or merged timings
     state_check("state", WindowState, "ck_cdc_windows_state"),
+    # version 8: a pipeline's windows in one state, by start (its last applied, its reading windows)
+    sa.Index("ix_cdc_windows_state", "pipeline", "state", "start_us"),
+    # version 9: the window's last failure (first lines, credentials redacted), the task instance that met
+    # it (``dag/run/task/map index``, as a reader's lease owner), its try number and when
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("last_error_task", sa.Text, nullable=True),
+    sa.Column("last_error_try", sa.Integer, nullable=True),
+    sa.Column("last_error_us", sa.BigInteger, nullable=True),
 )
 
 # version 6: keyed by (pipeline, target, table); the target column comes last, as added.

@@ -2,8 +2,9 @@
 
 :class:`Metastore` is the one object callers use; it composes the data-access parts, one per
 concept: ``partitions`` (lineage, leases, queries), ``windows``, ``window_partitions``,
-``watermarks`` and the ``pipelines`` ledger, over the engine of ``engine``. Rows become records in
-``mappers``.
+``watermarks``, the ``pipelines`` ledger, the read-only ``overview`` (pages for people) and
+``diagnosis`` (where a pipeline stands, for the command line), over the engine of ``engine``. Rows
+become records in ``mappers``.
 
 Every public operation is one transaction. Every state change is a compare-and-set ``UPDATE …
 WHERE <expected state>`` whose row count decides success, so concurrent readers on one or many
@@ -13,7 +14,9 @@ and 2.x.
 
 from __future__ import annotations
 
+from airflow_provider_cdc.metastore.diagnosis import DiagnosisAccess
 from airflow_provider_cdc.metastore.engine import SUPPORTED_BACKENDS
+from airflow_provider_cdc.metastore.overview import OverviewAccess
 from airflow_provider_cdc.metastore.partitions import PartitionAccess
 from airflow_provider_cdc.metastore.pipelines import PipelineLedger
 from airflow_provider_cdc.metastore.unit_checkpoints import UnitCheckpointAccess
@@ -31,6 +34,8 @@ class Metastore(
     WindowPartitionAccess,
     PipelineLedger,
     UnitCheckpointAccess,
+    OverviewAccess,
+    DiagnosisAccess,
 ):
     """Partition lineage, leases and watermarks, window states and per-table apply watermarks.
 

@@ -61,7 +61,15 @@ def reopened_values(now: Any) -> dict[str, Any]:
         "record_count": None,
         "transaction_count": None,
         "key_count": None,
+        **NO_ERROR,
     }
+
+
+#: A window's recorded failure cleared (it was applied, opened again, or the task that failed succeeded).
+NO_ERROR: dict[str, Any] = dict.fromkeys(("last_error", "last_error_task", "last_error_try", "last_error_us"))
+
+#: The most of an error's text a window keeps (its first lines).
+MAX_ERROR_LENGTH = 4_000
 
 
 class WindowAccess(MetastoreEngine):
@@ -147,6 +155,7 @@ class WindowAccess(MetastoreEngine):
         values: dict[str, Any] = {"state": new.value, "updated_us": now}
         if new is WindowState.APPLIED:
             values["applied_us"] = now
+            values.update(NO_ERROR)
         for name, value in (
             ("record_count", record_count),
             ("transaction_count", transaction_count),
@@ -211,3 +220,44 @@ class WindowAccess(MetastoreEngine):
             query = query.where(W.c.state == window_state(state).value)
         with self._tx() as conn:
             return [to_window(r._mapping) for r in conn.execute(query.order_by(W.c.start_us, W.c.end_us))]
+
+    def record_window_error(
+        self,
+        pipeline: str,
+        start: datetime | str,
+        end: datetime | str,
+        error: str,
+        *,
+        task: str | None = None,
+        try_number: int | None = None,
+        epoch: int | None = None,
+    ) -> bool:
+        """Record ``error`` (its first lines, as given: redact credentials first) as the last failure of
+        the window, met by ``task`` (``dag/run/task/map_index``) in try ``try_number``; with ``epoch``
+        only while that is the window's epoch. False: no such window (in that epoch), or it is applied."""
+        pipeline, start_us, end_us = window_key(pipeline, start, end)
+        if not isinstance(error, str) or not error.strip():
+            raise ValueError("a window's error needs its text")
+        if task is not None and (not isinstance(task, str) or not task.isprintable()):
+            raise ValueError(f"invalid task instance {task!r}: expected printable text")
+        cond = window_cond(pipeline, start_us, end_us) & (W.c.state != WindowState.APPLIED.value)
+        if epoch is not None:
+            cond = cond & (W.c.attempt == validate_count("epoch", epoch))
+        values = {
+            "last_error": error[:MAX_ERROR_LENGTH],
+            "last_error_task": task,
+            "last_error_try": validate_count("try number", try_number),
+            "last_error_us": self._clock_now(),
+        }
+        with self._tx(write=True) as conn:
+            return self._update_one(conn, W, cond, **values)
+
+    def clear_window_error(
+        self, pipeline: str, start: datetime | str, end: datetime | str, task: str
+    ) -> bool:
+        """Forget the window's recorded failure if ``task`` met it (a later try of that task succeeded);
+        True when one was cleared."""
+        pipeline, start_us, end_us = window_key(pipeline, start, end)
+        cond = window_cond(pipeline, start_us, end_us) & (W.c.last_error_task == task)
+        with self._tx(write=True) as conn:
+            return self._update_one(conn, W, cond, **NO_ERROR)

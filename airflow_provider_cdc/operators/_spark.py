@@ -14,11 +14,13 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_cdc._compat import AirflowNotFoundException, BaseHook
+from airflow_provider_cdc._compat import AirflowFailException, AirflowNotFoundException, BaseHook
 from airflow_provider_cdc.dataproc.placement import DATAPROC_CONNECTION_TYPE
 from airflow_provider_cdc.hooks.storage import DEFAULT_GCP_CONN_ID
 
 LOCAL_MASTER = "local[*]"
+#: The Spark connection a step uses when none is named; the only one that may be undefined.
+DEFAULT_SPARK_CONN_ID = "spark_default"
 #: The Apache Spark provider's connection type for a Spark Connect server.
 CONNECT_CONNECTION_TYPE = "spark_connect"
 #: Spark settings for a local master that the operator's own ``conf`` has not set. A window's merge
@@ -38,15 +40,44 @@ class SparkJobError(RuntimeError):
 
 
 def connection_master(conn_id: str) -> str | None:
-    """The Spark master a connection names, or ``None`` when the connection does not exist."""
+    """The Spark master a connection names, resolved as the Apache Spark provider's ``spark-submit``
+    hook resolves it (host, or type and host, with the port); ``sc://…`` for a Spark Connect server.
+
+    ``None`` only for the default ``spark_default`` when it is not defined: the job then runs on
+    ``local[*]`` here, and the caller says so. Any other connection id must exist: a missing one fails
+    the task at once (no retry), naming it, instead of running somewhere the user did not choose.
+    """
     try:
         connection = BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
-        return None
+        if conn_id == DEFAULT_SPARK_CONN_ID:
+            return None
+        raise AirflowFailException(
+            f"Spark connection {conn_id!r} (the step's conn_id, the example DAGs' param spark_conn_id) is "
+            f"not defined. Define it (a 'spark' connection whose host is the master: spark://HOST:7077, "
+            f"yarn, k8s://…; or type {CONNECT_CONNECTION_TYPE!r} or {DATAPROC_CONNECTION_TYPE!r}), or use "
+            f"{DEFAULT_SPARK_CONN_ID!r}, which runs Spark on this worker (local[*]) while it is undefined"
+        ) from None
     host = connection.host or ""
     if connection.conn_type == CONNECT_CONNECTION_TYPE:
         return host if host.startswith("sc://") else f"sc://{host}"
-    return host if connection.conn_type == "spark" and host else f"{connection.conn_type}://{host}"
+    if connection.conn_type == "spark" and host and ("://" in host or not connection.port):
+        master = host
+    else:
+        master = f"{connection.conn_type}://{host}"
+    return f"{master}:{connection.port}" if connection.port else master
+
+
+def connection_deploy_mode(conn_id: str, deploy_mode: str | None = None) -> str:
+    """Where ``spark-submit`` puts the driver: the operator's ``deploy_mode``, else the connection's
+    ``deploy-mode`` extra, else ``client`` (on the worker that submits)."""
+    if deploy_mode:
+        return str(deploy_mode)
+    try:
+        extra = BaseHook.get_connection(conn_id).extra_dejson
+    except AirflowNotFoundException:
+        return "client"
+    return str(extra.get("deploy-mode") or "client")
 
 
 def is_dataproc(master: str | None) -> bool:
@@ -176,7 +207,7 @@ def refuse_remote_credentials(master: str | None, env: Mapping[str, str]) -> Non
 
 
 class LocalPythonJob:
-    """Runs a job file that starts no SparkSession with a local Python instead of ``spark-submit``.
+    """Runs a job file that starts no SparkSession with this worker's Python instead of ``spark-submit``.
 
     On a local master ``spark-submit`` of such a file only starts a JVM (10-20 s) that then starts
     the same Python: the job runs as it would there, with ``PYSPARK_DRIVER_PYTHON`` or
@@ -206,7 +237,9 @@ class LocalPythonJob:
 
     def run(self, log: logging.Logger | Any) -> None:
         """Run to completion, logging the output; raise :class:`SparkJobError` on a non-zero exit."""
-        log.info("Running %s with %s (local master, no spark-submit)", self.application, self.python)
+        log.info(
+            "Running %s with %s (no spark-submit: the job starts no Spark)", self.application, self.python
+        )
         kept: deque[str] = deque(maxlen=LOCAL_OUTPUT_LINES_KEPT)
         self._process = subprocess.Popen(
             self.command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_cdc._errors import require_absolute
+from airflow_provider_cdc._errors import InvalidSettingError, require_absolute
 from airflow_provider_cdc.core.contract.locations import WindowLocations
 from airflow_provider_cdc.core.timestamps import coerce_timestamp, format_timestamp
 from airflow_provider_cdc.core.window import Window
@@ -18,18 +18,19 @@ _ROOTS = ("staging_root", "changeset_root", "lake_root")
 
 
 def window_of(start: Any, end: Any) -> Window:
-    """The window of rendered ``window_start``/``window_end`` values (RFC 3339 text or datetimes)."""
+    """The window of rendered ``window_start``/``window_end`` values (RFC 3339 text or datetimes); a
+    value that is not one fails the task without retries (``InvalidSettingError``)."""
     bounds = []
     for field, value in (("window_start", start), ("window_end", end)):
         try:
             bounds.append(coerce_timestamp(value if isinstance(value, datetime) else str(value)))
         except ValueError:
-            raise ValueError(
+            raise InvalidSettingError(
                 f"{field} must be an RFC 3339 timestamp, got {value!r} "
                 "(a run without a data interval needs explicit window_start/window_end)"
             ) from None
     if bounds[0] >= bounds[1]:
-        raise ValueError(
+        raise InvalidSettingError(
             f"window_start {format_timestamp(bounds[0])} is not before "
             f"window_end {format_timestamp(bounds[1])}"
         )
@@ -40,15 +41,17 @@ def locations_of(value: Mapping[str, Any] | WindowLocations | None, *required: s
     """The pipeline's :class:`WindowLocations` from a rendered ``locations`` argument.
 
     ``locations`` maps ``staging_root``, ``changeset_root`` and ``lake_root`` to absolute local
-    paths or URIs; ``required`` names the roots the step needs. A relative path fails the task
-    without retries.
+    paths or URIs; ``required`` names the roots the step needs. A relative path, an unknown key or a
+    missing root fails the task without retries.
     """
     if isinstance(value, WindowLocations):
         roots = {name: getattr(value, name) for name in _ROOTS}
     elif isinstance(value, Mapping):
         unknown = sorted(set(value) - set(_ROOTS))
         if unknown:
-            raise ValueError(f"locations has unknown key(s) {unknown}; expected some of {list(_ROOTS)}")
+            raise InvalidSettingError(
+                f"locations has unknown key(s) {unknown}; expected some of {list(_ROOTS)}"
+            )
         roots = {name: value.get(name) for name in _ROOTS}
     elif value is None:
         roots = dict.fromkeys(_ROOTS)
@@ -61,7 +64,7 @@ def locations_of(value: Mapping[str, Any] | WindowLocations | None, *required: s
         cleaned[name] = text
     missing = [name for name in required if not cleaned[name]]
     if missing:
-        raise ValueError(f"locations lacks {missing}: this step needs {list(required)}")
+        raise InvalidSettingError(f"locations lacks {missing}: this step needs {list(required)}")
     return WindowLocations(**cleaned)
 
 
@@ -74,7 +77,7 @@ def xcom_pull_expression(task_id: str, key: str) -> str:
     template cannot be broken out of)."""
     parts = task_id.split(".")
     if not task_id or not all(part.replace("_", "").replace("-", "").isalnum() for part in parts):
-        raise ValueError(f"not a task id: {task_id!r}")
+        raise InvalidSettingError(f"not a task id: {task_id!r}")
     return f"ti.xcom_pull(task_ids='{task_id}', key='{key}')"
 
 
@@ -92,7 +95,7 @@ def epoch_of(value: Any) -> int | None:
     if text in ("", "None"):
         return None
     if not text.isdigit() or int(text) < 1:
-        raise ValueError(
+        raise InvalidSettingError(
             f"epoch must be a positive integer (the open task's '{EPOCH_XCOM_KEY}' XCom), got {value!r}"
         )
     return int(text)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow_provider_cdc import assets
+from airflow_provider_cdc import assets, metrics
 from airflow_provider_cdc._compat import AirflowFailException, Asset, AssetAlias, BaseOperator
 from airflow_provider_cdc.core.timestamps import coerce_timestamp
 from airflow_provider_cdc.core.window import Window
@@ -98,6 +98,7 @@ class CdcCommitWindowOperator(WindowStepMixin, BaseOperator):
     template_fields_renderers = {
         "locations": "json", "bigquery_watermarks": "json", "results": "json", "watermarks": "json"
     }
+    cdc_step = "commit"
 
     @window_step_arguments
     def __init__(
@@ -149,6 +150,8 @@ class CdcCommitWindowOperator(WindowStepMixin, BaseOperator):
             )
         except StaleEpochError as exc:  # the window was opened again: a retry cannot change that
             raise AirflowFailException(str(exc)) from exc
+        metrics.window_committed(self.metric_tags(context, source_key=summary.get("source_key")), window.end,
+                                 summary)  # fmt: skip
         if aliases:
             self._emit_table_events(context, aliases, pipeline, window, summary)
         if lineage_enabled():  # here, not in the lineage callback: that runs in a forked process,

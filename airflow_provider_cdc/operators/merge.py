@@ -99,6 +99,7 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
     """
 
     connection_class = LocatedWindowStepFields
+    cdc_step = "merge"
     template_fields: Sequence[str] = (
         *SparkSubmitOperator.template_fields,
         *WINDOW_STEP_FIELDS,
@@ -130,13 +131,15 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
         #: the hook running the merge on Dataproc (None: none running)
         self._dataproc: Any = None
 
-    def _window_and_folders(self) -> tuple[Window, str, str]:
+    def _window_and_folders(self, epoch: int | None = None) -> tuple[Window, str, str]:
+        """The window, its staging folder and where this merge writes: the change set, or within it
+        the folder of the opening ``epoch`` (two runs of one window never write into one folder)."""
         window = window_of(self.window_start, self.window_end)
         locations = locations_of(self.locations, "staging_root", "changeset_root")
         stream_key = str(self.stream_key or "").strip().rstrip("/")
         if not stream_key:
             raise ValueError("stream_key must name the stream (projects/…/databases/<db>/<stream>)")
-        return window, locations.staging_of(stream_key, window), locations.change_set(window)
+        return window, locations.staging_of(stream_key, window), locations.change_set_data(window, epoch)
 
     def merge_arguments(
         self, claims: Mapping[str, str] | None = None, *, merge_input: MergeInput | None = None
@@ -144,7 +147,8 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
         """Command-line arguments of the merge job from the rendered fields (checked here first);
         ``claims``: partition key → claim id of each partition's recorded output; ``merge_input``:
         every unit as recorded, the epoch and the tables' previous windows."""
-        window, staging, changeset = self._window_and_folders()
+        epoch = merge_input.epoch if merge_input is not None else None
+        window, staging, changeset = self._window_and_folders(epoch)
         basis = str(self.window_basis or COMMIT_TIME).strip()
         if basis not in WINDOW_BASES:
             raise ValueError(f"window_basis must be one of {list(WINDOW_BASES)}, got {self.window_basis!r}")
@@ -209,6 +213,8 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
                 rows,
             )
         arguments = self.merge_arguments(merge_input=merge_input)
+        if merge_input is not None:
+            changeset = self._window_and_folders(merge_input.epoch)[2]
         master = connection_master(self.spark_conn_id)
         if is_connect(master):
             self._merge_on_connect(window, staging, changeset, arguments)
@@ -222,7 +228,7 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
         else:
             self._submit(context, window, staging, changeset, arguments, master)
         if merge_input is not None and merge_input.epoch is not None and pipeline is not None:
-            hook.publish_manifest(pipeline, window, merge_input.epoch, changeset)
+            hook.publish_manifest(pipeline, window, merge_input.epoch, self._window_and_folders()[2])
             self.log.info("Published the manifest of window %s, epoch %d", window, merge_input.epoch)
 
     def _merge_on_connect(self, window: Window, staging: str, changeset: str, arguments: list[str]) -> None:

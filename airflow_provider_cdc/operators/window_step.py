@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_cdc.core.contract.locations import WindowLocations
 from airflow_provider_cdc.core.identifiers import validate_pipeline_id
 from airflow_provider_cdc.core.window import Window
+from airflow_provider_cdc.failures import FailsPermanentErrors
 from airflow_provider_cdc.hooks.connection_fields import (
     ConnectionFields,
     ConnectionFieldsMixin,
@@ -29,6 +30,7 @@ from airflow_provider_cdc.hooks.connection_fields import (
 )
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.hooks.storage import DEFAULT_GCP_CONN_ID, storage_connection, storage_environment
+from airflow_provider_cdc.operators._observed import ObservedStep
 from airflow_provider_cdc.operators._window import WINDOW_END, WINDOW_START, epoch_of, locations_of, window_of
 
 if TYPE_CHECKING:
@@ -105,10 +107,13 @@ WINDOW_STEP_FIELDS: tuple[str, ...] = WindowStepFields.field_names()
 window_step_arguments = connection_arguments_of(WindowStepFields)
 
 
-class WindowStepMixin(ConnectionFieldsMixin):
+class WindowStepMixin(ObservedStep, FailsPermanentErrors, ConnectionFieldsMixin):
     """Gives a window step the :class:`WindowStepFields` (or :attr:`connection_class`'s) arguments as
     attributes, and what the steps derive from them: :meth:`window`, :meth:`window_locations`,
     :meth:`window_epoch`, :meth:`pipeline_of`, :meth:`pipeline_hook` and :meth:`storage_environment`.
+    Its ``execute`` fails without retries on an error a retry cannot heal (:mod:`airflow_provider_cdc.
+    failures`), and sends the step's metrics and keeps its failure on the window
+    (:class:`~airflow_provider_cdc.operators._observed.ObservedStep`).
 
     Put it before the Airflow base class; start ``template_fields`` with :data:`WINDOW_STEP_FIELDS`.
     """

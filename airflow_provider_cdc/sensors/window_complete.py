@@ -10,6 +10,7 @@ from airflow_provider_cdc._compat import BaseSensorOperator, Context, default_de
 from airflow_provider_cdc._errors import DrainWaitError, metastore_errors
 from airflow_provider_cdc.core.timestamps import coerce_timestamp, format_timestamp
 from airflow_provider_cdc.core.window import Window
+from airflow_provider_cdc.failures import FailsPermanentErrors
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.operators._window import WINDOW_END, WINDOW_START, window_of
 from airflow_provider_cdc.triggers.window_complete import WindowCompleteTrigger
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
     from airflow_provider_cdc.sources.completion import LaggingPartition
 
 
-class WindowCompleteSensor(BaseSensorOperator):
+class WindowCompleteSensor(FailsPermanentErrors, BaseSensorOperator):
     """Waits until every unit (partition, batch, file, shard) of a window of a source is staged, reading
     only the metastore: any source, no source connection.
 

@@ -3,7 +3,8 @@ reading it through the claimed reader, its completion and its handle.
 
 A source's hook derives from :class:`WindowSourceHook` (after its connection's hook class, if any) and
 implements :class:`~airflow_provider_cdc.sources.protocol.WindowSource`: ``source_key``,
-``check_readable``, ``plan_units``, ``window_reader`` and, for its own error types, ``step_errors``.
+``check_readable``, ``check_source`` (the preflight's checks of the source), ``plan_units``,
+``window_reader`` and, for its own error types, ``step_errors``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.metastore import Metastore, MetastoreError
 
 if TYPE_CHECKING:
+    from airflow_provider_cdc.core.findings import Finding
     from airflow_provider_cdc.metastore.model import WindowRecord
     from airflow_provider_cdc.sources.completion import LaggingPartition
     from airflow_provider_cdc.sources.protocol import ReadSummary, UnitReader
@@ -61,6 +63,10 @@ class WindowSourceHook(BaseHook, metaclass=ABCMeta):
     @abstractmethod
     def check_readable(self, window: Window) -> None:
         """Fail when ``window`` can no longer (or not yet) be read; see the protocol."""
+
+    @abstractmethod
+    def check_source(self, **options: Any) -> list[Finding]:
+        """The preflight's findings about the source (exists, answers); see the protocol."""
 
     @abstractmethod
     def plan_units(self, window: Window, staging_root: str, owner: str, **options: Any) -> list[str]:

@@ -1,13 +1,16 @@
 """The open and read operators every source shares (thin: the source's hook does the I/O).
 
-Opening a window records the pipeline (its first window), refuses a window whose predecessor was never
-run, opens the window through the source's hook and pushes the opening's epoch (XCom ``epoch``) and
+Opening a window first runs the preflight (:mod:`airflow_provider_cdc.preflight`: params, connections,
+roots, Spark, the window's time and the source, before anything is recorded), then records the pipeline
+(its first window), refuses a window whose predecessor was never run, opens the window through the
+source's hook and pushes the opening's epoch (XCom ``epoch``) and
 its :class:`~airflow_provider_cdc.core.contract.window_handle.WindowHandle` (XCom ``window``); it returns
 ``list(range(readers))`` for mapped readers to ``expand`` over. Reading maps the reader over the window
 and returns the reader's summary with its ``reader_index``.
 
 A source's operators derive from :class:`OpenWindowOperatorBase` / :class:`ReadWindowOperatorBase`
 (after its connection fields' mixin) and implement :meth:`OpenWindowOperatorBase.open` (one hook call).
+An error a retry cannot heal fails either step without retries (:mod:`airflow_provider_cdc.failures`).
 """
 
 from __future__ import annotations
@@ -17,13 +20,16 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_cdc import metrics
 from airflow_provider_cdc._compat import AirflowFailException, BaseOperator, Context
 from airflow_provider_cdc._errors import metastore_errors, require_absolute
 from airflow_provider_cdc.core.contract.window_handle import WINDOW_XCOM_KEY, WindowHandle
 from airflow_provider_cdc.core.timestamps import coerce_timestamp
 from airflow_provider_cdc.core.window import Window
+from airflow_provider_cdc.failures import FailsPermanentErrors
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.lineage import StepLineage, lineage_of, location_dataset, source_datasets
+from airflow_provider_cdc.operators._observed import ObservedStep
 from airflow_provider_cdc.operators._window import (
     EPOCH_XCOM_KEY,
     WINDOW_END,
@@ -33,6 +39,7 @@ from airflow_provider_cdc.operators._window import (
 )
 
 if TYPE_CHECKING:
+    from airflow_provider_cdc.core.findings import Finding
     from airflow_provider_cdc.metastore.model import PipelineRecord
     from airflow_provider_cdc.metastore.pipelines import WindowOrderError
     from airflow_provider_cdc.sources.hook import WindowSourceHook
@@ -81,9 +88,9 @@ def window_template(open_task_id: str, field: str = "source_key") -> str:
 
 def reader_owner(context: Context) -> str:
     """Lease owner of a reader task: the same across retries of one task instance, unique otherwise."""
-    ti = context["ti"]
-    map_index = getattr(ti, "map_index", -1)
-    return f"{ti.dag_id}/{ti.run_id}/{ti.task_id}/{map_index}"
+    from airflow_provider_cdc.metastore.model import task_instance_name
+
+    return task_instance_name(context["ti"])
 
 
 def record_pipeline(
@@ -115,11 +122,13 @@ def check_predecessor(metastore_conn_id: str, pipeline: str, window: Window) -> 
         raise AirflowFailException(str(error)) if error.never_run else error
 
 
-class SourceWindowOperator(BaseOperator):
+class SourceWindowOperator(ObservedStep, FailsPermanentErrors, BaseOperator):
     """The window fields of a source's open and read operators: the staging root (a ``gs://`` URI or
     an absolute path; a relative one is refused, tasks run in other working directories), the window
     (default the run's data interval) and the pipeline id (default the DAG id). Put the source's
-    connection fields' mixin before it and start ``template_fields`` with its fields."""
+    connection fields' mixin before it and start ``template_fields`` with its fields. The open and
+    read steps send their metrics and keep a failure on the window
+    (:class:`~airflow_provider_cdc.operators._observed.ObservedStep`)."""
 
     template_fields: Sequence[str] = WINDOW_FIELDS
 
@@ -151,19 +160,44 @@ class SourceWindowOperator(BaseOperator):
 
 
 class OpenWindowOperatorBase(SourceWindowOperator):
-    """Opens a window of a source: records the pipeline, refuses a window whose predecessor was never
-    run, opens the window (:meth:`open`) and pushes the epoch and the window handle.
+    """Opens a window of a source: runs the preflight (:meth:`preflight`), records the pipeline, refuses
+    a window whose predecessor was never run, opens the window (:meth:`open`) and pushes the epoch and
+    the window handle.
 
     ``first_window_start``: the pipeline's first window start (default this window's start), recorded
     by the first window opened for the pipeline; windows apply in order from there.
     """
 
     template_fields: Sequence[str] = (*WINDOW_FIELDS, "readers", "first_window_start")
+    cdc_step = "open"
 
     def __init__(self, *, readers: int | str = 1, first_window_start: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.readers = readers
         self.first_window_start = first_window_start
+
+    def preflight(self, context: Context) -> None:
+        """Check the pipeline's settings before anything is recorded (:mod:`airflow_provider_cdc.
+        preflight`); fail without retries, naming every problem, when one cannot be healed by a retry."""
+        from airflow_provider_cdc.preflight import open_step_preflight
+
+        found = open_step_preflight(self, context)
+        found.log_to(self.log)
+        found.raise_permanent(f"task {self.task_id}")
+
+    def source_check_options(self) -> dict[str, Any]:
+        """The open step's own settings the source's ``check_source`` takes (none by default)."""
+        return {}
+
+    def settings_findings(self) -> list[Finding]:
+        """The preflight's findings about this step's own settings (``readers``)."""
+        from airflow_provider_cdc.core.findings import Finding
+
+        try:
+            self.reader_count()
+        except (TypeError, ValueError) as exc:
+            return [Finding("readers", str(exc), "give a positive number of readers")]
+        return []
 
     def reader_count(self) -> int:
         readers = int(self.readers)
@@ -188,6 +222,7 @@ class OpenWindowOperatorBase(SourceWindowOperator):
 
     def push_opened(self, context: Context, handle: WindowHandle) -> None:
         """Push the opening's epoch (XCom ``epoch``) and its window handle (XCom ``window``)."""
+        self.note_source(handle.source_key)
         if handle.epoch is not None:
             context["ti"].xcom_push(key=EPOCH_XCOM_KEY, value=handle.epoch)
         context["ti"].xcom_push(key=WINDOW_XCOM_KEY, value=handle.to_dict())
@@ -203,6 +238,7 @@ class OpenWindowOperatorBase(SourceWindowOperator):
         return hook.window_handle(pipeline, window, self.staging_root, epoch)
 
     def execute(self, context: Context) -> list[int]:
+        self.preflight(context)
         readers = self.reader_count()
         window = self.window()
         recorded, error = self.record_pipeline(context, window)
@@ -223,6 +259,7 @@ class ReadWindowOperatorBase(SourceWindowOperator):
     """
 
     template_fields: Sequence[str] = (*WINDOW_FIELDS, "reader_index")
+    cdc_step = "read"
 
     def __init__(
         self,
@@ -239,7 +276,9 @@ class ReadWindowOperatorBase(SourceWindowOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         window = self.window()  # a relative staging root fails before any connection is looked up
-        summary = self.source_hook().read_window(
+        hook = self.source_hook()
+        self.note_source(hook.source_key)
+        summary = hook.read_window(
             window,
             self.staging_root,
             reader_owner(context),
@@ -247,6 +286,7 @@ class ReadWindowOperatorBase(SourceWindowOperator):
             retries=self.retries_per_unit,
         )
         self._summary = {**summary.to_dict(), "reader_index": self.reader_index}
+        metrics.units_read(self.metric_tags(context), self._summary)
         return self._summary
 
     _summary: dict[str, Any] | None = None

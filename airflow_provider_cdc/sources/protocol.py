@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from airflow_provider_cdc.core.window import Window
 
 if TYPE_CHECKING:
+    from airflow_provider_cdc.core.findings import Finding
     from airflow_provider_cdc.staging.parquet import StagingWriter
 
 __all__ = ["ReadSummary", "StagesUnits", "UnitReader", "WindowSource"]
@@ -71,6 +72,13 @@ class WindowSource(Protocol):
     def check_readable(self, window: Window) -> None:
         """Fail when ``window`` can no longer be read (a change stream's retention), or is not yet
         complete at the source (the lateness margin of a source whose files arrive late); warn near it."""
+        ...
+
+    def check_source(self, **options: Any) -> list[Finding]:
+        """What the preflight finds about the source before a window is recorded: that it exists and
+        answers (a database, change stream, tables; a bucket and prefix; an instance and table), with
+        "did you mean" suggestions from what exists (``options``: the open step's own settings, such
+        as a table source's ``mode`` and ``tables``). An error a retry may heal is ``transient``."""
         ...
 
     def plan_units(self, window: Window, staging_root: str, owner: str, **options: Any) -> list[str]:

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from airflow_provider_cdc._compat import AirflowNotFoundException, BaseHook
+from airflow_provider_cdc.hooks.connections import defined_connection
 
 CONNECTION_TYPE = "spark_connect"
 #: The client's retries of an unavailable server: 5 tries over about 5 s (pyspark's default
@@ -42,13 +42,18 @@ def redacted(url: str) -> str:
     return _SECRET_PARAMETER.sub(r"\1***", url)
 
 
+#: The Spark connection the jobs use unless given another; when it is missing they run ``local[*]``.
+DEFAULT_SPARK_CONN_ID = "spark_default"
+
+
 def connect_url(conn_id: str) -> str | None:
-    """The ``sc://`` URI of ``conn_id`` when it is a ``spark_connect`` connection, else ``None``."""
-    try:
-        connection = BaseHook.get_connection(conn_id)
-    except AirflowNotFoundException:
-        return None
-    if connection.conn_type != CONNECTION_TYPE:
+    """The ``sc://`` URI of ``conn_id`` when it is a ``spark_connect`` connection, else ``None`` (a
+    missing ``spark_default`` too: Spark ``local[*]``); another connection that is not defined
+    fails (``ConnectionNotDefinedError``, naming ``conn_id``)."""
+    connection = defined_connection(
+        conn_id, "conn_id", default=DEFAULT_SPARK_CONN_ID, default_means="Spark runs local[*] on the worker"
+    )
+    if connection is None or connection.conn_type != CONNECTION_TYPE:
         return None
     from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 

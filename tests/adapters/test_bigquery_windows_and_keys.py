@@ -5,8 +5,9 @@
   only the missing tables are sent; rows later windows superseded are never sent again.
 * Keys BigQuery refuses as primary keys (BYTES, FLOAT64, FLOAT32) get the derived key ``_cdc_key``,
   or, with ``derived_key="never"``, the window is refused before anything is sent.
-* NULL key values: completed from Delta like any key, carried by the derived key, refused (before
-  anything is sent) in a table keyed on its Spanner key.
+* NULL key values: completed from Delta like any key, carried by the derived key (which ``auto``
+  chooses for a new table whose key column the source says is nullable), refused (before anything is
+  sent) in a table keyed on its Spanner key.
 """
 
 from __future__ import annotations
@@ -324,7 +325,7 @@ def test_never_refuses_a_table_bigquery_cannot_key_before_any_table_is_sent(
 
 
 def test_existing_tables_keep_their_key_and_a_disagreeing_one_is_refused(
-    fake: FakeBigQuery, store: Metastore, tmp_path: Path
+    fake: FakeBigQuery, store: Metastore, other_store: Metastore, tmp_path: Path
 ) -> None:
     first, second = _windows(2)
     _write(tmp_path, first, {"Orders": (ORDERS[:2], [_upsert({"Id": 1}, 1, Name="a")])})
@@ -409,6 +410,60 @@ def test_a_null_key_value_in_a_table_keyed_on_its_spanner_key_is_refused_before_
         _operator(fake, tmp_path, None, window).execute({})
     assert (PROJECT, DATASET, "Alpha") not in fake.state.tables
     assert store.window_tables(PIPELINE, target=BIGQUERY_TARGET) == []
+
+
+NULLABLE_LINES = [
+    {**column, "is_nullable": column["name"] != "OrderId"} for column in LINES
+]
+
+
+def test_auto_keys_a_table_with_a_nullable_key_column_on_the_derived_key(
+    fake: FakeBigQuery, store: Metastore, tmp_path: Path
+) -> None:
+    """The source says ``Sku`` may be NULL: with the default ``derived_key="auto"`` the new table is
+    keyed on ``_cdc_key``, so its NULL key values land; a table whose key is not nullable keeps it."""
+    first, second = _windows(2)
+    null_sku, other = {"OrderId": 1, "Sku": None}, {"OrderId": 1, "Sku": "a"}
+    _write(
+        tmp_path,
+        first,
+        {
+            "Lines": (NULLABLE_LINES, [_upsert(null_sku, 1, Units=1, Note="n"), _upsert(other, 2, Units=2)]),
+            "Orders": ([{**c, "is_nullable": not c["is_primary_key"]} for c in ORDERS[:2]],
+                       [_upsert({"Id": 1}, 3, Name="a")]),
+        },
+    )
+    _write(tmp_path, second, {"Lines": (NULLABLE_LINES, [_upsert(null_sku, 4, ["Units"], Units=5)])})
+    lake_root = str(tmp_path / "lake")
+    lake = DeltaLakeTarget(lake_root)
+    for window in (first, second):
+        _apply_delta(lake, tmp_path, window)
+        summary = _operator(fake, tmp_path, lake_root, window).execute({})
+        assert summary["tables"]["Lines"]["derived_key"] is True
+    assert fake.table(PROJECT, DATASET, "Lines").primary_key == [DERIVED_KEY_COLUMN]
+    assert fake.table(PROJECT, DATASET, "Orders").primary_key == ["Id"]
+    assert _bq_rows(fake, "Lines") == _sorted(
+        [
+            {DERIVED_KEY_COLUMN: '{"OrderId":"1","Sku":null}', **null_sku, "Units": 5, "Note": "n"},
+            {DERIVED_KEY_COLUMN: '{"OrderId":"1","Sku":"a"}', **other, "Units": 2, "Note": None},
+        ]
+    )
+    assert _bq_rows(fake, "Orders") == [{"Id": 1, "Name": "a"}]
+
+
+def test_a_table_already_keyed_on_its_source_key_keeps_it_when_the_key_turns_out_nullable(
+    fake: FakeBigQuery, store: Metastore, tmp_path: Path
+) -> None:
+    """A BigQuery table created while the key's nullability was unknown (change sets staged before the
+    source said) stays keyed on its source key: ``auto`` does not re-key an existing table."""
+    first, second = _windows(2)
+    _write(tmp_path, first, {"Lines": (LINES, [_upsert({"OrderId": 1, "Sku": "a"}, 1, Units=1)])})
+    _write(tmp_path, second, {"Lines": (NULLABLE_LINES, [_upsert({"OrderId": 2, "Sku": "b"}, 2, Units=2)])})
+    for window in (first, second):
+        summary = _operator(fake, tmp_path, None, window).execute({})
+        assert summary["tables"]["Lines"]["derived_key"] is False
+    assert fake.table(PROJECT, DATASET, "Lines").primary_key == ["OrderId", "Sku"]
+    assert [(row["OrderId"], row["Sku"]) for row in _bq_rows(fake, "Lines")] == [(1, "a"), (2, "b")]
 
 
 def test_the_delta_lookup_matches_null_key_values(tmp_path: Path) -> None:

@@ -99,6 +99,38 @@ def test_a_failed_job_ends_in_error_with_its_output_and_the_request_id_is_idempo
         hook.cancel_job(job_id="j-fails", project_id=EMULATOR_PROJECT, region=REGION)
 
 
+def test_a_job_runs_on_the_clusters_master_and_one_that_picks_its_own_fails(dataproc_fake) -> None:
+    """As on Dataproc, the master is the cluster's (``spark-defaults.conf``), not the job's command line;
+    a driver that replaces it with a master of its own fails, naming both."""
+    from airflow_provider_cdc.hooks.dataproc import DataprocJobsHook
+    from airflow_provider_cdc.testing.dataproc_fake.workloads import DEFAULT_CLUSTER_MASTER
+
+    dataproc, gcs, _ = dataproc_fake
+    hook = _hook()
+    session = "from pyspark.sql import SparkSession\nbuilder = SparkSession.builder\n"
+    report = "spark = builder.getOrCreate()\nprint('ran on', spark.sparkContext.master)\nspark.stop()\n"
+    cases = {
+        "j-cluster-master": (session + report, "DONE"),
+        "j-own-master": (session + "builder = builder.master('local[1]')\n" + report, "ERROR"),
+    }
+    for job_id, (text, _) in cases.items():
+        main = _upload(gcs, f"jobs/{job_id}.py", text)
+        hook.submit_job(project_id=EMULATOR_PROJECT, region=REGION, job=_job(main, job_id))
+    for job_id, (_, state) in cases.items():
+        def job(job_id: str = job_id) -> Any:
+            return hook.get_job(job_id=job_id, project_id=EMULATOR_PROJECT, region=REGION)
+
+        _wait(lambda: job().done, f"job {job_id} not done")
+        done = job()
+        assert done.status.state.name == state, (job_id, done.status.details)
+        output = "\n".join(DataprocJobsHook().driver_output(done.driver_output_resource_uri, None))
+        if state == "DONE":
+            assert f"ran on {DEFAULT_CLUSTER_MASTER}" in output
+        else:
+            assert "ran on local[1]" in output
+            assert f"ran Spark on master local[1], not the cluster's {DEFAULT_CLUSTER_MASTER}" in output
+
+
 def test_the_fake_refuses_what_dataproc_refuses(dataproc_fake) -> None:
     dataproc, gcs, _ = dataproc_fake
     hook = _hook()

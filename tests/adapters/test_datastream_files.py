@@ -177,6 +177,19 @@ def test_mysql_avro_file(codec: str) -> None:
     assert metadata["read_timestamp"] == "2024-05-09T06:56:53.000000Z"
 
 
+def test_an_avro_file_of_an_object_named_with_a_dash_lands_in_its_table_with_an_underscore() -> None:
+    # Google's samples name objects "<schema>_<table>" with a dash in the schema (ea-main_users); the
+    # file's record is named after the object.
+    row = {"id": 3, "name": "Eve", "balance": Decimal("1.00"), "updated_at": T0, "attributes": "{}"}
+    records = [{**mysql_event(1, "INSERT", row), "object": "ea-main_users"}]
+    data = avro_bytes(schema("ea-main_users", MYSQL_METADATA, CUSTOMERS), records)
+    file = path("mysql-cdc-binlog", obj="ea-main_users")
+    rows = staged(data, file)
+    assert [(r["table_name"], r["keys_json"]) for r in rows] == [("ea_main_users", '{"id":"3"}')]
+    mapped = DatastreamSettings(table_names={"ea-main_users": "users"})
+    assert [r["table_name"] for r in staged(data, file, mapped)] == ["users"]
+
+
 def test_mysql_backfill_sorts_below_log_events() -> None:
     row = {"id": 7, "name": "Ann", "balance": None, "updated_at": None, "attributes": None}
     backfill = mysql_event(1, None, row, log_file="", position=0, method="mysql-backfill-fulldump")

@@ -128,13 +128,45 @@ def test_an_equal_sequence_number_is_blocked_and_a_later_delete_keeps_the_greate
 
 def test_a_tombstone_past_the_horizon_no_longer_blocks_and_is_purged(tmp_path: Path) -> None:
     target = lake(tmp_path)
-    history(target)  # the delete committed at second 15, the horizon is 100 s
-    apply(target, 110, [upsert(1, 13, "within")])
+    history(target)  # the delete (committed at second 15) applied by the window ending at 20; 100 s horizon
+    apply(target, 120, [upsert(1, 13, "within")])  # 120 - 100 = 20: still within the horizon
     assert names(target) == {2: "two"}
-    apply(target, 120, [upsert(9, 116, "nine")])  # 120 - 100 > 15: the tombstone is past the horizon
+    apply(target, 125, [upsert(9, 121, "nine")])  # 125 - 100 > 20: the tombstone is past the horizon
     assert tombstones(target) == []
     apply(target, 130, [upsert(1, 14, "after the horizon")])
     assert names(target) == {1: "after the horizon", 2: "two", 9: "nine"}
+
+
+# Files replayed long after their source commits (a backfill over last month's Datastream files, a
+# stream read again from its start): their commit timestamps are a month older than the windows that
+# carry them (arrival windows), far beyond the horizon.
+MONTH_AGO = BASE - timedelta(days=30)
+
+
+def replayed(key: int, n: int, name: str | None = None) -> Change:
+    """A change committed at second ``n`` of a month ago, arriving now."""
+    if name is None:
+        return Change({"ID": key}, "DELETE", seq(n), MONTH_AGO + timedelta(seconds=n))
+    return Change({"ID": key}, "UPSERT", seq(n), MONTH_AGO + timedelta(seconds=n), {"Name": name})
+
+
+@SOURCES
+def test_replayed_old_changes_keep_a_deleted_row_deleted_for_the_horizon_after_their_window(
+    tmp_path: Path, max_materialized_rows: int
+) -> None:
+    target = lake(tmp_path, max_materialized_rows=max_materialized_rows)
+    apply(target, 10, [replayed(1, 5, "first"), replayed(2, 6, "two")])
+    apply(target, 20, [replayed(1, 15)])  # the delete arrives in the window ending at 20
+    result = apply(target, 30, [replayed(1, 12, "late"), replayed(3, 25, "three")])
+    assert names(target) == {2: "two", 3: "three"}
+    assert (result.rows_tombstoned, result.rows_inserted) == (1, 1)
+    assert [(r["ID"], r["_commit_timestamp"], r["_deleted_in_window"]) for r in tombstones(target)] == [
+        (1, MONTH_AGO + timedelta(seconds=15), version(20))
+    ]
+    apply(target, 120, [replayed(1, 13, "still late")])  # the horizon's last window
+    assert names(target) == {2: "two", 3: "three"}
+    apply(target, 121, [replayed(1, 14, "after the horizon")])
+    assert names(target) == {1: "after the horizon", 2: "two", 3: "three"}
 
 
 @SOURCES
@@ -221,9 +253,11 @@ def test_the_first_window_of_a_table_leaves_tombstones_too(tmp_path: Path) -> No
     assert names(target) == {2: "two"}
 
 
-def test_a_bad_horizon_is_refused() -> None:
-    with pytest.raises(ValueError, match="tombstone_horizon"):
-        DeltaLakeTarget("/lake", tombstone_horizon=timedelta(0))
+@pytest.mark.parametrize("horizon", [timedelta(0), timedelta(seconds=-1)])
+def test_a_horizon_that_is_not_positive_is_refused_naming_the_fix(horizon: timedelta) -> None:
+    with pytest.raises(ValueError, match="tombstone_horizon must be a positive") as refused:
+        DeltaLakeTarget("/lake", tombstone_horizon=horizon)
+    assert "leave it unset to keep no tombstones; 0 does not turn them off" in str(refused.value)
 
 
 # --------------------------------------------------------------------------- the upsert job
@@ -240,6 +274,31 @@ WINDOWS = [
     (10, 20, [delete(1, 15), upsert(2, 16, "two again")]),
     (20, 30, [upsert(1, 12, "late"), upsert(3, 25, "three"), delete(2, 26)]),
 ]
+
+
+def test_the_upsert_job_keeps_replayed_deletes_for_the_horizon_after_their_window(tmp_path: Path) -> None:
+    # A week's horizon; the files' source times are a month old.
+    windows = [
+        (0, 10, [replayed(1, 5, "first"), replayed(2, 6, "two")]),
+        (10, 20, [replayed(1, 15)]),
+        (20, 30, [replayed(1, 12, "late")]),
+    ]
+    for window in windows:
+        path = _write(tmp_path / "changesets", *window)
+        summary = upsert_job.run(
+            str(path), str(tmp_path / "lake"), PIPELINE, None, tombstone_horizon=timedelta(days=7)
+        )
+    assert summary["rows_tombstoned"] == 1
+    assert names(DeltaLakeTarget(str(tmp_path / "lake"))) == {2: "two"}
+
+
+def test_the_upsert_job_refuses_a_horizon_of_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        upsert_job.build_parser().parse_args(
+            ["--changeset", "c", "--lake-root", "l", "--pipeline-id", "p", "--tombstone-horizon-seconds", "0"]
+        )
+    error = capsys.readouterr().err
+    assert "--tombstone-horizon-seconds" in error and "leave the option out instead of 0" in error
 
 
 def test_the_upsert_job_applies_with_tombstones(tmp_path: Path) -> None:
@@ -360,3 +419,25 @@ def test_the_upsert_operator_refuses_a_horizon_that_is_no_duration() -> None:
             task_id="upsert", locations={"changeset_root": "/c", "lake_root": "/l"}, pipeline_id="p",
             tombstone_horizon=-5,
         )  # fmt: skip
+
+
+@pytest.mark.parametrize("horizon", [0, timedelta(0), "0", "{{ 0 * 86400 }}"])
+def test_the_upsert_operator_refuses_a_horizon_of_zero_naming_the_fix(horizon: Any) -> None:
+    from support.change_sets import interval_context
+
+    from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
+
+    def build() -> SparkUpsertWindowOperator:  # a literal is checked here, when the DAG is parsed
+        return SparkUpsertWindowOperator(
+            task_id="upsert", locations={"changeset_root": "/c", "lake_root": "/l"}, pipeline_id="p",
+            tombstone_horizon=horizon,
+        )  # fmt: skip
+
+    with pytest.raises(ValueError, match="tombstone_horizon must be a positive") as refused:
+        if isinstance(horizon, str) and "{{" in horizon:  # a template is checked once rendered
+            op = build()
+            op.render_template_fields(interval_context())
+            op.build_application_args()
+        else:
+            build()
+    assert "leave it unset to keep no tombstones; 0 does not turn them off" in str(refused.value)

@@ -114,6 +114,66 @@ def test_seed_003_upsert_and_delete_example(target: DeltaLakeTarget) -> None:
     ]
 
 
+def test_a_table_written_with_the_earlier_field_metadata_keys_keeps_its_keys_and_types(
+    target: DeltaLakeTarget,
+) -> None:
+    """A table created by an earlier version names the logical type and the key flag in the field
+    metadata keys ``spanner.type``/``spanner.primary_key``: its keys and types are still read, and
+    windows still apply to it (a column added later carries the current keys)."""
+    from deltalake import write_deltalake
+
+    from airflow_provider_cdc.targets.delta.compare import lake_rows_encoded, schema_column_types
+
+    old = pa.schema(
+        [
+            pa.field("ID", pa.int64(), True, {"spanner.type": "INT64", "spanner.primary_key": "true"}),
+            pa.field("Name", pa.string(), True, {"spanner.type": "STRING", "spanner.primary_key": "false"}),
+            pa.field("Salary", pa.int64(), True, {"spanner.type": "INT64", "spanner.primary_key": "false"}),
+            pa.field("_change_sequence_number", pa.string()),
+            pa.field("_commit_timestamp", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+    rows_before = pa.Table.from_pylist(
+        [{"ID": 100, "Name": "Charlie", "Salary": 2000, "_change_sequence_number": seq(1),
+          "_commit_timestamp": at(1)}],
+        schema=old,
+    )  # fmt: skip
+    write_deltalake(target.table_uri("Employees"), rows_before, name="Employees")
+    assert target.key_columns("Employees") == ["ID"]
+    types = schema_column_types(target.read_table("Employees").schema)
+    assert {name: str(kind) for name, kind in types.items()} == {
+        "ID": "INT64", "Name": "STRING", "Salary": "INT64"
+    }  # fmt: skip
+    with_note = [*EMPLOYEES, {"name": "Note", "type": {"code": "STRING"}, "is_primary_key": False,
+                              "ordinal_position": 4, "is_nullable": True}]  # fmt: skip
+    result = apply(target, 20, [upsert(101, 2, Name="Tal", Salary=3000, Note="new")], with_note)
+    assert result.status == "applied"
+    assert sorted(lake_rows_encoded(target, "Employees"), key=lambda row: row["ID"]) == [
+        {"ID": "100", "Name": "Charlie", "Salary": "2000", "Note": None},
+        {"ID": "101", "Name": "Tal", "Salary": "3000", "Note": "new"},
+    ]
+    note = pa.schema(target.open("Employees").schema().to_arrow()).field("Note")
+    assert note.metadata == {b"cdc.type": b"STRING", b"cdc.primary_key": b"false", b"cdc.nullable": b"true"}
+    target.optimize("Employees", z_order=True)  # Z-ordered by the key the earlier metadata names
+    assert target.key_columns("Employees") == ["ID"]
+
+
+def test_a_change_sets_column_types_join_the_nullability_its_rows_describe(tmp_path: Path) -> None:
+    """Rows of one table whose column types differ (a change set written from several sources'
+    descriptions): a column is nullable when one says so, not nullable when one says so and none
+    says otherwise, else unknown."""
+    described = [
+        [{**c, "is_nullable": c["name"] == "Name"} for c in EMPLOYEES],
+        [{**c, "is_nullable": True} if c["name"] == "Salary" else c for c in EMPLOYEES],
+    ]
+    parts = [change_set_table(types, [upsert(100 + n, n, Name="x")]) for n, types in enumerate(described)]
+    write_change_set(str(tmp_path / "cs"), {"Employees": pa.concat_tables(parts)})
+    (table,) = ChangeSetReader(str(tmp_path / "cs")).tables()
+    assert [(c["name"], c.get("is_nullable")) for c in table.column_types()] == [
+        ("ID", False), ("Name", True), ("Salary", True)
+    ]
+
+
 def test_table_layout_and_one_tagged_commit_per_window(target: DeltaLakeTarget) -> None:
     seed_003(target)
     dt = DeltaTable(target.table_uri("Employees"))
@@ -121,7 +181,10 @@ def test_table_layout_and_one_tagged_commit_per_window(target: DeltaLakeTarget) 
     schema = pa.schema(dt.schema().to_arrow())
     assert schema.names == ["ID", "Name", "Salary", "_change_sequence_number", "_commit_timestamp"]
     assert schema.field("_commit_timestamp").type == pa.timestamp("us", tz="UTC")
-    assert schema.field("ID").metadata[b"spanner.primary_key"] == b"true"
+    assert schema.field("ID").metadata[b"cdc.primary_key"] == b"true"
+    assert schema.field("Salary").metadata[b"cdc.type"] == b"INT64"
+    assert b"cdc.nullable" not in schema.field("ID").metadata  # the change set does not say
+    assert target.key_columns("Employees") == ["ID"]
     apply(target, 20, [upsert(101, 2, Name="Tal", Salary=8000), delete(102, 2)])
     dt = DeltaTable(target.table_uri("Employees"))
     assert dt.version() == 1  # the window is exactly one commit

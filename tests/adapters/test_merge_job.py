@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -14,8 +15,9 @@ import socket
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -190,8 +192,9 @@ def spark_order(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=key)
 
 
-def run_batches(rows: list[dict], rng: random.Random) -> list[dict]:
-    table = pa.Table.from_pylist(spark_order(rows), schema=STAGED_CHANGE_SCHEMA).select(
+def run_batches(rows: list[dict], rng: random.Random, order: Callable[[list[dict]], list[dict]] = spark_order
+                ) -> list[dict]:
+    table = pa.Table.from_pylist(order(rows), schema=STAGED_CHANGE_SCHEMA).select(
         list(merge_kernels.COLLAPSE_INPUT_COLUMNS)
     )
     batches, offset = [], 0
@@ -259,6 +262,38 @@ def test_several_mods_of_one_row_in_one_record_keep_the_last() -> None:
         assert [got[row["_keys_json"]]["_values_json"] for row in expected] == [
             row["_values_json"] for row in expected
         ]
+
+
+def test_arrow_batch_collapse_of_an_update_after_a_delete_is_a_full_image() -> None:
+    # After a DELETE the row starts empty (Table Store's UpdateRow of an absent row inserts it): the
+    # image carries the updated columns and is full, so the target writes NULL to the others. Key
+    # k0 ends in a DELETE just before k1's changes, which begin with an UPDATE: that one stays partial.
+    at = [START + n * ONE_MICROSECOND for n in range(6)]
+    rows = [
+        mod(at[0], "t0", "Accounts", "DELETE", "k0"),
+        mod(at[1], "t1", "Accounts", "UPDATE", "k1", {"Name": "kept"}),
+        mod(at[2], "t2", "Accounts", "DELETE", "k2"),
+        mod(at[3], "t3", "Accounts", "UPDATE", "k2", {"Balance": "5"}),
+        mod(at[4], "t4", "Accounts", "INSERT", "k3", {"Name": "gone", "Balance": "1"}),
+        mod(at[5], "t5", "Accounts", "DELETE", "k3"),
+        mod(at[5] + ONE_MICROSECOND, "t6", "Accounts", "UPDATE", "k3", {"Name": "new"}),
+    ]
+    expected = {row["_keys_json"]: row for row in collapse_window(rows)["Accounts"]}
+    assert {key: (row["_CHANGE_TYPE"], row["_values_json"], row["_full_image"])
+            for key, row in expected.items()} == {
+        '{"Id":"k0"}': ("DELETE", "{}", True),
+        '{"Id":"k1"}': ("UPSERT", '{"Name": "kept"}', False),
+        '{"Id":"k2"}': ("UPSERT", '{"Balance": "5"}', True),
+        '{"Id":"k3"}': ("UPSERT", '{"Name": "new"}', True),
+    }
+    by_key = partial(sorted, key=lambda row: tuple(row[column] for column in merge_kernels.SORT_COLUMNS))
+    for seed, order in itertools.product(range(3), (spark_order, by_key)):
+        got = {row["_keys_json"]: row for row in run_batches(rows, random.Random(seed), order)}
+        assert {key: (row["_CHANGE_TYPE"], row["_values_json"], row["_full_image"], row["_present_columns"])
+                for key, row in got.items()} == {
+            key: (row["_CHANGE_TYPE"], row["_values_json"], row["_full_image"], row["_present_columns"])
+            for key, row in expected.items()
+        }
 
 
 def test_arrow_batch_collapse_of_nothing_is_nothing() -> None:
@@ -636,8 +671,9 @@ def spark_submit() -> str:
 
 @pytest.fixture(scope="module", params=["spark-submit", "spark-connect"])
 def operator_run(request, tmp_path_factory) -> dict[str, Any]:
-    """Scenario run through SparkMergeWindowOperator: a real spark-submit (no Spark connection), and
-    a Spark Connect server (a ``spark_connect`` connection; spark-submit must not run)."""
+    """Scenario run through SparkMergeWindowOperator: a real spark-submit (``spark_default`` undefined:
+    Spark on this worker), and a Spark Connect server (a ``spark_connect`` connection; spark-submit must
+    not run)."""
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
     from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
@@ -652,13 +688,13 @@ def operator_run(request, tmp_path_factory) -> dict[str, Any]:
 
     path_before = list(sys.path)
     with pytest.MonkeyPatch.context() as patch, captured_logs() as records:
-        patch.delenv("AIRFLOW_CONN_CDC_MERGE_NO_SUCH_CONNECTION", raising=False)
+        patch.delenv("AIRFLOW_CONN_SPARK_DEFAULT", raising=False)
         patch.delenv("PYSPARK_PYTHON", raising=False)
         if request.param == "spark-connect":
             from conftest import spark_connect_connection
 
             port = request.getfixturevalue("spark_connect_server").port
-            patch.setenv("AIRFLOW_CONN_CDC_MERGE_NO_SUCH_CONNECTION", spark_connect_connection(port))
+            patch.setenv("AIRFLOW_CONN_SPARK_DEFAULT", spark_connect_connection(port))
 
             def no_spark_submit(*args: object, **kwargs: object) -> None:
                 raise AssertionError("a spark_connect connection must not run spark-submit")
@@ -666,7 +702,7 @@ def operator_run(request, tmp_path_factory) -> dict[str, Any]:
             patch.setattr(SparkSubmitOperator, "execute", no_spark_submit)
         SparkMergeWindowOperator(
             task_id="merge",
-            conn_id="cdc_merge_no_such_connection",
+            conn_id="spark_default",
             locations={"staging_root": str(root / "staging"), "changeset_root": str(root / "changesets")},
             stream_key="projects/p/instances/i/databases/d/stream",
             metastore_conn_id=None,  # staging written without a metastore: every claim's files

@@ -226,7 +226,7 @@ def test_upgrade_from_version_1_keeps_data(metastore_url: str, sqlite_url: str) 
 
     store = Metastore(metastore_url)
     assert store.schema_version() == 1
-    assert store.create_schema() == [2, 3, 4, 5, 6, 7]
+    assert store.create_schema() == list(range(2, CURRENT_VERSION + 1))
     assert store.create_schema() == []
     # The pipeline's first window is its earliest recorded one; none of its windows is applied.
     assert store.get_pipeline(PIPELINE) == PipelineRecord(PIPELINE, T0, None)
@@ -866,7 +866,7 @@ def test_upgrade_from_version_2_adds_window_partitions(metastore_url: str) -> No
     store.advance_watermark(STREAM, "p", at(5), records=3)
     assert not sa.inspect(store.engine).has_table("cdc_window_partitions")
 
-    assert store.create_schema() == [3, 4, 5, 6, 7]
+    assert store.create_schema() == list(range(3, CURRENT_VERSION + 1))
     assert store.create_schema() == []
     assert store.schema_version() == CURRENT_VERSION
     p = store.get_partition(STREAM, "p")
@@ -1317,16 +1317,17 @@ def test_upgrade_to_version_4_records_existing_pipelines(metastore_url: str) -> 
         conn.execute(sa.text("INSERT INTO cdc_schema_version VALUES (3, 'v3', 1700000000000000)"))
     engine.dispose()
     store = Metastore(metastore_url)
-    for start, end in ((T0, at(60)), (at(60), at(120)), (at(120), at(180))):
-        store.open_window(PIPELINE, STREAM, start, end)
-    for start, end in ((T0, at(60)), (at(60), at(120))):
-        assert store.transition_window(PIPELINE, start, end, "reading", "applied")
-    with store.engine.begin() as conn:  # a window merged but not applied, as version 3 recorded it
-        conn.execute(
-            sa.text("UPDATE cdc_windows SET state = 'merged' WHERE start_us = :start"),
-            {"start": to_micros(at(120))},
-        )
-    assert store.create_schema() == [4, 5, 6, 7]
+    with store.engine.begin() as conn:  # two windows applied and one merged, as version 3 recorded them
+        for start, state in ((T0, "applied"), (at(60), "applied"), (at(120), "merged")):
+            conn.execute(
+                sa.text(
+                    "INSERT INTO cdc_windows (pipeline, start_us, end_us, stream, state, attempt, opened_us, "
+                    "updated_us) VALUES (:pipeline, :start, :end, :stream, :state, 1, 1, 2)"
+                ),
+                {"pipeline": PIPELINE, "start": to_micros(start), "end": to_micros(start) + 60_000_000,
+                 "stream": STREAM, "state": state},
+            )  # fmt: skip
+    assert store.create_schema() == list(range(4, CURRENT_VERSION + 1))
     assert store.get_pipeline(PIPELINE) == PipelineRecord(PIPELINE, T0, at(120))
     assert store.table_versions(PIPELINE).recorded_from_us == to_micros(at(120))
     assert [w.state.value for w in store.list_windows(PIPELINE)] == ["applied", "applied", "reading"]
@@ -1383,10 +1384,11 @@ def test_upgrade_from_version_4_leaves_windows_reading_or_applied(
     store = Metastore(metastore_url)
     assert store.schema_version() == 4
     assert cli.main(["migrate", "--metastore-url", metastore_url]) == 0
-    assert capsys.readouterr().out == f"metastore at schema version {CURRENT_VERSION} (applied [5, 6, 7])\n"
+    applied = list(range(5, CURRENT_VERSION + 1))
+    assert capsys.readouterr().out == f"metastore at schema version {CURRENT_VERSION} (applied {applied})\n"
     assert cli.main(["migrate", "--metastore-url", metastore_url]) == 0
     assert capsys.readouterr().out == f"metastore at schema version {CURRENT_VERSION}\n"
-    assert store.schema_version() == CURRENT_VERSION == 7
+    assert store.schema_version() == CURRENT_VERSION == 9
 
     # Drained and merged windows are reading again; everything else of every window is kept.
     windows = store.list_windows(PIPELINE)
@@ -1513,9 +1515,9 @@ def test_upgrade_from_version_5_keys_the_ledger_and_watermarks_by_target(metasto
     build_version_5(metastore_url)
     store = Metastore(metastore_url)
     assert store.schema_version() == 5
-    assert store.create_schema() == [6, 7]
+    assert store.create_schema() == list(range(6, CURRENT_VERSION + 1))
     assert store.create_schema() == []
-    assert store.schema_version() == CURRENT_VERSION == 7
+    assert store.schema_version() == CURRENT_VERSION == 9
 
     def ledger(pipeline: str, target: str = "delta") -> list[tuple]:
         return [(r.table, r.window_end, r.target_version, r.rows)
@@ -1674,3 +1676,94 @@ def test_hook_close_disposes_its_engine_and_a_later_use_reconnects(
     assert hook.metastore is not reopened
     hook.close()
     store.dispose()
+
+
+# ----------------------------------------------------------------------------------------------------
+# A window's last failure (version 9) and where pipelines stand.
+
+
+def test_upgrade_from_version_8_keeps_windows_and_adds_their_failure(metastore_url: str) -> None:
+    engine = sa.create_engine(metastore_url)
+    with engine.begin() as conn:
+        migrations.schema_version.create(conn)
+        for step in migrations.MIGRATIONS[:8]:
+            step.apply(conn)
+            conn.execute(migrations.schema_version.insert().values(
+                version=step.version, description=step.description, applied_us=1700000000000000))  # fmt: skip
+        conn.execute(sa.text(
+            "INSERT INTO cdc_windows (pipeline, start_us, end_us, stream, state, attempt, opened_us, "
+            "updated_us) VALUES ('shop', 1767225600000000, 1767225660000000, 'OrdersStream', 'reading', 2, "
+            "1, 2)"
+        ))  # fmt: skip
+    engine.dispose()
+    store = Metastore(metastore_url)
+    assert store.schema_version() == 8
+    assert store.create_schema() == [9] and store.create_schema() == []
+    record = store.get_window("shop", at(0), at(60))
+    assert (record.attempt, record.error) == (2, None)
+    with store.engine.begin() as conn:  # a step that finds its columns present adds none
+        migrations.MIGRATIONS[8].apply(conn)
+    expected = {
+        name: {c.name: (c.type.compile(store.engine.dialect), c.nullable) for c in table.columns}
+        for name, table in schema_module.metadata.tables.items()
+    }
+    assert columns_of(store.engine) == expected
+    store.dispose()
+
+
+def test_a_window_keeps_its_last_failure_until_applied_reopened_or_cleared(
+    store: Metastore, clock: ManualClock
+) -> None:
+    store.open_window(PIPELINE, STREAM, at(0), at(60))
+    task = "shop/scheduled__1/read/2"
+    assert store.record_window_error(PIPELINE, at(0), at(60), "ValueError: boom", task=task, try_number=1)
+    error = store.get_window(PIPELINE, at(0), at(60)).error
+    assert error is not None and (error.text, error.try_number) == ("ValueError: boom", 1)
+    assert (error.dag_id, error.run_id, error.task_id) == ("shop", "scheduled__1", "read[2]")
+    # a step of another opening (epoch) records nothing; another task's success clears nothing
+    assert not store.record_window_error(PIPELINE, at(0), at(60), "stale", task=task, epoch=2)
+    assert not store.clear_window_error(PIPELINE, at(0), at(60), "shop/scheduled__1/read/1")
+    assert store.get_window(PIPELINE, at(0), at(60)).error == error
+    assert store.clear_window_error(PIPELINE, at(0), at(60), task)
+    assert store.get_window(PIPELINE, at(0), at(60)).error is None
+    # opened again: the next epoch starts without the last one's failure
+    store.record_window_error(PIPELINE, at(0), at(60), "OSError: gone", task=task, try_number=3)
+    assert store.open_window(PIPELINE, STREAM, at(0), at(60), reopen=True).error is None
+    # applied: no failure, and none recorded on it afterwards
+    store.record_window_error(PIPELINE, at(0), at(60), "OSError: gone", task=task, epoch=2)
+    assert store.transition_window(PIPELINE, at(0), at(60), "reading", "applied")
+    assert store.get_window(PIPELINE, at(0), at(60)).error is None
+    assert not store.record_window_error(PIPELINE, at(0), at(60), "late", task=task)
+    long_text = "x" * 10_000
+    store.open_window(PIPELINE, STREAM, at(60), at(120))
+    store.record_window_error(PIPELINE, at(60), at(120), long_text)
+    assert len(store.get_window(PIPELINE, at(60), at(120)).error.text) == 4_000
+    with pytest.raises(ValueError, match="needs its text"):
+        store.record_window_error(PIPELINE, at(60), at(120), " ")
+    with pytest.raises(ValueError, match="invalid pipeline id"):
+        store.record_window_error("shop'; DROP TABLE cdc_windows; --", at(60), at(120), "x")
+
+
+def test_where_a_pipeline_stands(store: Metastore) -> None:
+    store.record_pipeline(PIPELINE, at(0))
+    for start in (0, 60, 120, 180):
+        store.open_window(PIPELINE, STREAM, at(start), at(start + 60))
+    store.transition_window(PIPELINE, at(0), at(60), "reading", "applied")
+    store.record_window_error(PIPELINE, at(60), at(120), "ValueError: boom")
+    store.advance_table_watermark(PIPELINE, "Orders", at(60))
+    store.advance_table_watermark(PIPELINE, "Customers", at(30))
+    store.advance_table_watermark(PIPELINE, "Orders", at(50), target="bigquery")
+    standing = store.pipeline_standing(PIPELINE)
+    assert (standing.applied, standing.failed, standing.in_flight) == (1, 1, 2)
+    assert standing.last_applied.start == at(0) and standing.newest.start == at(180)
+    assert standing.oldest_unapplied.start == at(60) and standing.first_window_start == at(0)
+    assert standing.oldest_watermarks == {"bigquery": at(50), "delta": at(30)}
+    assert standing.targets == ("bigquery", "delta")
+    assert [w.start for w in store.windows_starting_at(PIPELINE, at(60))] == [at(60)]
+    assert [w.end for w in store.windows_ending_at(PIPELINE, at(60))] == [at(60)]
+    assert store.newest_window(PIPELINE).start == at(180) and store.newest_window("other") is None
+    assert store.target_watermarks(PIPELINE) == {
+        "delta": {"Customers": at(30), "Orders": at(60)}, "bigquery": {"Orders": at(50)}
+    }
+    empty = store.pipeline_standing("other")
+    assert (empty.applied, empty.failed, empty.in_flight, empty.newest, empty.targets) == (0, 0, 0, None, ())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -60,6 +61,34 @@ def test_fast_path_equals_the_record_parser_on_a_hand_built_row() -> None:
     assert isinstance(fast, DataRecordRows)
     assert fast.rows == _general(row, "tok")
     assert fast.is_last_record_in_transaction_in_partition and fast.number_of_partitions_in_transaction == 2
+
+
+def test_both_paths_add_the_nullability_the_lookup_gives_per_table() -> None:
+    asked: list[str] = []
+
+    def nullability(table: str) -> dict[str, bool]:
+        asked.append(table)
+        return {"SingerId": False, "Name": True} if table == "Singers" else {"SingerId": True}
+
+    decoder = ChangeRecordDecoder("tok", nullability)
+    fast = decoder.decode(_row(), _decode_row)
+    assert isinstance(fast, DataRecordRows)
+    types = json.loads(fast.rows[0][STAGED_CHANGE_COLUMNS.index("column_types_json")])
+    assert [(c["name"], c["is_nullable"]) for c in types] == [("SingerId", False), ("Name", True)]
+    again = decoder.decode(_row(record_sequence="00000004"), _decode_row)
+    assert isinstance(again, DataRecordRows) and asked == ["Singers"]  # column types are cached
+    # Another table with the same column types: its own nullability ("Name" unknown there).
+    other = decoder.decode(_row(table="Albums"), _decode_row)
+    assert isinstance(other, DataRecordRows)
+    types = json.loads(other.rows[0][STAGED_CHANGE_COLUMNS.index("column_types_json")])
+    assert [(c["name"], c.get("is_nullable")) for c in types] == [("SingerId", True), ("Name", None)]
+    # The general path (a text with surrounding whitespace) stages the same column types.
+    spaced = _with_mod_texts(_row(), '{"SingerId":"1"} ', '{"Name":"Ann"}', "{}")
+    (record,) = ChangeRecordDecoder("tok", nullability).decode(spaced, _decode_row)
+    assert isinstance(record, DataChangeRecord)
+    assert [(c.name, c.is_nullable) for c in record.column_types] == [("SingerId", False), ("Name", True)]
+    staged = next(change_rows(record, "tok"))["column_types_json"]
+    assert staged == fast.rows[0][STAGED_CHANGE_COLUMNS.index("column_types_json")]
 
 
 def _with_mod_texts(row: list[struct_pb2.Value], *texts: str | None) -> list[struct_pb2.Value]:

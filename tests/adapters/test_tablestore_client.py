@@ -10,14 +10,14 @@ import pytest
 from airflow_provider_cdc.core.timestamps import from_micros
 from airflow_provider_cdc.sources.tablestore.client import TablestoreError, TablestoreStreamClient
 from airflow_provider_cdc.sources.tablestore.connection import TablestoreHook, client_arguments
-from airflow_provider_cdc.testing.tablestore_emulator import TablestoreEmulator
+from airflow_provider_cdc.testing.tablestore_emulator import ManualClock, TablestoreEmulator
 
 SECRET = "test-secret"
 
 
 @pytest.fixture
 def emulator() -> Iterator[TablestoreEmulator]:
-    with TablestoreEmulator(shards=2) as running:
+    with TablestoreEmulator(ManualClock(), shards=2) as running:
         yield running
 
 

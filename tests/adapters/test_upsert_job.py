@@ -215,12 +215,14 @@ def test_operator_passes_credentials_in_the_environment_only(gcp_connection: str
 def test_operator_refuses_credentials_where_they_would_reach_the_command_line(
     gcp_connection: str, monkeypatch
 ) -> None:
-    # On YARN (and Kubernetes) spark-submit turns the environment into --conf values.
+    # On YARN (and Kubernetes) spark-submit turns the environment into --conf values; the upsert is
+    # submitted only when its driver would run on the cluster (in client mode it runs here, no JVM).
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_REMOTE", json.dumps({"conn_type": "spark", "host": "yarn"}))
     op = _operator(
         locations={"changeset_root": "gs://b/c", "lake_root": "gs://b/l"},
         gcp_conn_id=gcp_connection,
         conn_id="spark_remote",
+        deploy_mode="cluster",
     )
     with pytest.raises(ValueError, match="command line") as info:
         _submitted(op, monkeypatch)

@@ -189,21 +189,23 @@ def test_the_trigger_imports_neither_the_sensor_nor_the_hook() -> None:
 
 
 @pytest.mark.parametrize("source", ["stream", "table"])
-def test_against_the_emulator_an_undefined_connection_is_the_providers_anonymous_one(
+def test_an_undefined_default_connection_is_anonymous_against_the_emulator_and_adc_otherwise(
     source: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from google.auth.credentials import AnonymousCredentials
 
-    from airflow_provider_cdc._compat import AirflowNotFoundException
+    from airflow_provider_cdc._compat import AirflowFailException
+    from airflow_provider_cdc._errors import ConnectionNotDefinedError
     from airflow_provider_cdc.sources.spanner.change_stream_hook import SpannerChangeStreamHook
     from airflow_provider_cdc.sources.spanner.table_hook import SpannerTableHook
 
-    def build() -> Any:
-        where = {"instance_id": "orders-instance", "database_id": "orders-db", "gcp_conn_id": "gcp_missing"}
+    def build(**where: Any) -> Any:
+        where.update(instance_id="orders-instance", database_id="orders-db")
         if source == "stream":
             return SpannerChangeStreamHook(stream="Orders", **where)
         return SpannerTableHook(source="Snapshot", **where)
 
+    monkeypatch.delenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", raising=False)
     monkeypatch.delenv("AIRFLOW_CONN_GCP_MISSING", raising=False)
     monkeypatch.setenv("SPANNER_EMULATOR_HOST", "127.0.0.1:1")
     hook = build()
@@ -212,5 +214,16 @@ def test_against_the_emulator_an_undefined_connection_is_the_providers_anonymous
     assert hook.resolved_project_id == "emulator-project"
     assert hook.database_path == "projects/emulator-project/instances/orders-instance/databases/orders-db"
     monkeypatch.delenv("SPANNER_EMULATOR_HOST")
-    with pytest.raises(AirflowNotFoundException):
-        build()
+    assert build(project_id="p").extras == {}  # no key: Application Default Credentials
+    # A connection named explicitly must exist, emulator or not: a typo never means the default.
+    for emulator in ("127.0.0.1:1", None):
+        if emulator:
+            monkeypatch.setenv("SPANNER_EMULATOR_HOST", emulator)
+        else:
+            monkeypatch.delenv("SPANNER_EMULATOR_HOST", raising=False)
+        with pytest.raises(ConnectionNotDefinedError) as caught:
+            build(gcp_conn_id="gcp_missing")
+        assert isinstance(caught.value, AirflowFailException)  # failed without retries
+        message = str(caught.value)
+        assert "connection 'gcp_missing' given as gcp_conn_id is not defined" in message
+        assert "AIRFLOW_CONN_GCP_MISSING" in message and "'google_cloud_default'" in message

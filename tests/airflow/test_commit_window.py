@@ -386,8 +386,11 @@ def test_status_shows_the_bigquery_watermarks_beside_the_delta_ones(
     header = next(line for line in out.splitlines() if line.startswith("table "))
     assert header.split() == ["table", "Delta", "watermark", "lag", "behind", "now", "BigQuery", "watermark",
                               "lag", "behind", "now"]
-    rows = {line.split()[0]: line.split() for line in out.splitlines()[out.splitlines().index(header) + 1:]}
+    # columns are two spaces apart; a lag reads as people read it ("271 d")
+    rows = {cells[0]: cells for cells in (re.split(r"\s{2,}", line.strip())
+                                          for line in out.splitlines()[out.splitlines().index(header) + 1:])}
     assert rows["Orders"][1] == "2026-03-01T12:10:00.000Z" and rows["Orders"][3] == "2026-03-01T12:10:42.000Z"
+    assert re.fullmatch(r"\d+ d", rows["Orders"][2]), rows["Orders"]
     assert rows["Customers"][1] == "2026-03-01T12:10:00.000Z" and rows["Customers"][3:] == ["-", "-"]
 
 
@@ -453,3 +456,35 @@ def test_a_deferred_tables_watermark_is_the_end_of_the_last_window_folded_into_i
     deferred.compact("Orders", PIPELINE)
     run(END, later, deferred)  # the commit again, after the compaction: the watermark catches up
     assert store.table_watermarks(PIPELINE) == {"Orders": later}
+
+
+def test_an_unreachable_lake_fails_the_commit_naming_the_window_and_the_location(
+    store: Metastore, tmp_path: Path, monkeypatch
+) -> None:
+    """A lake on ``gs://`` whose storage cannot be reached fails the commit with the window, the step,
+    the location and the storage's error, as the upsert's ``ApplyError`` does: not a bare ``OSError``."""
+    import socket
+
+    from airflow_provider_cdc.hooks.pipeline import StorageUnavailableError
+
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    key = {"gcs_base_url": f"https://127.0.0.1:{closed}", "disable_oauth": True, "client_email": "",
+           "private_key": "", "private_key_id": ""}
+    monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps(
+        {"conn_type": "google_cloud_platform", "extra": {"keyfile_dict": json.dumps(key)}}
+    ))
+    store.open_window(PIPELINE, STREAM, START, END)
+    root = _changeset(tmp_path, ["Orders"])
+    op = CdcCommitWindowOperator(
+        task_id="commit", pipeline_id=PIPELINE, window_start=START, window_end=END,
+        locations={"changeset_root": root, "lake_root": "gs://cdc/lake"}, metastore_conn_id=CONN_ID,
+    )
+    with pytest.raises(StorageUnavailableError) as failure:
+        op.execute({})
+    message = str(failure.value)
+    assert f"window {Window(START, END)} of pipeline '{PIPELINE}': the commit" in message
+    assert "'gs://cdc/lake' could not be read" in message and "gcp_conn_id" in message
+    assert "Nothing was committed" in message and "private_key" not in message
+    assert store.get_window(PIPELINE, START, END).state is WindowState.READING

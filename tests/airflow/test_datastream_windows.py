@@ -4,6 +4,7 @@ again reads the files the first opening recorded (local folders by modification 
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from datetime import datetime, timedelta, timezone
@@ -19,11 +20,13 @@ from airflow_provider_cdc.metastore import Metastore
 from airflow_provider_cdc.sources.datastream.hook import (
     EMPTY_WINDOW_TOKEN,
     DatastreamHook,
+    DatastreamSourceError,
     WindowNotArrivedError,
     lateness_margin_for,
     source_key_of,
 )
 from airflow_provider_cdc.sources.datastream.listing import FolderBounds, split_token
+from airflow_provider_cdc.sources.datastream.settings import DatastreamSettingsError
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 MINUTE = timedelta(minutes=1)
@@ -53,7 +56,8 @@ def clocked_hook(url: str, root: str, now: list[datetime], **arguments: Any) -> 
         def metastore(self) -> Metastore:
             return store
 
-    return Clocked(root, "orders_stream", clock=lambda: now[0], **arguments)
+    arguments.setdefault("source", "orders_stream")
+    return Clocked(root, clock=lambda: now[0], **arguments)
 
 
 def names(tokens: list[str]) -> list[str]:
@@ -124,6 +128,107 @@ def test_a_window_no_file_arrived_in_has_one_empty_unit(tmp_path: Path, sqlite_u
     summary = hook.read_window(window, str(tmp_path / "staging"), "reader")
     assert summary.to_dict()["rows"] == 0
     assert hook.window_complete(window)
+
+
+def put_events(root: Path, obj: str, index: int, rows: list[dict[str, Any]], arrival: datetime) -> str:
+    """A PostgreSQL CDC JSONL file of ``obj`` upserting ``rows`` (key ``id``), arrived at ``arrival``."""
+    events = [
+        {
+            "uuid": f"{obj}-{index}-{n}",
+            "read_timestamp": "2026-03-01T12:00:00.000Z",
+            "source_timestamp": "2026-03-01T12:00:00.000Z",
+            "object": obj,
+            "read_method": "postgresql-cdc",
+            "stream_name": "projects/p/locations/l/streams/s",
+            "schema_key": HEX,
+            "source_metadata": {
+                "schema": obj.split("_")[0],
+                "table": obj.split("_", 1)[-1],
+                "change_type": "INSERT",
+                "is_deleted": False,
+                "lsn": f"0/{index * 100 + n:X}",
+                "primary_keys": ["id"],
+            },
+            "payload": row,
+        }
+        for n, row in enumerate(rows)
+    ]
+    name = data_file(index, "postgresql-cdc").replace(".avro", ".jsonl")
+    relative = put_local(root, obj, T0, name, arrival)
+    path = root / relative
+    path.write_text("".join(json.dumps(event) + "\n" for event in events))
+    os.utime(path, ns=(to_micros(arrival) * 1000, to_micros(arrival) * 1000))
+    return relative
+
+
+def staged_tables(hook: DatastreamHook, staging: Path, window: Window) -> list[tuple[str, str]]:
+    """``(table_name, keys_json)`` of the window's staged rows, sorted."""
+    from airflow_provider_cdc.staging.reading import read_staged_changes
+
+    claims = {
+        unit.token: unit.claim_id
+        for unit in hook.metastore.window_partitions(hook.source_key, window.start, window.end)
+    }
+    rows = read_staged_changes(str(staging), hook.staging_folder, window, claims=claims).to_table()
+    return sorted(zip(rows["table_name"].to_pylist(), rows["keys_json"].to_pylist(), strict=True))
+
+
+def test_objects_named_with_dashes_are_read_into_tables_of_their_names_with_underscores(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    stream, staging = tmp_path / "stream", tmp_path / "staging"
+    window = Window(T0, T0 + 10 * MINUTE)
+    put_events(stream, "ea-main_users", 1, [{"id": 1, "name": "Ada"}, {"id": 2, "name": "Bo"}], T0 + MINUTE)
+    put_events(stream, "ea-main_orders", 2, [{"id": 7, "total": 12}], T0 + 2 * MINUTE)
+    hook = clocked_hook(sqlite_url, str(stream), [window.end + timedelta(hours=1)])
+    hook.open_window_epoch("pipe", window, str(staging), "owner")
+    hook.read_window(window, str(staging), "reader")
+    assert staged_tables(hook, staging, window) == [
+        ("ea_main_orders", '{"id":"7"}'),
+        ("ea_main_users", '{"id":"1"}'),
+        ("ea_main_users", '{"id":"2"}'),
+    ]
+    # Given by name, and mapped by hand, too.
+    named = clocked_hook(
+        sqlite_url,
+        str(stream),
+        [window.end + timedelta(hours=1)],
+        source="users_only",
+        objects=["ea-main_users"],
+        settings={"table_names": {"ea-main_users": "users"}},
+    )
+    named.open_window_epoch("pipe_users", window, str(staging), "owner")
+    named.read_window(window, str(staging), "reader")
+    assert staged_tables(named, staging, window) == [("users", '{"id":"1"}'), ("users", '{"id":"2"}')]
+
+
+def test_two_objects_on_one_table_are_refused_at_opening_before_anything_is_recorded(
+    tmp_path: Path, sqlite_url: str
+) -> None:
+    stream, staging = tmp_path / "stream", tmp_path / "staging"
+    window = Window(T0, T0 + 10 * MINUTE)
+    put_events(stream, "ea-main_users", 1, [{"id": 1, "name": "Ada"}], T0 + MINUTE)
+    put_events(stream, "ea.main_users", 2, [{"id": 1, "name": "Old Ada"}], T0 + 2 * MINUTE)
+    now = [window.end + timedelta(hours=1)]
+    hook = clocked_hook(sqlite_url, str(stream), now)
+    with pytest.raises(DatastreamSourceError) as refused:
+        hook.open_window_epoch("pipe", window, str(staging), "owner")
+    assert (
+        "Datastream objects 'ea-main_users' and 'ea.main_users' both map to table 'ea_main_users'; "
+        "map one of them to another table in table_names"
+    ) in str(refused.value)
+    assert not hook.metastore.is_known_stream(hook.source_key)  # nothing recorded
+    with pytest.raises(DatastreamSettingsError, match="'ea-main_users' and 'ea.main_users' both map"):
+        clocked_hook(sqlite_url, str(stream), now, objects=["ea.main_users", "ea-main_users"])
+    mapped = clocked_hook(
+        sqlite_url, str(stream), now, settings={"table_names": {"ea.main_users": "legacy_users"}}
+    )
+    mapped.open_window_epoch("pipe", window, str(staging), "owner")
+    mapped.read_window(window, str(staging), "reader")
+    assert staged_tables(mapped, staging, window) == [
+        ("ea_main_users", '{"id":"1"}'),
+        ("legacy_users", '{"id":"1"}'),
+    ]
 
 
 def test_minute_folders_prune_only_what_cannot_hold_the_window() -> None:

@@ -112,9 +112,16 @@ def test_read_path_operators_refuse_a_relative_staging_root(
         staging_root="cdc/staging", window_start="2026-01-01T00:00:00Z", window_end="2026-01-01T00:10:00Z",
     )
     context = {"ti": SimpleNamespace(dag_id="cdc", run_id="r", task_id="t", map_index=0)}
-    for operator in (SpannerChangeStreamOpenWindowOperator, SpannerChangeStreamReadWindowOperator):
-        task = operator(task_id="t", **fields)
-        _expect_relative_refused(lambda task=task: task.execute(context), "staging_root", "cdc/staging")
+    reader = SpannerChangeStreamReadWindowOperator(task_id="t", **fields)
+    _expect_relative_refused(lambda: reader.execute(context), "staging_root", "cdc/staging")
+    # The open step's preflight refuses it before anything is recorded, naming the setting and the fix.
+    from airflow_provider_cdc.preflight import PreflightFailure
+
+    with pytest.raises(PreflightFailure) as caught:
+        SpannerChangeStreamOpenWindowOperator(task_id="t", **fields).execute(context)
+    message = str(caught.value)
+    assert "staging_root of task t: 'cdc/staging' is a relative path" in message, message
+    assert f"Fix: give an absolute path such as {os.path.abspath('cdc/staging')!r}" in message, message
     assert not (tmp_path / "cdc").exists()
 
 

@@ -409,8 +409,8 @@ def test_errors_name_the_window_token_and_cause(history: tuple, airflow_env: str
     with pytest.raises(ChangeStreamError) as caught:
         _read(hook, window, tmp_path)
     message = str(caught.value)
-    assert str(window) in message and "initial query" in message and "NOT_FOUND" in message
-    assert "NoSuchStream" in message
+    assert str(window) in message and "initial query" in message and "INVALID_ARGUMENT" in message
+    assert "Table-valued function not found: READ_NoSuchStream" in message
 
 
 def test_a_reader_that_lost_its_lease_changes_nothing(airflow_env: str, history: Any, tmp_path: Path) -> None:
@@ -460,3 +460,120 @@ def test_a_reader_that_lost_its_lease_changes_nothing(airflow_env: str, history:
     assert staged == expected, _difference(staged, expected)  # each change once, none of A's
     item = next(i for i in store.window_partitions(key, window.start, window.end) if i.token == token)
     assert item.is_done and item.claim_id == claims[token]
+
+
+PARTS_DDL = [
+    "CREATE TABLE Parts (Maker STRING(8) NOT NULL, Serial INT64, Label STRING(MAX), Size INT64 NOT NULL) "
+    "PRIMARY KEY (Maker, Serial)",
+    "CREATE TABLE Makers (Maker STRING(8) NOT NULL, Country STRING(MAX)) PRIMARY KEY (Maker)",
+    "CREATE CHANGE STREAM PartsChanges FOR ALL",
+]
+
+
+def test_a_read_window_stages_each_columns_nullability_and_a_nullable_key_reaches_bigquery_keyed(
+    spanner_emulator: Any,
+    new_spanner_database: Any,
+    airflow_env: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Data change records carry no nullability: the read asks INFORMATION_SCHEMA once per table it
+    meets and stages ``is_nullable`` with every column. The window's change set then reaches a
+    BigQuery target with its default ``derived_key="auto"``: the table whose key column ``Serial`` is
+    nullable is keyed on the derived key, and its row with a NULL key lands."""
+    import grpc
+    import pyarrow as pa
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import bigquery
+    from google.cloud.bigquery_storage_v1 import BigQueryWriteClient
+    from google.cloud.bigquery_storage_v1.services.big_query_write.transports import (
+        BigQueryWriteGrpcTransport,
+    )
+
+    from airflow_provider_cdc.changesets.reader import ChangeSetReader
+    from airflow_provider_cdc.changesets.writer import write_change_set
+    from airflow_provider_cdc.core.collapse import collapse_window
+    from airflow_provider_cdc.core.contract.change_set import change_set_schema
+    from airflow_provider_cdc.sources.spanner import window_reader
+    from airflow_provider_cdc.sources.spanner.table_schema import ColumnNullability
+    from airflow_provider_cdc.staging.reading import read_staged_changes
+    from airflow_provider_cdc.targets.bigquery.keys import DERIVED_KEY_COLUMN
+    from airflow_provider_cdc.targets.bigquery.target import BigQueryCdcTarget
+    from airflow_provider_cdc.testing.bigquery_fake import FakeBigQuery
+
+    queried: list[str] = []
+
+    class CountingNullability(ColumnNullability):
+        def of(self, table: str) -> Any:
+            if table not in self._tables:
+                queried.append(table)
+            return super().of(table)
+
+    monkeypatch.setattr(window_reader, "ColumnNullability", CountingNullability)
+    database = new_spanner_database(PARTS_DDL, prefix="nullable")
+    begin = spanner_emulator.clock.advance(timedelta(seconds=1))
+    columns = ["Maker", "Serial", "Label", "Size"]
+    for rows in (
+        [["acme", 1, "bolt", 3], ["acme", None, "unnumbered", 4]],
+        [["zeta", 7, None, 5]],
+    ):
+        with database.batch() as batch:
+            batch.insert("Parts", columns, rows)
+            batch.insert("Makers", ["Maker", "Country"], [[rows[0][0], "NL"]])
+        spanner_emulator.clock.advance(timedelta(milliseconds=10))
+    with database.batch() as batch:
+        batch.update("Parts", ["Maker", "Serial", "Label"], [["acme", None, "renamed"]])
+    end = spanner_emulator.clock.advance(timedelta(seconds=1))
+    window = Window(begin, end)
+
+    hook = _hook(database, stream="PartsChanges")
+    _read(hook, window, tmp_path / "staging")
+    staged = read_staged_changes(str(tmp_path / "staging"), "PartsChanges", window).to_table().to_pylist()
+    assert {row["table_name"] for row in staged} == {"Parts", "Makers"} and len(staged) == 6
+    nullable = {
+        (row["table_name"], column["name"]): column["is_nullable"]
+        for row in staged
+        for column in json.loads(row["column_types_json"])
+    }
+    assert nullable == {
+        ("Parts", "Maker"): False, ("Parts", "Serial"): True, ("Parts", "Label"): True,
+        ("Parts", "Size"): False, ("Makers", "Maker"): False, ("Makers", "Country"): True,
+    }  # fmt: skip
+    assert sorted(queried) == ["Makers", "Parts"]  # once per table for the window's read
+
+    change_set = tmp_path / "changesets" / window.window_id
+    write_change_set(
+        str(change_set),
+        {
+            table: pa.Table.from_pylist(rows, schema=change_set_schema())
+            for table, rows in collapse_window(staged).items()
+        },
+    )
+    with FakeBigQuery() as fake:
+        fake.create_dataset("demo-project", "cdc")
+        target = BigQueryCdcTarget(
+            bigquery.Client(
+                project="demo-project",
+                credentials=AnonymousCredentials(),
+                client_options={"api_endpoint": fake.rest_endpoint},
+            ),
+            BigQueryWriteClient(
+                transport=BigQueryWriteGrpcTransport(channel=grpc.insecure_channel(fake.write_endpoint))
+            ),
+            "demo-project",
+            "cdc",
+            ledger=hook.metastore,
+        )
+        for table in ChangeSetReader(str(change_set)).tables():
+            target.apply_window(table, "parts", window)
+        assert fake.table("demo-project", "cdc", "Parts").primary_key == [DERIVED_KEY_COLUMN]
+        assert fake.table("demo-project", "cdc", "Makers").primary_key == ["Maker"]
+        parts = sorted(fake.rows("demo-project", "cdc", "Parts"), key=lambda row: row[DERIVED_KEY_COLUMN])
+    assert parts == [
+        {DERIVED_KEY_COLUMN: '{"Maker":"acme","Serial":"1"}', "Maker": "acme", "Serial": 1, "Label": "bolt",
+         "Size": 3},
+        {DERIVED_KEY_COLUMN: '{"Maker":"acme","Serial":null}', "Maker": "acme", "Serial": None,
+         "Label": "renamed", "Size": 4},
+        {DERIVED_KEY_COLUMN: '{"Maker":"zeta","Serial":"7"}', "Maker": "zeta", "Serial": 7, "Label": None,
+         "Size": 5},
+    ]  # fmt: skip

@@ -10,6 +10,7 @@ row written late with an explicit past timestamp is named.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import threading
@@ -77,6 +78,7 @@ def test_snapshot_then_stream_equals_the_database_at_every_window_end(
     state: dict[str, dict] = {}
     rows = staged_rows(source_hook, tmp_path, snapshot)
     assert read.rows == len(rows) and {r["operation"] for r in rows} == {"INSERT"}
+    assert _nullability(rows) == NULLABILITY  # from INFORMATION_SCHEMA.COLUMNS.IS_NULLABLE
     apply_window(state, rows, types)
     assert state == database_tables(database, types, snapshot.start), "the snapshot differs from the database"
     stream = SpannerChangeStreamHook(
@@ -93,6 +95,25 @@ def test_snapshot_then_stream_equals_the_database_at_every_window_end(
         )
     kinds = {r["operation"] for w in windows for r in staged_rows(stream, tmp_path, w)}
     assert kinds == {"INSERT", "UPDATE", "DELETE"}
+    # Data change records carry no nullability: the change stream's read adds it.
+    assert _nullability([r for w in windows for r in staged_rows(stream, tmp_path, w)]) == NULLABILITY
+
+
+#: Each column of SNAPSHOT_DDL's tables: whether it may hold NULL (not declared NOT NULL).
+NULLABILITY = {
+    ("Accounts", "Id"): False, ("Accounts", "Name"): True, ("Accounts", "Balance"): True,
+    ("Accounts", "Active"): True, ("Accounts", "Score"): True,
+    ("Notes", "Owner"): False, ("Notes", "Seq"): False, ("Notes", "Text"): True,
+}  # fmt: skip
+
+
+def _nullability(rows: list[dict[str, Any]]) -> dict[tuple[str, str], bool | None]:
+    """``is_nullable`` of each (table, column) the staged rows' column types describe."""
+    return {
+        (row["table_name"], column["name"]): column.get("is_nullable")
+        for row in rows
+        for column in json.loads(row["column_types_json"])
+    }
 
 
 def _wide_database(new_google_database: Any, rows: int = 120) -> tuple[Any, Window]:

@@ -104,7 +104,7 @@ def test_snapshot_window_bounds_end_where_the_stream_starts() -> None:
 
 def test_the_open_operator_refuses_a_bad_mode_and_a_relative_root() -> None:
     bounds = snapshot_window_bounds(T)
-    with pytest.raises(AirflowFailException, match="mode must be"):
+    with pytest.raises(AirflowFailException, match="mode: mode must be 'snapshot' or 'commit_timestamp'"):
         SpannerTableOpenWindowOperator(
             task_id="o", mode="everything", tables=["A"], staging_root="/s", **bounds, **CONNECTION
         ).execute(_context())
@@ -266,24 +266,13 @@ def test_tables_rendered_as_json_text_reach_the_hook_as_a_list() -> None:
         tables_argument("[{'table': 'DocumentHistory'}]")  # a Python repr: render with '| tojson'
 
 
-@pytest.mark.spark
-def test_a_second_run_reopening_the_snapshot_fences_the_first_and_a_lost_batch_file_is_refused(
-    spanner_emulator: Any,
-    new_spanner_database: Any,
-    monkeypatch: pytest.MonkeyPatch,
-    sqlite_url: str,
-    tmp_path: Path,
-) -> None:
-    """Run A opens the snapshot (epoch 1) and reads it; run B opens it again (epoch 2) while A's merge
-    runs: A publishes no manifest, and A's upsert and commit are refused, its staged batches intact.
-    A batch file of B lost before B's merge fails the merge naming window, batch and claim, before
-    anything is written; opening the window again (epoch 3) and reading it heals it, and the lake
-    equals the database. B's commit, of an older epoch, is refused after."""
-    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-
-    from airflow_provider_cdc.core.contract.locations import MANIFEST_NAME
-    from airflow_provider_cdc.hooks.pipeline import StagedInputMissingError
-    from airflow_provider_cdc.metastore import Metastore, WindowState
+def _snapshot_pipeline(
+    spanner_emulator: Any, new_spanner_database: Any, monkeypatch: pytest.MonkeyPatch, sqlite_url: str,
+    tmp_path: Path, prefix: str,
+) -> SimpleNamespace:
+    """A snapshot window of a written database and its steps as one run executes them (each takes the
+    epoch its run opened): ``open_and_read``, ``merge``, ``upsert``, ``commit``."""
+    from airflow_provider_cdc.metastore import Metastore
     from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
     from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
     from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
@@ -291,8 +280,9 @@ def test_a_second_run_reopening_the_snapshot_fences_the_first_and_a_lost_batch_f
     monkeypatch.setenv("SPANNER_EMULATOR_HOST", spanner_emulator.host)
     monkeypatch.setenv("AIRFLOW_CONN_CDC_METASTORE_DEFAULT", metastore_connection(sqlite_url))
     monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT", raising=False)  # Spark on this worker
     clock = spanner_emulator.clock
-    database = new_spanner_database(SNAPSHOT_DDL, prefix="epochs")
+    database = new_spanner_database(SNAPSHOT_DDL, prefix=prefix)
     clock.advance(timedelta(seconds=1))
     writes = Writes(database, seed=5)
     writes.insert_accounts(60)
@@ -308,23 +298,26 @@ def test_a_second_run_reopening_the_snapshot_fences_the_first_and_a_lost_batch_f
     window = Window(first - ONE_MICROSECOND, first)
     table = {"staging_root": roots["staging_root"], "pipeline_id": "pipe", "source": "Snapshot", **spanner}
     stream_key = f"projects/{PROJECT}/instances/{INSTANCE}/databases/{database.database_id}/Snapshot"
-    spark = {"conn_id": "cdc_no_such_spark_connection", "conf": {"spark.ui.enabled": "false"}}
-    types = {name: column_types(database, name) for name in ("Accounts", "Notes")}
-    store = Metastore(sqlite_url)
-    change_set = tmp_path / "changeset_root" / window.window_id
+    spark = {"conn_id": "spark_default", "conf": {"spark.ui.enabled": "false"}}
 
-    def open_and_read(run: str, readers: int = 2) -> tuple[int, list[dict]]:
+    def open_window(run: str, readers: int = 2) -> int:
         SpannerTableOpenWindowOperator(
             task_id=f"{run}_open", mode="snapshot", tables=["Accounts", "Notes"], readers=readers,
             max_partitions=3, **snapshot, **table,
         ).execute(_context(f"{run}_open"))  # fmt: skip
-        summaries = [
+        return PUSHED[(f"{run}_open", "epoch")]
+
+    def read(run: str, readers: int = 2) -> list[dict]:
+        return [
             SpannerTableReadWindowOperator(
                 task_id=f"{run}_read", reader_index=i, **snapshot, **table
             ).execute(_context(f"{run}_read", i))
             for i in range(readers)
         ]
-        return PUSHED[(f"{run}_open", "epoch")], summaries
+
+    def open_and_read(run: str, readers: int = 2) -> tuple[int, list[dict]]:
+        epoch = open_window(run, readers)
+        return epoch, read(run, readers)
 
     def merge(epoch: int) -> None:
         SparkMergeWindowOperator(
@@ -344,6 +337,88 @@ def test_a_second_run_reopening_the_snapshot_fences_the_first_and_a_lost_batch_f
             **snapshot,
         ).execute(_context("commit"))  # fmt: skip
 
+    return SimpleNamespace(
+        database=database, window=window, stream_key=stream_key, store=Metastore(sqlite_url),
+        types={name: column_types(database, name) for name in ("Accounts", "Notes")},
+        change_set=tmp_path / "changeset_root" / window.window_id, open_window=open_window, read=read,
+        open_and_read=open_and_read, merge=merge, upsert=upsert, commit=commit,
+    )
+
+
+@pytest.mark.spark
+def test_two_merges_of_one_window_at_once_the_later_opening_applies_it(
+    spanner_emulator: Any,
+    new_spanner_database: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    sqlite_url: str,
+    tmp_path: Path,
+) -> None:
+    """Run A's merge job is running when run B opens the window again, reads it, merges and publishes;
+    A's job then writes its change set (in its own epoch's folder) and publishes nothing. B's upsert and
+    commit apply the window without a manual clear, and the lake equals the database."""
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    from airflow_provider_cdc.core.contract.locations import MANIFEST_NAME
+    from airflow_provider_cdc.metastore import WindowState
+
+    run = _snapshot_pipeline(
+        spanner_emulator, new_spanner_database, monkeypatch, sqlite_url, tmp_path, prefix="race"
+    )
+    epoch_a, _ = run.open_and_read("a")
+    submit = SparkSubmitOperator.execute
+    b_run: list[tuple[int, list[dict]]] = []
+
+    def b_runs_while_a_merges(self: Any, context: Any) -> Any:
+        if not b_run:  # A's job has started: B opens, reads and merges the window meanwhile
+            b_run.append(run.open_and_read("b"))
+            run.merge(b_run[0][0])
+        return submit(self, context)
+
+    monkeypatch.setattr(SparkSubmitOperator, "execute", b_runs_while_a_merges)
+    with pytest.raises(AirflowFailException, match="epoch 1"):
+        run.merge(epoch_a)
+    monkeypatch.setattr(SparkSubmitOperator, "execute", submit)
+    epoch_b, summaries_b = b_run[0]
+    assert epoch_b == 2
+    manifest = json.loads((run.change_set / MANIFEST_NAME).read_text())
+    assert (manifest["epoch"], manifest["folder"]) == (2, "epoch=2")  # B's, untouched by A's job
+    assert (run.change_set / "epoch=1").is_dir()  # A's job wrote only into its own folder
+    run.upsert(epoch_b)
+    run.commit(epoch_b, summaries_b)
+    assert run.store.get_window("pipe", run.window.start, run.window.end).state is WindowState.APPLIED
+    assert _delta_tables(tmp_path / "lake_root", run.types) == database_tables(
+        run.database, run.types, run.window.start
+    )
+
+
+@pytest.mark.spark
+def test_a_second_run_reopening_the_snapshot_fences_the_first_and_a_lost_batch_file_is_refused(
+    spanner_emulator: Any,
+    new_spanner_database: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    sqlite_url: str,
+    tmp_path: Path,
+) -> None:
+    """Run A opens the snapshot (epoch 1) and reads it; run B opens it again (epoch 2) while A's merge
+    runs: A publishes no manifest, and A's upsert and commit are refused, its staged batches intact.
+    A batch file of B lost before B's merge fails the merge naming window, batch and claim, before
+    anything is written; opening the window again (epoch 3) and reading it heals it, and the lake
+    equals the database. B's commit, of an older epoch, is refused after."""
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    from airflow_provider_cdc.core.contract.locations import MANIFEST_NAME
+    from airflow_provider_cdc.hooks.pipeline import StagedInputMissingError
+    from airflow_provider_cdc.metastore import WindowState
+
+    run = _snapshot_pipeline(
+        spanner_emulator, new_spanner_database, monkeypatch, sqlite_url, tmp_path, prefix="epochs"
+    )
+    database, window, types, store = run.database, run.window, run.types, run.store
+    change_set = run.change_set
+    stream_key, open_and_read, merge, upsert, commit = (
+        run.stream_key, run.open_and_read, run.merge, run.upsert, run.commit
+    )
+
     def staged_part_files() -> set[Path]:
         return set((tmp_path / "staging_root" / "Snapshot" / window.window_id).rglob("part-*.parquet"))
 
@@ -359,11 +434,7 @@ def test_a_second_run_reopening_the_snapshot_fences_the_first_and_a_lost_batch_f
     def submit_then_reopen(self: Any, context: Any) -> Any:
         result = submit(self, context)
         if not opened_meanwhile:
-            SpannerTableOpenWindowOperator(
-                task_id="b_open", mode="snapshot", tables=["Accounts", "Notes"], readers=2, max_partitions=3,
-                **snapshot, **table,
-            ).execute(_context("b_open"))  # fmt: skip
-            opened_meanwhile.append(PUSHED[("b_open", "epoch")])
+            opened_meanwhile.append(run.open_window("b"))
         return result
 
     monkeypatch.setattr(SparkSubmitOperator, "execute", submit_then_reopen)
@@ -381,12 +452,7 @@ def test_a_second_run_reopening_the_snapshot_fences_the_first_and_a_lost_batch_f
     assert not (tmp_path / "lake_root").exists()
 
     # Run B reads; one staged file of a batch is lost before B's merge.
-    summaries_b = [
-        SpannerTableReadWindowOperator(task_id="b_read", reader_index=i, **snapshot, **table).execute(
-            _context("b_read", i)
-        )
-        for i in range(2)
-    ]
+    summaries_b = run.read("b")
     recorded = [p for p in store.window_partitions(stream_key, window.start, window.end) if p.output_files]
     lost = recorded[0]
     from airflow_provider_cdc.core.contract.locations import claim_folder, partition_key

@@ -40,8 +40,14 @@ def test_a_spark_connect_connection_gives_its_uri_and_others_none(monkeypatch) -
     assert "token=s3cret" in url and "user_id=etl" in url
     assert "s3cret" not in redacted(url) and "token=***" in redacted(url)
     assert connect_url(_connection(monkeypatch, "spark_yarn", conn_type="spark", host="yarn")) is None
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT", raising=False)
+    assert connect_url("spark_default") is None  # the default may be missing: local[*]
     monkeypatch.delenv("AIRFLOW_CONN_SPARK_NOWHERE", raising=False)
-    assert connect_url("spark_nowhere") is None
+    from airflow_provider_cdc._errors import ConnectionNotDefinedError
+
+    refused = "connection 'spark_nowhere' given as conn_id is not defined"
+    with pytest.raises(ConnectionNotDefinedError, match=refused):
+        connect_url("spark_nowhere")  # a connection named explicitly must exist
 
 
 def test_only_a_loopback_server_shares_this_disk() -> None:

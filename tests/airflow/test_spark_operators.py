@@ -50,7 +50,7 @@ def test_local_conf_adds_short_job_settings_the_user_did_not_set() -> None:
 def test_spark_defaults_apply_to_local_masters_only_and_restore_the_operator(
     monkeypatch, host: str | None, local: bool
 ) -> None:
-    conn_id = "spark_under_test"
+    conn_id = "spark_default" if host is None else "spark_under_test"
     if host is None:
         monkeypatch.delenv(f"AIRFLOW_CONN_{conn_id.upper()}", raising=False)
     else:
@@ -154,7 +154,7 @@ def test_local_python_job_kill_stops_a_running_job(tmp_path: Path) -> None:
     assert errors and "exited with status" in str(errors[0])
 
 
-def test_upsert_operator_runs_locally_only_on_local_masters(monkeypatch) -> None:
+def test_upsert_operator_runs_locally_wherever_its_driver_would_run_here(monkeypatch) -> None:
     from airflow_provider_cdc.operators._spark import connection_master
     from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
 
@@ -167,10 +167,37 @@ def test_upsert_operator_runs_locally_only_on_local_masters(monkeypatch) -> None
         return op.runs_locally(connection_master(op.spark_conn_id))
 
     assert runs_locally(operator(_spark_connection(monkeypatch, "spark_here", "local[*]")))
-    monkeypatch.delenv("AIRFLOW_CONN_SPARK_NOWHERE", raising=False)
-    assert runs_locally(operator("spark_nowhere"))  # no connection: local defaults
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT", raising=False)
+    assert runs_locally(operator("spark_default"))  # the default connection undefined: local defaults
     assert not runs_locally(operator("spark_here", local_python=False))
-    assert not runs_locally(operator(_spark_connection(monkeypatch, "spark_yarn", "yarn")))
+    # client deploy mode: the driver would run on this worker, and the job starts no Spark
+    assert runs_locally(operator(_spark_connection(monkeypatch, "spark_yarn", "yarn")))
+    assert runs_locally(operator(_spark_connection(monkeypatch, "spark_cluster", "spark://h:7077")))
+    assert not runs_locally(operator("spark_yarn", deploy_mode="cluster"))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_K8S", json.dumps(
+        {"conn_type": "spark", "host": "k8s://https://k8s.example:6443", "extra": {"deploy-mode": "cluster"}}
+    ))
+    assert not runs_locally(operator("spark_k8s"))
+
+
+def test_a_named_spark_connection_that_is_not_defined_fails_at_once(monkeypatch) -> None:
+    from airflow_provider_cdc._compat import AirflowFailException
+    from airflow_provider_cdc.operators._spark import connection_master
+
+    monkeypatch.delenv("AIRFLOW_CONN_SPARK_NOWHERE", raising=False)
+    with pytest.raises(AirflowFailException, match="'spark_nowhere'.*not defined.*spark://HOST:7077"):
+        connection_master("spark_nowhere")
+
+
+def test_the_master_is_resolved_as_spark_submit_resolves_it(monkeypatch) -> None:
+    from airflow_provider_cdc.operators._spark import connection_master
+
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_PORTED", json.dumps(
+        {"conn_type": "spark", "host": "spark://127.0.0.1", "port": 7077}
+    ))
+    assert connection_master("spark_ported") == "spark://127.0.0.1:7077"
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_URI", "spark://10.0.0.1:7077")
+    assert connection_master("spark_uri") == "spark://10.0.0.1:7077"
 
 
 def test_upsert_operator_applies_a_window_without_spark_submit(tmp_path: Path, monkeypatch, capfd) -> None:

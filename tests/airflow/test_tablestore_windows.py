@@ -197,6 +197,9 @@ def test_deleting_the_version_just_written_clears_the_column(
     assert fold(rows) == truth(emulator) == {'{"id":"1"}': {"note": "x"}}
     deleted = [json.loads(r["source_metadata_json"]).get("deleted_versions") for r in rows]
     assert [d for d in deleted if d] == [{"n": [version]}, {"note": [version - 5]}]
+    # Primary-key columns are never NULL in Table Store; attribute columns may be absent from a row.
+    described = {(c["name"], c["is_nullable"]) for r in rows for c in json.loads(r["column_types_json"])}
+    assert described == {("id", False), ("n", True), ("note", True)}
 
 
 def test_a_window_read_again_stages_the_same_changes(

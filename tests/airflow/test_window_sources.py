@@ -20,6 +20,7 @@ from airflow_provider_cdc._errors import DrainWaitError
 from airflow_provider_cdc.core.contract.locations import WindowLocations, partition_key, staging_folder
 from airflow_provider_cdc.core.contract.staged_rows import STAGED_CHANGE_COLUMNS, staged_change_schema
 from airflow_provider_cdc.core.contract.window_handle import WINDOW_XCOM_KEY, WindowHandle
+from airflow_provider_cdc.core.findings import OK, Finding
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.metastore import Metastore, PartitionSpec
 from airflow_provider_cdc.sources.claimed_reader import ClaimedWindowReader, UnitRead, WindowReadError
@@ -95,6 +96,9 @@ class DropHook(WindowSourceHook):
     @property
     def source_key(self) -> str:
         return SOURCE_KEY
+
+    def check_source(self, **options: Any) -> list[Finding]:
+        return [Finding("source", f"{len(FILES)} files dropped into {SOURCE_KEY}", level=OK)]
 
     def check_readable(self, window: Window) -> None:
         if self.now < window.end + self.margin:
@@ -187,7 +191,7 @@ def test_the_sources_implement_the_protocol(hook: DropHook, tmp_path: Path) -> N
     assert isinstance(reader, UnitReader) and isinstance(reader, StagesUnits)
     for spanner in (SpannerChangeStreamHook, SpannerTableHook):
         assert issubclass(spanner, WindowSourceHook)
-        for name in ("check_readable", "plan_units", "window_reader", "source_key"):
+        for name in ("check_readable", "check_source", "plan_units", "window_reader", "source_key"):
             assert vars(spanner).get(name) is not None, f"{spanner.__name__} implements {name}"
     assert not issubclass(SpannerTableHook, SpannerChangeStreamHook)
 

@@ -17,6 +17,7 @@ from airflow_provider_cdc.core.collapse import (
     collapse_key,
     collapse_window,
 )
+from airflow_provider_cdc.core.columns import LogicalTypeError, parse_column_types
 from tests.support.staged_changes import spanner_staged_row
 
 T0 = datetime(2024, 3, 1, 12, 0, tzinfo=timezone.utc)
@@ -149,6 +150,30 @@ def test_delete_then_insert_is_a_full_image_of_the_insert_only() -> None:
     assert image(row) == {"Name": "Bo", "Balance": "2"}  # nothing from before the delete
 
 
+@pytest.mark.parametrize(
+    ("chain", "expected"),
+    [
+        ([("DELETE", None), ("UPDATE", {"Balance": "5"})], {"Balance": "5"}),
+        ([("DELETE", None), ("UPDATE", {"Balance": "5"}), ("UPDATE", {"Name": "Cy"})],
+         {"Balance": "5", "Name": "Cy"}),
+        ([("UPDATE", {"Name": "old"}), ("DELETE", None), ("UPDATE", {"Balance": "5"})], {"Balance": "5"}),
+        ([("INSERT", {"Name": "Al", "Balance": "1"}), ("DELETE", None), ("UPDATE", {"Balance": "5"})],
+         {"Balance": "5"}),
+        ([("DELETE", None), ("INSERT", {"Balance": "1"}), ("UPDATE", {"Name": "Cy"})],
+         {"Balance": "1", "Name": "Cy"}),
+    ],
+)
+def test_an_update_after_a_delete_is_a_full_image_of_the_updated_columns(
+    chain: list[tuple[str, dict[str, Any] | None]], expected: dict[str, Any]
+) -> None:
+    # A source whose update of an absent row inserts it (Table Store's UpdateRow): after the DELETE
+    # the row starts empty, so the columns the updates do not name are NULL, not the deleted row's.
+    row = collapse_key([change(kind, values, at=i) for i, (kind, values) in enumerate(chain, start=1)])
+    assert (row["_CHANGE_TYPE"], row["_full_image"]) == ("UPSERT", True)
+    assert image(row) == expected
+    assert row["_present_columns"] == sorted(expected)
+
+
 def test_the_input_order_does_not_matter_and_duplicates_count_once() -> None:
     changes = [
         change("INSERT", {"Name": "Ann", "Balance": "10"}, at=1),
@@ -193,6 +218,26 @@ def test_a_window_gives_all_keys_of_a_table_the_union_of_its_column_types() -> N
     assert tables["Tags"][0]["_column_types_json"] == "[]"
 
 
+def test_the_union_keeps_each_columns_nullability_and_older_staging_reads_as_unknown() -> None:
+    # Staged by a version that knew nullability (key "Id" not nullable, "Name" nullable), then by
+    # one that did not: a column's newest description wins, an older one's nullability fills in.
+    known = json.dumps([{**c, "is_nullable": not c["is_primary_key"]} for c in json.loads(TYPES_V1)])
+    tables = collapse_window(
+        [
+            change("INSERT", {"Name": "A"}, at=1, key=1, column_types=known),
+            change("UPDATE", {"Note": "n"}, at=2, key=2, column_types=TYPES_V2),
+        ]
+    )
+    (types,) = {row["_column_types_json"] for row in tables["Accounts"]}
+    assert [(c["name"], c.get("is_nullable")) for c in json.loads(types)] == [
+        ("Id", False), ("Name", True), ("Balance", True), ("Note", None)
+    ]
+    only_old = collapse_window([change("INSERT", {"Name": "A"}, at=1, key=1)])["Accounts"][0]
+    assert all("is_nullable" not in c for c in json.loads(only_old["_column_types_json"]))
+    with pytest.raises(LogicalTypeError, match="'Id': is_nullable must be true or false, got 'no'"):
+        parse_column_types([{"name": "Id", "type": {"code": "INT64"}, "is_nullable": "no"}])
+
+
 def test_a_columns_newest_description_wins_in_the_union() -> None:
     as_bytes = json.dumps([{**c, "type": {"code": "BYTES"}} if c["name"] == "Note" else c
                            for c in json.loads(TYPES_V2)])
@@ -231,6 +276,8 @@ def test_collapse_chain_is_the_column_wise_core() -> None:
         "UPSERT", '{"a":1,"b":2}', False)
     assert collapse_chain(["INSERT"], ['{"b": 1}']) == ("UPSERT", '{"b": 1}', True)
     assert collapse_chain(["INSERT", "DELETE"], ['{"b":1}', "{}"]) == ("DELETE", "{}", True)
+    assert collapse_chain(["DELETE", "UPDATE"], ["{}", '{"qty":5}']) == ("UPSERT", '{"qty":5}', True)
+    assert collapse_chain(["UPDATE"], ['{"qty":5}']) == ("UPSERT", '{"qty":5}', False)
 
 
 # ------------------------------------------------------------------------------------------
@@ -245,7 +292,8 @@ VALUES = st.one_of(
 
 @st.composite
 def valid_chains(draw: st.DrawFn) -> tuple[bool, list[tuple[str, dict[str, Any]]]]:
-    """A chain Spanner could produce: INSERT only when the row is absent, UPDATE/DELETE when present."""
+    """A chain a source could produce: INSERT only when the row is absent, DELETE when present, UPDATE
+    when present or (a source whose update of an absent row inserts it, such as Table Store) absent."""
     exists = draw(st.booleans())
     started_exists = exists
     chain = []
@@ -253,7 +301,7 @@ def valid_chains(draw: st.DrawFn) -> tuple[bool, list[tuple[str, dict[str, Any]]
         if exists:
             kind = draw(st.sampled_from(["UPDATE", "UPDATE", "DELETE"]))
         else:
-            kind = "INSERT"
+            kind = draw(st.sampled_from(["INSERT", "UPDATE"]))
         if kind == "INSERT":
             values = {column: draw(VALUES) for column in COLUMNS}
         elif kind == "UPDATE":

@@ -125,6 +125,54 @@ def test_table_names() -> None:
         parse_event(event(object="1-bad name"))
 
 
+@pytest.mark.parametrize(
+    ("object_name", "table"),
+    [
+        ("ea-main_users", "ea_main_users"),  # schema "ea-main", table "users", as in Google's samples
+        ("billing-eu.invoice lines", "billing_eu_invoice_lines"),
+        ("Kasse$2024-Q1", "Kasse_2024_Q1"),
+        ("café-menu", "caf__menu"),  # one "_" per character, letters outside ASCII included
+    ],
+)
+def test_an_object_name_maps_to_a_table_with_every_other_character_replaced(
+    object_name: str, table: str
+) -> None:
+    assert parse_event(event(object=object_name)).table_name == table
+    explicit = DatastreamSettings(table_names={object_name: "chosen"})
+    assert parse_event(event(object=object_name), explicit).table_name == "chosen"
+
+
+@pytest.mark.parametrize("object_name", ["2024-orders", "_staging-users", "x" * 129])
+def test_an_object_name_that_maps_to_no_valid_table_must_be_mapped(object_name: str) -> None:
+    with pytest.raises(DatastreamEventError, match=r"no valid table name .*map it to one in table_names"):
+        parse_event(event(object=object_name))
+    mapped = DatastreamSettings(table_names={object_name: "orders"})
+    assert parse_event(event(object=object_name), mapped).table_name == "orders"
+
+
+def test_two_objects_mapping_to_one_table_are_refused_naming_both() -> None:
+    objects = ["ea-main_users", "ea-main_orders", "ea.main_users"]
+    with pytest.raises(DatastreamSettingsError) as refused:
+        DatastreamSettings().object_tables(objects)
+    assert str(refused.value) == (
+        "Datastream objects 'ea-main_users' and 'ea.main_users' both map to table 'ea_main_users'; "
+        "map one of them to another table in table_names"
+    )
+    # One of them mapped elsewhere, or both mapped to one table on purpose, is accepted.
+    renamed = DatastreamSettings(table_names={"ea.main_users": "legacy_users"})
+    assert renamed.object_tables(objects) == {
+        "ea-main_orders": "ea_main_orders",
+        "ea-main_users": "ea_main_users",
+        "ea.main_users": "legacy_users",
+    }
+    merged = DatastreamSettings(table_names={"ea-main_users": "users", "ea.main_users": "users"})
+    assert set(merged.object_tables(objects).values()) == {"users", "ea_main_orders"}
+    # An explicit name equal to another object's default name is a collision too.
+    taken = DatastreamSettings(table_names={"ea.main_users": "ea_main_orders"})
+    with pytest.raises(DatastreamSettingsError, match="'ea-main_orders' and 'ea.main_users' both map"):
+        taken.object_tables(objects)
+
+
 def test_settings_round_trip_and_validation() -> None:
     settings = DatastreamSettings(
         source_database="postgres",

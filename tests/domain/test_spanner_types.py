@@ -19,6 +19,10 @@ from airflow_provider_cdc.changesets.arrow_values import (
     arrow_type,
     decode_column,
     decode_json_objects,
+    field_is_nullable,
+    field_is_primary_key,
+    field_type_text,
+    key_column_names,
 )
 from airflow_provider_cdc.core.columns import ColumnType, parse_column_types
 from airflow_provider_cdc.core.identifiers import InvalidIdentifierError
@@ -102,9 +106,35 @@ def test_arrow_schema_orders_by_ordinal_position_and_marks_keys() -> None:
     ]
     schema = arrow_schema(json.dumps(column_types))
     assert schema.names == ["TenantId", "OrderId", "Name", "Tags"]
-    assert [f.metadata[b"spanner.primary_key"] for f in schema] == [b"true", b"true", b"false", b"false"]
+    assert [f.metadata[b"cdc.primary_key"] for f in schema] == [b"true", b"true", b"false", b"false"]
     assert schema.field("Tags").type == pa.list_(pa.string())
-    assert schema.field("Tags").metadata[b"spanner.type"] == b"ARRAY<STRING>"
+    assert schema.field("Tags").metadata[b"cdc.type"] == b"ARRAY<STRING>"
+    assert all(b"cdc.nullable" not in f.metadata for f in schema)  # not said: not recorded
+
+
+def test_the_field_metadata_records_nullability_and_readers_take_the_earlier_keys_too() -> None:
+    schema = arrow_schema(
+        [
+            {"name": "Id", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 1,
+             "is_nullable": False},
+            {"name": "Note", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 2,
+             "is_nullable": True},
+        ]
+    )  # fmt: skip
+    assert [(f.metadata[b"cdc.nullable"], f.nullable) for f in schema] == [(b"false", True), (b"true", True)]
+    assert [field_is_nullable(f) for f in schema] == [False, True]
+    assert key_column_names(schema) == ["Id"]
+    earlier = pa.schema(
+        [
+            pa.field("Id", pa.int64(), True, {b"spanner.type": b"INT64", b"spanner.primary_key": b"true"}),
+            pa.field("Tags", pa.list_(pa.string()), True, {b"spanner.type": b"ARRAY<STRING>"}),
+            pa.field("_commit_timestamp", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+    assert key_column_names(earlier) == ["Id"]
+    assert [field_type_text(f) for f in earlier] == ["INT64", "ARRAY<STRING>", None]
+    assert [field_is_primary_key(f) for f in earlier] == [True, False, False]
+    assert field_is_nullable(earlier.field("Id")) is None
 
 
 def test_column_types_reject_bad_names_and_duplicates() -> None:

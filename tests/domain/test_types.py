@@ -221,7 +221,7 @@ def test_new_types_decode_into_arrow_tables_and_schemas() -> None:
     table = decode_json_objects(texts, columns)
     schema = arrow_schema(columns)
     assert table.schema == pa.schema([pa.field(f.name, f.type) for f in schema])
-    assert [f.metadata[b"spanner.type"] for f in schema] == [
+    assert [f.metadata[b"cdc.type"] for f in schema] == [
         b"INT64", b"DATETIME", b"TIME", b"BIGNUMERIC", b"ARRAY<DATETIME>"
     ]
     assert table.to_pylist() == [

@@ -14,6 +14,10 @@ ledger has every table of it, nothing is sent again, and nothing changes.
 
 The demo's values are drawn without NULL array elements (``value_profile="google-emulator"``): BigQuery
 arrays cannot hold them, and the BigQuery upsert refuses such a row naming it.
+
+The demo's ``Readings`` table has a nullable key column (``Day``, declared without ``NOT NULL``): with
+the DAG's defaults (``derived_key="auto"``) its BigQuery table is keyed on the derived key ``_cdc_key``,
+the other tables on their Spanner keys.
 """
 
 from __future__ import annotations
@@ -199,6 +203,11 @@ def test_windows_reach_bigquery_equal_to_the_history_and_a_rerun_changes_nothing
         output = dag.run(index, f"window-{index}")
         assert dag.home.dag_runs(DAG_ID)[-1][1:] == ("success", *dag.window(index))
         _assert_equal_to_history(dag, index, f"after window {index}")
+        assert {t: dag.fake.table(PROJECT, DATASET, t).primary_key for t in TABLES} == {
+            "Customers": ["Region", "CustomerId"],
+            "Orders": ["CustomerId", "OrderId"],
+            "Readings": ["_cdc_key"],  # Day is nullable: the key is derived, with no setting
+        }
         store = dag.metastore()
         try:
             windows = [(w.start, w.end, w.state.value) for w in store.list_windows(PIPELINE)]

@@ -246,3 +246,40 @@ print(json.dumps(report))
     for report_of in (lake, bigquery):
         assert "window_basis" in report_of["window_basis"] and "open_window" in report_of["window_basis"]
     assert "tombstone_horizon_days" in str(lake["upsert"])
+
+
+def test_a_lake_run_with_a_tombstone_horizon_of_zero_days_is_refused_when_created(tmp_path: Path) -> None:
+    """The lake DAG's params are checked as Airflow checks a run's conf when it creates the run (before
+    any task, so before anything is read or recorded): 0 days is refused naming the param."""
+    check = """
+import json, sys
+from airflow.dag_processing.dagbag import DagBag
+from airflow.serialization.serialized_objects import DagSerialization
+dag = DagSerialization.from_dict(DagSerialization.to_dict(DagBag(dag_folder=sys.argv[1]).dags[sys.argv[2]]))
+report = {}
+for days in (7, 0.5, 0, -1):
+    try:
+        dag.params.deep_merge({"tombstone_horizon_days": days}).validate()  # as create_dagrun does
+        report[str(days)] = "accepted"
+    except Exception as error:
+        report[str(days)] = f"{type(error).__name__}: {error}"
+print(json.dumps(report))
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "CDC_"))}
+    env.update(AIRFLOW_HOME=str(tmp_path / "airflow"), AIRFLOW__CORE__LOAD_EXAMPLES="False")
+    dag_file = Path(__file__).resolve().parents[2] / "example_dags" / "datastream_to_lake.py"
+    result = subprocess.run(
+        [sys.executable, "-c", check, str(dag_file), LAKE_DAG],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["7"] == report["0.5"] == "accepted"
+    for days in ("0", "-1"):
+        assert report[days].startswith(
+            f"ParamValidationError: Invalid input for param tombstone_horizon_days: {days} is less than or "
+            "equal to the minimum of 0"
+        ), report[days]

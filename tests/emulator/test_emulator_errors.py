@@ -129,10 +129,12 @@ def test_token_of_another_stream_is_invalid(history: History) -> None:
     assert token in caught.value.message
 
 
-def test_unknown_stream_is_not_found(history: History) -> None:
-    with pytest.raises(exceptions.NotFound) as caught:
-        query(history, stream="NoSuchStream")
-    assert "NoSuchStream" in caught.value.message
+def test_an_unknown_stream_is_an_unknown_function_as_spanner_answers(history: History) -> None:
+    # Google's emulator (and Spanner) compile READ_<stream> first: a stream that does not exist is a
+    # table-valued function that does not exist, whatever the arguments.
+    with pytest.raises(exceptions.InvalidArgument) as caught:
+        query(history, stream="NoSuchStream", heartbeat_milliseconds=0)
+    assert caught.value.message.startswith("Table-valued function not found: READ_NoSuchStream [at 1:")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -210,3 +212,52 @@ def test_initial_query_reports_every_initial_partition(history: History) -> None
     assert sorted(child.token for record in records for child in record.child_partitions) == sorted(
         history.tokens
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# What does not exist, answered as Google's emulator answers it
+# ---------------------------------------------------------------------------------------------
+def _missing_answers(host: str, database_id: str) -> list[tuple[str, str]]:
+    """``(error type, message up to ', request_id')`` of a query of a missing database, of a database
+    of a missing instance and of a missing change stream; then what the listings hold."""
+    from airflow_provider_cdc.testing.emulator_client import emulator_client
+
+    client = emulator_client(host, "test-project")
+
+    def answer(instance: str, database: str, sql: str) -> tuple[str, str]:
+        try:
+            with client.instance(instance).database(database).snapshot() as snapshot:
+                list(snapshot.execute_sql(sql))
+        except exceptions.GoogleAPICallError as error:
+            message = str(error.message).split(", request_id")[0].split(" [resource_type")[0]
+            return type(error).__name__, message.splitlines()[0]
+        return "OK", ""
+
+    read = "SELECT ChangeRecord FROM READ_Nowhere(start_timestamp => CURRENT_TIMESTAMP(), end_timestamp => NULL, partition_token => NULL, heartbeat_milliseconds => 10000)"  # noqa: E501
+    listed = [i.name.rsplit("/", 1)[-1] for i in client.list_instances()]
+    databases = [d.name.rsplit("/", 1)[-1] for d in client.instance("test-instance").list_databases()]
+    return [
+        answer("test-instance", "nowhere", "SELECT 1"),
+        answer("no-instance", database_id, "SELECT 1"),
+        answer("test-instance", database_id, read),
+        ("instances", str("test-instance" in listed)),
+        ("databases", str(database_id in databases)),
+    ]
+
+
+def test_missing_instances_databases_and_streams_are_answered_as_googles_emulator_answers(
+    spanner_emulator: Any, new_spanner_database: Any, request: pytest.FixtureRequest
+) -> None:
+    database = new_spanner_database(SCHEMA, prefix="missing")
+    expected = [
+        ("NotFound", "Database not found: projects/test-project/instances/test-instance/databases/nowhere"),
+        ("NotFound", "Instance not found: projects/test-project/instances/no-instance"),
+        ("InvalidArgument", "Table-valued function not found: READ_Nowhere [at 1:26]"),
+        ("instances", "True"),
+        ("databases", "True"),
+    ]
+    assert _missing_answers(spanner_emulator.host, database.database_id) == expected
+    google = request.getfixturevalue("new_google_database")  # skips where Google's emulator is missing
+    same = google(SCHEMA, prefix="missing")
+    host = request.getfixturevalue("google_spanner_emulator").host
+    assert _missing_answers(host, same.database_id) == expected

@@ -282,6 +282,28 @@ def test_information_schema_describes_the_tables(target: Target) -> None:
     assert options == [["Customers", "UpdatedAt", "allow_commit_timestamp", "BOOL", "TRUE"]]
 
 
+def test_a_key_column_without_not_null_is_nullable_in_information_schema(target: Target) -> None:
+    # Spanner allows NULL in a key column not declared NOT NULL: IS_NULLABLE says YES for it.
+    database = target.database(
+        [
+            "CREATE TABLE Parts (Maker STRING(8) NOT NULL, Serial INT64, Label STRING(MAX), "
+            "Size INT64 NOT NULL) PRIMARY KEY (Maker, Serial)"
+        ]
+    )
+    columns = rows_of(
+        database,
+        "SELECT COLUMN_NAME, IS_NULLABLE FROM INFORMATION_SCHEMA.COLUMNS WHERE TABLE_SCHEMA = '' "
+        "AND TABLE_NAME = 'Parts' ORDER BY ORDINAL_POSITION",
+    )
+    assert columns == [["Maker", "NO"], ["Serial", "YES"], ["Label", "YES"], ["Size", "NO"]]
+    keys = rows_of(
+        database,
+        "SELECT COLUMN_NAME, IS_NULLABLE FROM INFORMATION_SCHEMA.INDEX_COLUMNS WHERE TABLE_SCHEMA = '' "
+        "AND TABLE_NAME = 'Parts' AND INDEX_TYPE = 'PRIMARY_KEY' ORDER BY ORDINAL_POSITION",
+    )
+    assert keys == [["Maker", "NO"], ["Serial", "YES"]]
+
+
 def positioned(sql: str, column: int, text: str) -> str:
     """Spanner's wording of an error at ``column`` of a one-line query (``0``: no position)."""
     return text if not column else f"{text} [at 1:{column}]\n{sql}\n{' ' * (column - 1)}^"

@@ -10,17 +10,22 @@ written with the change-set writer, the way the merge writes it.
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from airflow_provider_cdc.changesets.reader import ChangeSetReader, ChangeSetTable
 from airflow_provider_cdc.changesets.writer import Change, change_set_table, write_change_set
+from airflow_provider_cdc.core.collapse import collapse_window
+from airflow_provider_cdc.core.contract.change_set import change_set_schema
+from airflow_provider_cdc.core.timestamps import to_micros
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.targets.protocol import (
     ALREADY_APPLIED,
@@ -30,6 +35,7 @@ from airflow_provider_cdc.targets.protocol import (
     Target,
 )
 from tests.support.change_sets import ORDERS, START, seq
+from tests.support.staged_changes import spanner_staged_row
 
 PIPELINE = "conformance"
 TABLE = "Orders"
@@ -168,6 +174,46 @@ def check_partial_images_are_completed(harness: TargetHarness, root: Path) -> No
     }
 
 
+def check_an_update_after_a_delete_does_not_bring_deleted_columns_back(
+    harness: TargetHarness, root: Path
+) -> None:
+    """A key deleted and then updated in one window (a source whose update of an absent row inserts
+    it, such as Table Store's UpdateRow) holds only the updated columns: the deleted row's other
+    columns read as NULL. The change set is the merge's collapse of the staged changes."""
+    _apply(harness, root, WINDOWS[0], _write(root, WINDOWS[0], _first_window()))
+    at = WINDOWS[1].start
+    staged = [
+        _staged("DELETE", "o1", at, {}),
+        _staged("UPDATE", "o1", at + timedelta(seconds=1), {"Amount": "7.00"}),
+        _staged("DELETE", "o2", at + timedelta(seconds=2), {}),
+        _staged("UPDATE", "o2", at + timedelta(seconds=3), {"PlacedAt": "2024-06-01T12:00:00.000000Z"}),
+        _staged("UPDATE", "o2", at + timedelta(seconds=4), {"Amount": "8.00"}),
+    ]
+    (rows,) = collapse_window(staged).values()
+    path = root / WINDOWS[1].window_id
+    write_change_set(str(path), {TABLE: pa.Table.from_pylist(rows, schema=change_set_schema())})
+    (table,) = ChangeSetReader(str(path)).tables()
+    assert _apply(harness, root, WINDOWS[1], table).outcome == APPLIED
+    assert _by_key(harness, ["Amount", "PlacedAt"]) == {
+        "o1": {"Amount": Decimal("7.00"), "PlacedAt": None},
+        "o2": {"Amount": Decimal("8.00"), "PlacedAt": START},
+        "o3": _order(3, "3.75"),
+    }
+
+
+def _staged(operation: str, key: str, at: datetime, after: dict[str, Any]) -> dict[str, Any]:
+    """A staged change of the Orders table committed ``at``."""
+    return spanner_staged_row(
+        operation=operation,
+        table=TABLE,
+        keys_json=json.dumps({"OrderId": key}, separators=(",", ":")),
+        after_json=json.dumps(after, separators=(",", ":")),
+        commit_timestamp=at,
+        transaction=f"tx-{key}-{to_micros(at)}",
+        column_types_json=json.dumps(ORDERS),
+    )
+
+
 def check_a_new_column_in_a_later_window_evolves_the_table(harness: TargetHarness, root: Path) -> None:
     """A column first seen in a later window is added; rows written before read it as NULL."""
     _apply(harness, root, WINDOWS[0], _write(root, WINDOWS[0], _first_window()))
@@ -206,6 +252,7 @@ CHECKS: Mapping[str, Callable[[TargetHarness, Path], None]] = {
         check_reapplying_a_window_changes_nothing,
         check_an_older_window_is_refused,
         check_partial_images_are_completed,
+        check_an_update_after_a_delete_does_not_bring_deleted_columns_back,
         check_a_new_column_in_a_later_window_evolves_the_table,
         check_the_watermark_advances,
     )

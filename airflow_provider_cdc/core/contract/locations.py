@@ -13,6 +13,12 @@ lease) are never read. Change sets (the merge's output, a target's input)::
 
     {changeset_root}/{window_id}/table={table}/part-*.parquet + {changeset_root}/{window_id}/_manifest.json
 
+A merge that belongs to an opening (epoch) of the window writes its tables into a folder of that
+epoch, ``{changeset_root}/{window_id}/epoch={n}/table={table}/``, and its manifest is published as
+``{changeset_root}/{window_id}/_manifest.json`` naming that folder (``"folder": "epoch={n}"``): two runs
+of one window at once never write into the same folder, and the published manifest says which is
+the window's change set.
+
 Delta tables: ``{lake_root}/{table}``. Roots are absolute local paths or URIs (``gs://bucket/prefix``).
 """
 
@@ -27,7 +33,31 @@ from airflow_provider_cdc.core.window import Window
 PARTITION_DIR_PREFIX = "partition="
 CLAIM_DIR_PREFIX = "claim="
 TABLE_DIR_PREFIX = "table="
+EPOCH_DIR_PREFIX = "epoch="
 MANIFEST_NAME = "_manifest.json"
+#: The manifest's entry naming the folder (relative to the change set) that holds its tables.
+MANIFEST_FOLDER = "folder"
+
+
+def epoch_folder(epoch: int) -> str:
+    """The folder (relative to a window's change set) an opening's merge writes its tables into."""
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        raise ValueError(f"an epoch is a non-negative integer, got {epoch!r}")
+    return f"{EPOCH_DIR_PREFIX}{epoch}"
+
+
+def manifest_folder(value: object) -> str:
+    """The data folder a published manifest names (``""``: the change set itself); anything but an
+    epoch's folder is refused, so a manifest cannot point a reader outside its change set."""
+    if value in (None, ""):
+        return ""
+    text = str(value)
+    number = text[len(EPOCH_DIR_PREFIX):] if text.startswith(EPOCH_DIR_PREFIX) else ""
+    if not number.isdigit() or epoch_folder(int(number)) != text:
+        raise ValueError(
+            f"a change set's manifest names folder {value!r}; only {EPOCH_DIR_PREFIX}<n> is valid"
+        )
+    return text
 
 
 def partition_key(partition_token: str) -> str:
@@ -82,6 +112,12 @@ class WindowLocations:
     def change_set(self, window: Window) -> str:
         """The folder of a window's change set (its tables and manifest)."""
         return f"{_root(self.changeset_root, 'changeset_root')}/{window.window_id}"
+
+    def change_set_data(self, window: Window, epoch: int | None) -> str:
+        """Where the merge of an opening (``epoch``) of a window writes its tables and pending manifest;
+        without an epoch, the change set itself."""
+        folder = self.change_set(window)
+        return folder if epoch is None else f"{folder}/{epoch_folder(epoch)}"
 
     def manifest(self, window: Window) -> str:
         """The manifest of a window's change set, written last."""

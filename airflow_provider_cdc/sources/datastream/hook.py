@@ -13,12 +13,14 @@ the same generations). Mapped readers claim the files like partitions
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_cdc.core.contract.staged_rows import ARRIVAL
+from airflow_provider_cdc.core.findings import OK, WARNING, Finding, did_you_mean, errors_of, suggest
 from airflow_provider_cdc.core.identifiers import validate_identifier
 from airflow_provider_cdc.core.timestamps import format_timestamp, seconds_duration
 from airflow_provider_cdc.core.window import Window
@@ -31,7 +33,8 @@ from airflow_provider_cdc.sources.datastream.listing import (
     StreamFiles,
     stream_files,
 )
-from airflow_provider_cdc.sources.datastream.settings import DatastreamSettings
+from airflow_provider_cdc.sources.datastream.names import is_object_name
+from airflow_provider_cdc.sources.datastream.settings import DatastreamSettings, DatastreamSettingsError
 from airflow_provider_cdc.sources.hook import SourceError, WindowSourceHook
 
 if TYPE_CHECKING:
@@ -91,7 +94,11 @@ class DatastreamHook(WindowSourceHook):
 
     :param stream_root: the stream's destination path: its objects are the folders directly below.
     :param source: the source's name (a plain identifier): its staging folder and metastore key.
-    :param objects: the Datastream objects (folders, e.g. ``shop_customers``) to read; default all.
+    :param objects: the Datastream objects (folders, e.g. ``shop_customers`` or ``ea-main_users``) to
+        read; default all. Each maps to a table (``settings.table_names``, else the object name with
+        every character that is not a letter, digit or ``_`` replaced by ``_``); two objects mapping
+        to one table are refused when the hook is built (given objects) or a window is opened
+        (listed ones), naming both.
     :param settings: :class:`DatastreamSettings` or its dict: the database kind override, primary keys,
         JSONL column types and table names.
     :param file_rotation_interval: the stream's ``file_rotation_interval`` (default 60 s), from which
@@ -124,11 +131,16 @@ class DatastreamHook(WindowSourceHook):
         super().__init__()
         self.stream_root = stream_root
         self.source = validate_identifier(source, "source")
-        self.objects = [validate_identifier(obj, "Datastream object") for obj in objects or ()]
+        if isinstance(objects, str) or not all(is_object_name(obj) for obj in objects or ()):
+            raise ValueError(
+                f"objects must be a list of Datastream object names (non-empty, no '/'), got {objects!r}"
+            )
+        self.objects = list(objects or ())
         if isinstance(settings, DatastreamSettings):
             self.settings = settings
         else:
             self.settings = DatastreamSettings.from_dict(dict(settings or {}))
+        self.settings.object_tables(self.objects)  # two given objects on one table fail at once
         rotation = (
             seconds_duration(file_rotation_interval, "file_rotation_interval")
             or DEFAULT_FILE_ROTATION_INTERVAL
@@ -166,6 +178,73 @@ class DatastreamHook(WindowSourceHook):
                 f"it is {format_timestamp(now)}"
             )
 
+    def check_source(self, **options: Any) -> list[Finding]:
+        """The stream root exists (a ``gs://`` bucket and a prefix holding objects, or a folder) and
+        holds the configured ``objects``; else suggestions from what exists next to them."""
+        root = self.stream_root.rstrip("/")
+        if root.startswith("gs://"):
+            bucket = root[len("gs://") :].partition("/")[0]
+            findings = self._check_bucket(bucket)
+            if errors_of(findings):
+                return findings
+        try:
+            objects = self.files.object_names()
+        except FileNotFoundError:
+            objects = None
+        except ValueError as exc:  # not gs:// nor an absolute path
+            return [Finding("stream_root", str(exc), "give gs://bucket/prefix or an absolute folder")]
+        if not objects:
+            last = root.rstrip("/").rsplit("/", 1)[-1]
+            siblings = self._siblings(root)
+            what = "does not exist" if objects is None else "holds no Datastream object (folder)"
+            if objects is None or suggest(last, siblings):
+                return [Finding(
+                    "stream_root", f"{root} {what}",
+                    did_you_mean(last, siblings, "folder"),
+                )]
+            fix = "check that it is the stream's destination path, if the stream has written files"
+            return [Finding("stream_root", f"{root} holds no Datastream object yet", fix, level=WARNING)]
+        findings = [
+            Finding("objects", f"no object {o!r} under {root}", did_you_mean(o, objects, "object"))
+            for o in self.objects
+            if o not in objects
+        ]
+        return findings or [Finding("stream_root", f"{root} holds {len(objects)} object(s)", level=OK)]
+
+    def _check_bucket(self, bucket: str) -> list[Finding]:
+        from google.api_core import exceptions as gexc
+
+        client = self._storage_client()
+        try:
+            if client.lookup_bucket(bucket) is not None:
+                return []
+        except (gexc.Forbidden, gexc.Unauthorized) as exc:
+            return [Finding(
+                "stream_root", f"Cloud Storage refused bucket {bucket!r} to connection {self.gcp_conn_id!r}: "
+                f"{str(exc).splitlines()[0]}", "grant its identity roles/storage.objectViewer on the bucket",
+            )]
+        try:
+            known: list[str] | None = [b.name for b in client.list_buckets()]
+        except gexc.GoogleAPICallError:  # no permission to list the project's buckets: no suggestions
+            known = None
+        fix = "check stream_root" if known is None else did_you_mean(bucket, known, "bucket")
+        return [Finding("stream_root", f"Cloud Storage bucket {bucket!r} does not exist", fix)]
+
+    def _siblings(self, root: str) -> list[str]:
+        """The folders next to ``root`` (for suggestions); empty when they cannot be listed."""
+        parent = root.rsplit("/", 1)[0]
+        if root.startswith("gs://"):
+            bucket, _, prefix = parent[len("gs://") :].partition("/")
+            prefix = f"{prefix}/" if prefix else ""
+            listing = self._storage_client().list_blobs(bucket, prefix=prefix, delimiter="/")
+            for _page in listing.pages:  # prefixes fill in as pages are read
+                pass
+            return [p[len(prefix) :].rstrip("/") for p in listing.prefixes]
+        try:
+            return [entry.name for entry in os.scandir(parent or "/") if entry.is_dir()]
+        except OSError:
+            return []
+
     @cached_property
     def files(self) -> StreamFiles:
         """The stream root's files (a Cloud Storage client through the Google connection for gs://)."""
@@ -173,28 +252,43 @@ class DatastreamHook(WindowSourceHook):
 
     def _storage_client(self) -> Any:
         """A Cloud Storage client with the identity of ``gcp_conn_id`` (the google provider's
-        ``GCSHook``); without a ``google_cloud_default`` connection, Application Default Credentials."""
-        from airflow.providers.google.cloud.hooks.gcs import GCSHook
+        ``GCSHook``); without a ``google_cloud_default`` connection, Application Default Credentials;
+        another connection that is not defined fails (``ConnectionNotDefinedError``)."""
+        from airflow_provider_cdc.hooks.storage import gcs_client
 
-        from airflow_provider_cdc._compat import AirflowNotFoundException
+        return gcs_client(self.gcp_conn_id, self.impersonation_chain, self.log)
 
-        hook = GCSHook(gcp_conn_id=self.gcp_conn_id, impersonation_chain=self.impersonation_chain)
+    def stream_objects(self) -> list[str]:
+        """The objects to read: ``objects``, else every folder directly under the stream root."""
+        return self.objects or self.files.object_names()
+
+    def object_tables(self, window: Window) -> dict[str, str]:
+        """Each object to read and its table; two objects mapping to one table fail naming both."""
         try:
-            return hook.get_conn()
-        except AirflowNotFoundException:
-            if self.gcp_conn_id != DEFAULT_GCP_CONN_ID or self.impersonation_chain:
-                raise
-            from google.cloud import storage
+            objects = self.stream_objects()
+        except Exception as exc:
+            raise DatastreamSourceError(
+                f"window {window}: listing the objects of {self.stream_root} failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        try:
+            return self.settings.object_tables(objects)
+        except DatastreamSettingsError as exc:
+            raise DatastreamSourceError(f"window {window}: stream {self.stream_root}: {exc}") from None
 
-            self.log.info(
-                "No connection %s: Cloud Storage with Application Default Credentials", self.gcp_conn_id
-            )
-            return storage.Client()
+    def open_window_epoch(
+        self, pipeline: str, window: Window, staging_root: str, owner: str, **options: Any
+    ) -> tuple[int, list[str]]:
+        """Open (or re-open) a window (see the base class); the stream's objects are mapped to their
+        tables first, so that two objects on one table fail before anything is recorded."""
+        self.check_readable(window)
+        self.object_tables(window)
+        return super().open_window_epoch(pipeline, window, staging_root, owner, **options)
 
     def list_window(self, window: Window) -> list[ArrivedFile]:
         """The data files created in ``window``, by object then name (one listing)."""
         bounds = FolderBounds.of(window.start, window.end, DEFAULT_CLOCK_SKEW, self.max_file_delay)
-        objects = self.objects or self.files.object_names()
+        objects = self.stream_objects()
         found: list[ArrivedFile] = []
         for obj in objects:
             found.extend(self.files.arrived(obj, window.start, window.end, bounds))

@@ -103,9 +103,15 @@ def is_data_file(path: str) -> bool:
     return True
 
 
+def is_object_name(name: object) -> bool:
+    """Whether ``name`` can name a Datastream object (a folder under the stream root): non-empty text
+    without ``/``. Any other character is allowed (``ea-main_users``, ``SAMPLE.TBL``)."""
+    return isinstance(name, str) and bool(name) and "/" not in name
+
+
 def minute_folder(object_name: str, minute: datetime) -> str:
     """The folder of ``object_name``'s files for ``minute`` (UTC): ``object/yyyy/mm/dd/hh/mm/``."""
-    if not isinstance(object_name, str) or not object_name or "/" in object_name:
+    if not is_object_name(object_name):
         raise DatastreamFileNameError(f"{object_name!r} is not a Datastream object name")
     if minute.tzinfo is not None:
         minute = minute.astimezone(timezone.utc)

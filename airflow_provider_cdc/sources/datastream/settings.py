@@ -7,8 +7,10 @@
 - ``column_types``: per target table name, column → logical type text (``NUMERIC``,
   ``TIMESTAMP``, ``ARRAY<INT64>``). JSONL files carry no types: declared types come first there,
   the JSON value's kind otherwise. In Avro files a declared type replaces the schema's.
-- ``table_names``: Datastream object → target table name (default: the object with ``.``
-  replaced by ``_``).
+- ``table_names``: Datastream object → target table name. An object it does not name maps to
+  :func:`default_table_name` (every character that is not a letter, digit or ``_`` replaced by
+  ``_``: ``ea-main_users`` → ``ea_main_users``); two objects mapping to one table are refused
+  (:meth:`DatastreamSettings.object_tables`) unless ``table_names`` maps both there.
 
 The settings travel as JSON (XCom, templated operator arguments): :meth:`DatastreamSettings.to_dict`
 and :meth:`DatastreamSettings.from_dict`.
@@ -17,18 +19,30 @@ and :meth:`DatastreamSettings.from_dict`.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
 from airflow_provider_cdc.core.identifiers import validate_identifier
 from airflow_provider_cdc.core.types import LogicalType, LogicalTypeError, parse_logical_type
+from airflow_provider_cdc.sources.datastream.names import is_object_name
 from airflow_provider_cdc.sources.datastream.read_methods import database_kind
+
+_NOT_IN_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
 
 
 class DatastreamSettingsError(ValueError):
     """Datastream settings that are malformed (the message names the setting and the value)."""
+
+
+def default_table_name(object_name: str) -> str:
+    """The table of a Datastream object that ``table_names`` does not map: the object name with each
+    character that is not an ASCII letter, digit or ``_`` replaced by ``_`` (``ea-main_users`` →
+    ``ea_main_users``, ``SAMPLE.TBL`` → ``SAMPLE_TBL``). Not validated: a name that does not start
+    with a letter, or is longer than 128 characters, stays invalid."""
+    return _NOT_IN_IDENTIFIER.sub("_", object_name)
 
 
 def _mapping(value: Any, setting: str) -> Mapping[str, Any]:
@@ -90,7 +104,7 @@ class DatastreamSettings:
             parsed[table] = MappingProxyType(logical)
         names: dict[str, str] = {}
         for object_name, table in _mapping(self.table_names, "table_names").items():
-            if not isinstance(object_name, str) or not object_name or "/" in object_name:
+            if not is_object_name(object_name):
                 raise DatastreamSettingsError(
                     f"table_names: {object_name!r} is not a Datastream object name (non-empty, no '/')"
                 )
@@ -109,10 +123,11 @@ class DatastreamSettings:
         return self._logical_types.get(table, MappingProxyType({}))  # type: ignore[attr-defined]
 
     def table_name(self, object_name: str) -> str:
-        """The target table of a Datastream object (``table_names``, else ``.`` → ``_``), validated."""
+        """The target table of a Datastream object (``table_names``, else :func:`default_table_name`),
+        validated."""
         table = self.table_names.get(object_name)
         if table is None:
-            table = object_name.replace(".", "_") if isinstance(object_name, str) else object_name
+            table = default_table_name(object_name) if isinstance(object_name, str) else object_name
             try:
                 validate_identifier(table, "table")
             except ValueError as exc:
@@ -121,6 +136,22 @@ class DatastreamSettings:
                     "map it to one in table_names"
                 ) from None
         return table
+
+    def object_tables(self, objects: Iterable[str]) -> dict[str, str]:
+        """Each object's target table (:meth:`table_name`). Two objects mapping to one table are
+        refused, naming both, unless ``table_names`` maps both of them there."""
+        tables: dict[str, str] = {}
+        first_of: dict[str, str] = {}
+        for object_name in sorted(set(objects)):
+            table = self.table_name(object_name)
+            other = first_of.setdefault(table, object_name)
+            if other != object_name and not {other, object_name} <= self.table_names.keys():
+                raise DatastreamSettingsError(
+                    f"Datastream objects {other!r} and {object_name!r} both map to table {table!r}; "
+                    "map one of them to another table in table_names"
+                )
+            tables[object_name] = table
+        return tables
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as JSON values (:meth:`from_dict` reads them back)."""

@@ -14,6 +14,7 @@ from airflow_provider_cdc._errors import (
     RetentionExpiredError,
     metastore_errors,
 )
+from airflow_provider_cdc.core.findings import Finding, errors_of
 from airflow_provider_cdc.core.identifiers import InvalidIdentifierError, validate_identifier
 from airflow_provider_cdc.core.timestamps import ensure_utc, format_timestamp
 from airflow_provider_cdc.core.window import Window
@@ -173,6 +174,14 @@ class SpannerChangeStreamHook(SpannerDatabase, WindowSourceHook):
     def check_readable(self, window: Window) -> None:
         """Fail for a window outside the stream's retention (see :meth:`check_retention`)."""
         self.check_retention(window)
+
+    def check_source(self, **options: Any) -> list[Finding]:
+        """The database answers (:meth:`check_database`) and has the change stream (else suggestions
+        from its streams)."""
+        findings = self.check_database()
+        if errors_of(findings):
+            return findings
+        return [*findings, *self.check_change_stream(self.stream, "stream")]
 
     @cached_property
     def retention(self) -> Retention:

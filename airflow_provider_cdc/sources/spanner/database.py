@@ -1,10 +1,10 @@
 """The Spanner database a Spanner source reads: connection, client, database and its clock.
 
 :class:`SpannerDatabase` is the Google Cloud hook part every Spanner source's hook shares (credentials,
-project, impersonation as ``SpannerHook`` takes them). Against the Spanner emulator
-(``SPANNER_EMULATOR_HOST``) no Google Cloud connection needs to exist: a connection that is not defined
-is taken as one with the google provider's ``is_anonymous`` extra, and the client uses anonymous
-credentials.
+project, impersonation as ``SpannerHook`` takes them). The default connection ``google_cloud_default``
+need not exist: without it the client uses Application Default Credentials, and against the Spanner
+emulator (``SPANNER_EMULATOR_HOST``) anonymous credentials (the google provider's ``is_anonymous``
+extra). A ``gcp_conn_id`` given otherwise must exist (``ConnectionNotDefinedError``).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any, ClassVar
 
 from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
 
-from airflow_provider_cdc._compat import AirflowNotFoundException
 from airflow_provider_cdc._errors import CdcError, ChangeStreamConfigError, ChangeStreamError
+from airflow_provider_cdc.core.findings import OK, Finding, did_you_mean
 from airflow_provider_cdc.core.timestamps import coerce_timestamp
 from airflow_provider_cdc.sources.spanner.connection import DEFAULT_GCP_CONN_ID
 
@@ -30,6 +30,13 @@ EMULATOR_ENV = "SPANNER_EMULATOR_HOST"
 #: The project of a source read from the emulator when neither argument nor connection names one.
 EMULATOR_PROJECT = "emulator-project"
 _SPANNER_ID_HINT = "lowercase letters, digits, hyphens and underscores"
+CHANGE_STREAMS_QUERY = (
+    "SELECT CHANGE_STREAM_NAME FROM INFORMATION_SCHEMA.CHANGE_STREAMS "
+    "WHERE CHANGE_STREAM_CATALOG = '' AND CHANGE_STREAM_SCHEMA = ''"
+)
+TABLES_QUERY = "SELECT TABLE_NAME FROM INFORMATION_SCHEMA.TABLES WHERE TABLE_SCHEMA = ''"
+#: Seconds a preflight query may take (the client's own retries of an unavailable service included).
+PREFLIGHT_TIMEOUT = 10.0
 
 
 def _validate_resource_id(value: str, kind: str) -> str:
@@ -38,16 +45,16 @@ def _validate_resource_id(value: str, kind: str) -> str:
     return value
 
 
-def emulator_connection(conn_id: str) -> Any:
-    """The Google Cloud connection ``conn_id`` as taken against the emulator when it is not defined:
-    anonymous credentials (the provider's ``is_anonymous`` extra)."""
+def emulator_connection(conn_id: str, anonymous: bool = True) -> Any:
+    """The Google Cloud connection ``conn_id`` as taken when it is not defined: against the emulator
+    anonymous credentials (the provider's ``is_anonymous`` extra), else Application Default
+    Credentials (no extra)."""
     try:  # Airflow 3
         from airflow.sdk import Connection
     except ImportError:  # Airflow 2.11
         from airflow.models.connection import Connection  # type: ignore[no-redef,assignment]
-    return Connection(
-        conn_id=conn_id, conn_type="google_cloud_platform", extra=json.dumps({"is_anonymous": True})
-    )
+    extra = json.dumps({"is_anonymous": True}) if anonymous else None
+    return Connection(conn_id=conn_id, conn_type="google_cloud_platform", extra=extra)
 
 
 class SpannerDatabase(GoogleBaseHook):
@@ -85,13 +92,19 @@ class SpannerDatabase(GoogleBaseHook):
 
     @classmethod
     def get_connection(cls, conn_id: str) -> Any:
-        """The connection ``conn_id``; against the emulator, an anonymous one when it is not defined."""
-        try:
-            return super().get_connection(conn_id)
-        except AirflowNotFoundException:
-            if not os.environ.get(EMULATOR_ENV):
-                raise
-            return emulator_connection(conn_id)
+        """The connection ``conn_id``. A missing ``google_cloud_default`` is an anonymous connection
+        against the emulator, else one with Application Default Credentials; any other missing
+        connection fails (``ConnectionNotDefinedError``, naming ``gcp_conn_id``)."""
+        from airflow_provider_cdc.hooks.connections import defined_connection
+
+        emulator = bool(os.environ.get(EMULATOR_ENV))
+        means = (
+            "the Spanner emulator is read with anonymous credentials"
+            if emulator
+            else "Spanner is read with Application Default Credentials"
+        )
+        found = defined_connection(conn_id, "gcp_conn_id", default=DEFAULT_GCP_CONN_ID, default_means=means)
+        return emulator_connection(conn_id, anonymous=emulator) if found is None else found
 
     @property
     def emulator_host(self) -> str | None:
@@ -151,3 +164,105 @@ class SpannerDatabase(GoogleBaseHook):
         except gexc.GoogleAPICallError as exc:
             raise ChangeStreamError(f"cannot read the current time of {self.database_path}: {exc}") from exc
         return coerce_timestamp(rows[0][0])
+
+    # ----- the preflight --------------------------------------------------------------------------
+    def query_rows(self, sql: str, **params: str) -> list[list[Any]]:
+        """Rows of a read-only query with STRING ``params`` (the preflight's lookups)."""
+        from google.cloud.spanner_v1 import param_types
+
+        types = {name: param_types.STRING for name in params}
+        with self.database.snapshot() as snapshot:
+            found = snapshot.execute_sql(
+                sql, params=params or None, param_types=types or None, timeout=PREFLIGHT_TIMEOUT
+            )
+            return [list(row) for row in found]
+
+    def _names(self, listing: Any) -> list[str] | None:
+        """The last path segment of each resource ``listing()`` yields; ``None`` when listing fails
+        (no permission to list: no suggestions)."""
+        from google.api_core import exceptions as gexc
+
+        try:
+            return [str(item.name).rsplit("/", 1)[-1] for item in listing()]
+        except (gexc.GoogleAPICallError, gexc.RetryError) as exc:
+            self.log.info("Cannot list what exists for suggestions: %s", str(exc).splitlines()[0])
+            return None
+
+    def check_database(self) -> list[Finding]:
+        """The database answers a query with the connection's identity; a missing instance or database
+        names the setting with suggestions from the project's instances or the instance's databases."""
+        from google.api_core import exceptions as gexc
+        from google.auth.exceptions import DefaultCredentialsError
+
+        from airflow_provider_cdc.failures import permanent_reason
+
+        try:
+            self.query_rows("SELECT 1")
+        except gexc.NotFound as exc:
+            message = str(exc.message)
+            if "instance not found" in message.lower():
+                known = self._names(self.client.list_instances)
+                fix = did_you_mean(self.instance_id, known, "instance") if known is not None else (
+                    "check instance_id and the project"
+                )
+                problem = (
+                    f"Spanner instance {self.instance_id!r} does not exist in project "
+                    f"{self.resolved_project_id!r}"
+                )
+                return [Finding("instance_id", problem, fix)]
+            known = self._names(self.client.instance(self.instance_id).list_databases)
+            fix = "check database_id" if known is None else did_you_mean(self.database_id, known, "database")
+            return [Finding(
+                "database_id",
+                f"Spanner database {self.database_id!r} does not exist in instance {self.instance_id!r} "
+                f"of project {self.resolved_project_id!r}",
+                fix,
+            )]
+        except (gexc.PermissionDenied, gexc.Unauthenticated) as exc:
+            return [Finding(
+                "gcp_conn_id",
+                f"Spanner refused {self.database_path} to the identity of connection {self.gcp_conn_id!r}: "
+                f"{str(exc.message).splitlines()[0]}",
+                "grant that identity roles/spanner.databaseReader on the database, or give gcp_conn_id a "
+                "connection that has it",
+            )]
+        except DefaultCredentialsError:
+            return [Finding(
+                "gcp_conn_id",
+                f"connection {self.gcp_conn_id!r} is not defined and this worker has no Application Default "
+                "Credentials",
+                f"define the connection {self.gcp_conn_id!r} or set up Application Default Credentials",
+            )]
+        except (gexc.GoogleAPICallError, gexc.RetryError) as exc:
+            reason = permanent_reason(exc)
+            return [Finding(
+                "instance_id/database_id",
+                f"Spanner database {self.database_path} did not answer: {str(exc).splitlines()[0]}",
+                "check the names, the network path and the connection" if reason else "try again",
+                transient=reason is None,
+            )]
+        return [Finding("database_id", f"Spanner database {self.database_path} answers", level=OK)]
+
+    def check_change_stream(self, stream: str, setting: str) -> list[Finding]:
+        """The database has change stream ``stream`` (given as ``setting``); else the streams it has."""
+        names = [str(row[0]) for row in self.query_rows(CHANGE_STREAMS_QUERY)]
+        if stream in names:
+            return [Finding(setting, f"change stream {stream!r} exists in {self.database_path}", level=OK)]
+        return [Finding(
+            setting,
+            f"change stream {stream!r} does not exist in Spanner database {self.database_path}",
+            did_you_mean(stream, names, "change stream"),
+        )]
+
+    def check_tables(self, tables: Sequence[str], setting: str) -> list[Finding]:
+        """The database has each of ``tables`` (given as ``setting``); else the tables it has."""
+        names = [str(row[0]) for row in self.query_rows(TABLES_QUERY)]
+        return [
+            Finding(
+                setting,
+                f"table {table!r} does not exist in Spanner database {self.database_path}",
+                did_you_mean(table, names, "table"),
+            )
+            for table in tables
+            if table not in names
+        ]

@@ -12,12 +12,17 @@ have the expected shape, and every heartbeat or child-partitions record, goes th
 own decoder and
 :func:`airflow_provider_cdc.sources.spanner.record_parser.parse_change_record_row`, which also
 produces the precise error for a malformed record. Tests check both paths stage identical rows.
+
+A record's column types carry no nullability; given a ``nullability`` lookup (table → ``{column: is
+nullable}``, e.g. :meth:`~airflow_provider_cdc.sources.spanner.table_schema.ColumnNullability.of`), both
+paths add each column's ``is_nullable`` from it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import datetime
 from json.decoder import JSONDecoder
 from typing import Any, NamedTuple
@@ -28,7 +33,12 @@ from airflow_provider_cdc.core.sequence_number import fingerprint64
 from airflow_provider_cdc.core.timestamps import parse_timestamp, to_micros
 from airflow_provider_cdc.sources.spanner.change_row import source_metadata_json
 from airflow_provider_cdc.sources.spanner.record_parser import parse_change_record_row
-from airflow_provider_cdc.sources.spanner.records import ChangeStreamRecord, ModType, ValueCaptureType
+from airflow_provider_cdc.sources.spanner.records import (
+    ChangeStreamRecord,
+    DataChangeRecord,
+    ModType,
+    ValueCaptureType,
+)
 
 try:
     import msgspec
@@ -135,14 +145,22 @@ _new_tuple = tuple.__new__  # a NamedTuple made without its Python-level __new__
 _MOD_INDEXES = [f"{index:016X}" for index in range(256)]  # the last section of a sequence number
 
 
-class ChangeRecordDecoder:
-    """Decodes rows of one partition's query; caches what repeats (timestamps, schemas, fingerprints)."""
+#: A table's columns' nullability: ``{column: is nullable}`` (a column not named is unknown).
+NullabilityLookup = Callable[[str], Mapping[str, bool]]
 
-    def __init__(self, partition_token: str) -> None:
+
+class ChangeRecordDecoder:
+    """Decodes rows of one partition's query; caches what repeats (timestamps, schemas, fingerprints).
+
+    ``nullability``: where the columns' nullability comes from (none: staged without it).
+    """
+
+    def __init__(self, partition_token: str, nullability: NullabilityLookup | None = None) -> None:
         self.partition_token = partition_token
+        self.nullability = nullability
         self._timestamp_text = ""
         self._timestamp: tuple[datetime, int] | None = None
-        self._column_types: dict[bytes, str] = {}
+        self._column_types: dict[tuple[str, bytes], str] = {}
         # per transaction: its commit timestamp (µs) and the first two sections of its sequence numbers
         self._heads: dict[str, tuple[int, str]] = {}
 
@@ -153,7 +171,19 @@ class ChangeRecordDecoder:
         try:
             return self._data_record(row)
         except _NotFast:
-            return parse_change_record_row(decode_row(row))
+            records = parse_change_record_row(decode_row(row))
+            if self.nullability is None:
+                return records
+            return [self._with_nullability(r) if isinstance(r, DataChangeRecord) else r for r in records]
+
+    def _with_nullability(self, record: DataChangeRecord) -> DataChangeRecord:
+        assert self.nullability is not None
+        known = self.nullability(record.table_name)
+        columns = tuple(
+            replace(c, is_nullable=known[c.name]) if c.is_nullable is None and c.name in known else c
+            for c in record.column_types
+        )
+        return replace(record, column_types=columns)
 
     def _data_record(self, row: list[Any]) -> DataRecordRows:
         try:
@@ -192,7 +222,7 @@ class ChangeRecordDecoder:
                 commit_timestamp, micros = self._timestamp  # type: ignore[misc]
             else:
                 commit_timestamp, micros = self._commit_timestamp(timestamp_text)
-            column_types_json = self._column_types_json(f[5])
+            column_types_json = self._column_types_json(f[5], table)
             mods = f[6].list_value.values
             count = len(mods)
             if not count:
@@ -254,10 +284,11 @@ class ChangeRecordDecoder:
             self._timestamp_text, self._timestamp = text, (value, to_micros(value))
         return self._timestamp
 
-    def _column_types_json(self, value: Any) -> str:
-        key = value.SerializeToString()
+    def _column_types_json(self, value: Any, table: str) -> str:
+        key = (table, value.SerializeToString())
         cached = self._column_types.get(key)
         if cached is None:
+            known = self.nullability(table) if self.nullability is not None else {}
             columns = []
             for item in value.list_value.values:
                 name, type_, is_key, ordinal = item.list_value.values
@@ -269,7 +300,9 @@ class ChangeRecordDecoder:
                 ):
                     raise _NotFast
                 position = int(ordinal.string_value)
-                column = ColumnType(name.string_value, type_json, is_key.bool_value, position)
+                column = ColumnType(
+                    name.string_value, type_json, is_key.bool_value, position, known.get(name.string_value)
+                )
                 columns.append(column.to_json_dict())
             if not columns:
                 raise _NotFast

@@ -12,11 +12,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timezone
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from airflow_provider_cdc._compat import AirflowFailException
 from airflow_provider_cdc._errors import CdcError, RetentionExpiredError
+from airflow_provider_cdc.core.findings import Finding, did_you_mean, errors_of
 from airflow_provider_cdc.core.identifiers import InvalidIdentifierError, validate_identifier
 from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.core.window import Window
@@ -43,12 +45,16 @@ class SpannerTableError(CdcError):
     """Spanner or the metastore refused a step of reading a table source; the cause is kept."""
 
 
-class TableSourceConfigError(SpannerTableError):
+class TableSourceConfigError(SpannerTableError, AirflowFailException):
     """A table source's settings are invalid: its name, mode, tables or window."""
 
+    permanent = True
 
-class LateRowsError(SpannerTableError):
+
+class LateRowsError(SpannerTableError, AirflowFailException):
     """Rows were written with a commit timestamp that falls into a window already read."""
+
+    permanent = True
 
 
 class SpannerTableHook(SpannerDatabase, WindowSourceHook):
@@ -139,6 +145,51 @@ class SpannerTableHook(SpannerDatabase, WindowSourceHook):
         """Nothing to check before a read: the window's plan fixed its read timestamp when it was
         opened (checked against the version retention then), and a read whose timestamp has left the
         retention since fails naming it."""
+
+    def check_source(
+        self,
+        *,
+        mode: str = SNAPSHOT,
+        tables: Sequence[str | CommitTimestampTable | Mapping[str, Any]] | None = None,
+        change_stream: str | None = None,
+        window: Window | None = None,
+        **options: Any,
+    ) -> list[Finding]:
+        """The database answers (:meth:`check_database`) and has the tables the open step names (and
+        of each commit-timestamp table its timestamp column) and the snapshot's ``change_stream``;
+        else suggestions from what it has."""
+        findings = self.check_database()
+        if errors_of(findings):
+            return findings
+        if mode not in (SNAPSHOT, COMMIT_TIMESTAMP):
+            fix = f"use {SNAPSHOT!r} or {COMMIT_TIMESTAMP!r}"
+            return [*findings, Finding("mode", f"mode is {mode!r}", fix)]
+        where = window or Window(datetime.fromtimestamp(0, timezone.utc), datetime.now(timezone.utc))
+        try:
+            configs = self._configs(mode, tables, where, required=not (mode == SNAPSHOT and change_stream))
+        except TableSourceConfigError as exc:
+            return [*findings, Finding("tables", str(exc), "give the tables as the operator documents them")]
+        if change_stream:
+            findings += self.check_change_stream(change_stream, "change_stream")
+        names = [c if isinstance(c, str) else c.table for c in configs]
+        findings += self.check_tables(names, "tables")
+        if mode == COMMIT_TIMESTAMP and not errors_of(findings):
+            findings += self._check_timestamp_columns(configs)
+        return findings
+
+    def _check_timestamp_columns(self, configs: Sequence[CommitTimestampTable]) -> list[Finding]:
+        from airflow_provider_cdc.sources.spanner.table_schema import COLUMNS_QUERY
+
+        findings = []
+        for config in configs:
+            columns = [str(row[0]) for row in self.query_rows(COLUMNS_QUERY, table=config.table)]
+            if config.timestamp_column not in columns:
+                findings.append(Finding(
+                    "tables",
+                    f"table {config.table!r} has no column {config.timestamp_column!r} (timestamp_column)",
+                    did_you_mean(config.timestamp_column, columns, "column"),
+                ))
+        return findings
 
     # ----- the database's clock and retention -----------------------------------------------------
     @cached_property

@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_cdc._compat import AirflowFailException, Context
+from airflow_provider_cdc.core.findings import Finding
 from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, coerce_timestamp, format_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.connection_fields import (
@@ -192,9 +193,36 @@ class SpannerTableOpenWindowOperator(_TableWindowOperator, OpenWindowOperatorBas
         """A snapshot window is its pipeline's first; else ``first_window_start`` or this window's start."""
         return window.start if self.mode == SNAPSHOT else super().first_start(window)
 
-    def execute(self, context: Context) -> list[int]:
-        from airflow_provider_cdc.sources.spanner.table_hook import LateRowsError, TableSourceConfigError
+    def settings_findings(self) -> list[Finding]:
+        """The shared findings, and the mode's, the tables' (JSON text), ``page_rows``' and
+        ``on_late_rows``'."""
+        from airflow_provider_cdc.sources.spanner.table_hook import ON_LATE_ROWS
 
+        findings = super().settings_findings()
+        if self.mode not in (SNAPSHOT, COMMIT_TIMESTAMP):
+            problem = f"mode must be {SNAPSHOT!r} or {COMMIT_TIMESTAMP!r}, got {self.mode!r}"
+            findings.append(Finding("mode", problem, "give one of them"))
+        try:
+            tables_argument(self.tables)
+        except AirflowFailException as exc:
+            findings.append(Finding("tables", str(exc), "give a list, or render a param with '| tojson'"))
+        if self.on_late_rows not in ON_LATE_ROWS:
+            findings.append(Finding("on_late_rows", f"on_late_rows is {self.on_late_rows!r}",
+                                    f"give one of {list(ON_LATE_ROWS)}"))  # fmt: skip
+        if self.page_rows not in (None, "") and not str(self.page_rows).strip().isdigit():
+            findings.append(Finding("page_rows", f"page_rows is {self.page_rows!r}", "give a number of rows"))
+        return findings
+
+    def source_check_options(self) -> dict[str, Any]:
+        """The mode, tables and change stream the preflight checks the database for."""
+        return {
+            "mode": self.mode,
+            "tables": tables_argument(self.tables),
+            "change_stream": self.change_stream or None,
+        }
+
+    def execute(self, context: Context) -> list[int]:
+        self.preflight(context)
         readers = self.reader_count()
         if self.mode not in (SNAPSHOT, COMMIT_TIMESTAMP):
             raise AirflowFailException(
@@ -213,22 +241,20 @@ class SpannerTableOpenWindowOperator(_TableWindowOperator, OpenWindowOperatorBas
         refuse_never_run(error)
         page_rows = int(self.page_rows) if self.page_rows not in (None, "") else None
         hook = self.to_hook()
-        try:
-            summary = hook.open_window(
-                pipeline,
-                window,
-                self.staging_root,
-                mode=self.mode,
-                tables=tables,
-                change_stream=self.change_stream or None,
-                max_partitions=self.max_partitions,
-                partition_size_bytes=self.partition_size_bytes,
-                page_rows=page_rows,
-                on_late_rows=self.on_late_rows,
-                max_wait_seconds=self.max_wait_seconds,
-            )
-        except (LateRowsError, TableSourceConfigError) as exc:  # a retry reads the same: fail for good
-            raise AirflowFailException(str(exc)) from exc
+        # late rows and invalid tables fail without retries (a retry reads the same)
+        summary = hook.open_window(
+            pipeline,
+            window,
+            self.staging_root,
+            mode=self.mode,
+            tables=tables,
+            change_stream=self.change_stream or None,
+            max_partitions=self.max_partitions,
+            partition_size_bytes=self.partition_size_bytes,
+            page_rows=page_rows,
+            on_late_rows=self.on_late_rows,
+            max_wait_seconds=self.max_wait_seconds,
+        )
         handle = hook.window_handle(pipeline, window, self.staging_root, summary.get("epoch"))
         self.push_opened(context, handle)
         self.log.info("Window %s opened: %s; %d reader(s)", window, summary, readers)

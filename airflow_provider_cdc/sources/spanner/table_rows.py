@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -163,7 +163,7 @@ class CommitTimestampTable:
         for position, column in enumerate(
             (c for c in sorted(columns, key=lambda c: c.ordinal_position) if c.name not in dropped), start=1
         ):
-            result.append(ColumnType(column.name, column.type, column.name in key, position))
+            result.append(replace(column, is_primary_key=column.name in key, ordinal_position=position))
         return result
 
     def mod_type(self, row: Mapping[str, Any]) -> str:

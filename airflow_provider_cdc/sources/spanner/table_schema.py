@@ -1,7 +1,13 @@
-"""A Spanner table's columns, key and commit-timestamp columns from ``INFORMATION_SCHEMA``."""
+"""A Spanner table's columns (with their nullability), key and commit-timestamp columns from
+``INFORMATION_SCHEMA``.
+
+``INFORMATION_SCHEMA.COLUMNS.IS_NULLABLE`` is ``NO`` for a column declared ``NOT NULL`` and ``YES``
+otherwise, key columns included: Spanner allows NULL in a key column not declared ``NOT NULL``.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +18,7 @@ from airflow_provider_cdc.core.identifiers import validate_identifier
 from airflow_provider_cdc.sources.spanner.types import SpannerTypeError, parse_spanner_type
 
 COLUMNS_QUERY = (
-    "SELECT COLUMN_NAME, SPANNER_TYPE, ORDINAL_POSITION FROM INFORMATION_SCHEMA.COLUMNS "
+    "SELECT COLUMN_NAME, SPANNER_TYPE, ORDINAL_POSITION, IS_NULLABLE FROM INFORMATION_SCHEMA.COLUMNS "
     "WHERE TABLE_SCHEMA = '' AND TABLE_NAME = @table ORDER BY ORDINAL_POSITION"
 )
 KEY_QUERY = (
@@ -57,6 +63,12 @@ def _spanner_type_json(text: str, table: str, column: str) -> dict[str, Any]:
     return {"code": parsed.code}
 
 
+def is_nullable(value: Any) -> bool | None:
+    """``INFORMATION_SCHEMA.COLUMNS.IS_NULLABLE`` (``YES``/``NO``) as a flag; ``None`` for anything else."""
+    text = str(value).strip().upper() if value is not None else ""
+    return {"YES": True, "NO": False}.get(text)
+
+
 def table_schema(snapshot: Any, table: str) -> TableSchema:
     """The schema of ``table`` read in ``snapshot`` (a ``google-cloud-spanner`` read-only snapshot
     that allows several reads, e.g. ``database.snapshot(multi_use=True)``)."""
@@ -72,7 +84,49 @@ def table_schema(snapshot: Any, table: str) -> TableSchema:
         row[0] for row in snapshot.execute_sql(COMMIT_TIMESTAMP_QUERY, params=params, param_types=types)
     )
     columns = tuple(
-        ColumnType(str(name), _spanner_type_json(str(text), table, str(name)), name in key, int(position))
-        for name, text, position in rows
+        ColumnType(
+            str(name),
+            _spanner_type_json(str(text), table, str(name)),
+            name in key,
+            int(position),
+            is_nullable(nullable),
+        )
+        for name, text, position, nullable in rows
     )
     return TableSchema(table, columns, key, commit_columns)
+
+
+NULLABILITY_QUERY = (
+    "SELECT COLUMN_NAME, IS_NULLABLE FROM INFORMATION_SCHEMA.COLUMNS "
+    "WHERE TABLE_SCHEMA = '' AND TABLE_NAME = @table"
+)
+
+
+class ColumnNullability:
+    """Each column's nullability, per table, read from ``INFORMATION_SCHEMA.COLUMNS`` of ``database``
+    (a ``google.cloud.spanner_v1.database.Database``) once per table and kept.
+
+    A change stream's data change records describe column types without nullability; a window's read
+    asks this, one query per table of the window. A table that no longer exists, or a column dropped
+    since, is of unknown nullability. Errors are the client's (a read retries them as it retries its
+    query).
+    """
+
+    def __init__(self, database: Any) -> None:
+        self.database = database
+        self._tables: dict[str, dict[str, bool]] = {}
+
+    def of(self, table: str) -> Mapping[str, bool]:
+        """``{column: is nullable}`` of ``table`` (empty when the table is not found)."""
+        known = self._tables.get(table)
+        if known is None:
+            params, types = {"table": table}, {"table": param_types.STRING}
+            with self.database.snapshot() as snapshot:
+                rows = list(snapshot.execute_sql(NULLABILITY_QUERY, params=params, param_types=types))
+            known = {}
+            for name, nullable in rows:
+                flag = is_nullable(nullable)
+                if flag is not None:
+                    known[str(name)] = flag
+            self._tables[table] = known
+        return known

@@ -33,6 +33,7 @@ from airflow_provider_cdc.sources.spanner.records import (
     DataChangeRecord,
     HeartbeatRecord,
 )
+from airflow_provider_cdc.sources.spanner.table_schema import ColumnNullability
 from airflow_provider_cdc.staging.parquet import StagingWriter, window_location
 
 __all__ = ["RETRYABLE", "ChangeStreamReadError", "PartitionResult", "ReadSummary", "WindowReader"]
@@ -93,7 +94,9 @@ class WindowReader(SpannerClaimedReader):
     """Reads windows of one change stream into Parquet staging, recording lineage in the metastore.
 
     The staging root is opened with ``storage_options`` (delta-rs object-store options, such as
-    those of a Google connection) unless an explicit ``filesystem`` is given.
+    those of a Google connection) unless an explicit ``filesystem`` is given. Staged column types
+    carry each column's nullability, which data change records lack: a window's read asks
+    ``INFORMATION_SCHEMA.COLUMNS`` once per table it meets (:class:`ColumnNullability`).
     """
 
     read_error = ChangeStreamReadError
@@ -173,12 +176,13 @@ class WindowReader(SpannerClaimedReader):
         summary = ReadSummary(window.window_id, window_location(self.staging_root, self.folder, window))
         if not self.metastore.window_partitions(self.stream_key, window.start, window.end):
             self.prepare(window)
+        nullability = ColumnNullability(self.query.database)
         for token, claim_id in self.claims(window):
             # The partition's own lease shows who reads it (status, stalled-partition checks); a
             # finished partition re-read for a past window cannot be leased and needs no lease.
             leased = self.metastore.claim_partition(self.stream_key, token, self.owner, self.lease_seconds)
             try:
-                result = self._read_partition(window, token, claim_id)
+                result = self._read_partition(window, token, claim_id, nullability)
             finally:
                 if leased is not None:
                     self.metastore.release(self.stream_key, token, self.owner)
@@ -198,7 +202,9 @@ class WindowReader(SpannerClaimedReader):
         )
         return summary
 
-    def _read_partition(self, window: Window, token: str, claim_id: str) -> PartitionResult:
+    def _read_partition(
+        self, window: Window, token: str, claim_id: str, nullability: ColumnNullability
+    ) -> PartitionResult:
         partition = self.metastore.get_partition(self.stream_key, token)
         start = max(window.start, partition.start_timestamp)
         result = PartitionResult(token, started=time.monotonic())
@@ -207,7 +213,7 @@ class WindowReader(SpannerClaimedReader):
             return result
         writer = self.staging_writer(window, token, claim_id)
         with writer:
-            self._drain(window, token, start, writer, result)
+            self._drain(window, token, start, writer, result, nullability)
         if result.children:
             assert result.end is not None
             specs = [
@@ -243,7 +249,13 @@ class WindowReader(SpannerClaimedReader):
         )
 
     def _drain(
-        self, window: Window, token: str, start: datetime, writer: StagingWriter, result: PartitionResult
+        self,
+        window: Window,
+        token: str,
+        start: datetime,
+        writer: StagingWriter,
+        result: PartitionResult,
+        nullability: ColumnNullability,
     ) -> None:
         """Run the partition's query, resuming after retryable errors from the last record received."""
         resume_at = start
@@ -252,7 +264,7 @@ class WindowReader(SpannerClaimedReader):
         seen_at_last: set[tuple[str, str]] = set()
         last_log = time.monotonic()
         began = last_log
-        decoder = ChangeRecordDecoder(token)
+        decoder = ChangeRecordDecoder(token, nullability.of)
         while True:
             try:
                 rows = self.query.lazy_rows(token, resume_at, window.query_end, self.query_timeout)

@@ -109,6 +109,12 @@ class TablestoreError(RuntimeError):
             + (f" [{', '.join(where)}{request_text}]" if where or request_text else "")
         )
 
+    @property
+    def permanent(self) -> bool:
+        """Whether a retry of the task cannot help: an unknown object, an invalid parameter, a refused
+        key, trimmed data (:data:`NOT_RETRYABLE_CODES`)."""
+        return self.code in NOT_RETRYABLE_CODES
+
 
 def is_retryable(code: str, status: int | None) -> bool:
     """Whether an error with ``code`` and HTTP ``status`` is worth retrying."""

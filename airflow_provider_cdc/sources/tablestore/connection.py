@@ -11,6 +11,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from airflow_provider_cdc._compat import BaseHook
+from airflow_provider_cdc._errors import ConfigurationError
+from airflow_provider_cdc.hooks.connections import defined_connection
 from airflow_provider_cdc.sources.tablestore.client import TablestoreStreamClient
 
 __all__ = ["TablestoreHook", "client_arguments"]
@@ -57,11 +59,14 @@ class TablestoreHook(BaseHook):
     def get_conn(self) -> TablestoreStreamClient:
         """The stream client (built once per hook)."""
         if self._client is None:
-            conn = self.get_connection(self.tablestore_conn_id)
+            # no default meaning: a missing connection fails naming tablestore_conn_id, without retries
+            conn = defined_connection(self.tablestore_conn_id, "tablestore_conn_id")
             try:
                 arguments = client_arguments(conn.host, conn.login, conn.password, conn.extra_dejson or {})
             except ValueError as exc:
-                raise ValueError(f"connection {self.tablestore_conn_id!r}: {exc}") from None
+                raise ConfigurationError(
+                    f"connection {self.tablestore_conn_id!r} (tablestore_conn_id): {exc}"
+                ) from None
             self._client = TablestoreStreamClient(**arguments)
         return self._client
 

@@ -22,6 +22,8 @@ from datetime import datetime, timedelta, timezone
 from functools import cached_property
 from typing import Any
 
+from airflow_provider_cdc._compat import AirflowFailException
+from airflow_provider_cdc.core.findings import OK, Finding, did_you_mean
 from airflow_provider_cdc.core.identifiers import validate_identifier
 from airflow_provider_cdc.core.timestamps import format_timestamp, to_micros
 from airflow_provider_cdc.core.window import Window
@@ -29,7 +31,11 @@ from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.metastore.model import PartitionSpec, PartitionState, is_stream_path_segment
 from airflow_provider_cdc.sources.hook import SourceError, WindowSourceHook
 from airflow_provider_cdc.sources.tablestore.checkpoints import ShardCheckpoints
-from airflow_provider_cdc.sources.tablestore.client import StreamDescription, TablestoreStreamClient
+from airflow_provider_cdc.sources.tablestore.client import (
+    StreamDescription,
+    TablestoreError,
+    TablestoreStreamClient,
+)
 from airflow_provider_cdc.sources.tablestore.connection import TablestoreHook
 from airflow_provider_cdc.sources.tablestore.reader import DEFAULT_BATCH_LIMIT, TablestoreWindowReader
 from airflow_provider_cdc.sources.tablestore.shards import window_shards
@@ -58,8 +64,10 @@ class WindowNotSettledError(TablestoreSourceError):
     """A window whose end is too recent: records written before it may not all be readable yet."""
 
 
-class WindowTrimmedError(TablestoreSourceError):
+class WindowTrimmedError(TablestoreSourceError, AirflowFailException):
     """A window that starts outside the stream's retention: its records may already be trimmed."""
+
+    permanent = True
 
 
 class TablestoreStreamHook(WindowSourceHook):
@@ -136,6 +144,39 @@ class TablestoreStreamHook(WindowSourceHook):
         return ShardCheckpoints(self.metastore, self.source_key)
 
     # ----- the source's part ----------------------------------------------------------------------
+    def check_source(self, **options: Any) -> list[Finding]:
+        """The instance answers with the connection's key and the table has a stream; else the tables
+        that have one."""
+        with_streams: list[str] = []
+        try:
+            with_streams = sorted({info.table_name for info in self.client.list_streams()})
+            if self.table in with_streams:
+                return [Finding("table", f"table {self.table!r} has a stream", level=OK)]
+            self.client.list_streams(self.table)  # OTSObjectNotExist: no such table
+        except TablestoreError as exc:
+            if exc.code == "OTSObjectNotExist":
+                return [Finding(
+                    "table",
+                    f"table {self.table!r} does not exist in Table Store instance {self.client.instance!r}",
+                    did_you_mean(self.table, with_streams, "table with a stream"),
+                )]
+            if exc.code == "OTSAuthFailed":
+                return [Finding(
+                    "tablestore_conn_id",
+                    f"Table Store instance {self.client.instance!r} refused the key of connection "
+                    f"{self.tablestore_conn_id!r}: {exc.detail}",
+                    "fix the connection's access key id (login) and secret (password)",
+                )]
+            return [Finding(
+                "tablestore_conn_id", f"Table Store instance {self.client.instance!r}: {exc}",
+                "check the connection's endpoint and instance", transient=not exc.permanent,
+            )]
+        return [Finding(
+            "table",
+            f"table {self.table!r} of Table Store instance {self.client.instance!r} has no stream",
+            "enable its stream (StreamSpecification enable_stream) before reading its changes",
+        )]
+
     def check_readable(self, window: Window) -> None:
         """Fail while the window's end is within the settling margin, or when its start is outside
         the stream's retention less the margin; both errors name the window."""

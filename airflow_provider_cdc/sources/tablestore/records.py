@@ -14,6 +14,9 @@ as it is (the target's value is the newest version, and an older version's delet
 it). Either way the deleted versions are listed in ``source_metadata_json`` (``deleted_versions``).
 An ``INCREMENT`` cell carries the column's new value and is staged like ``PUT``.
 
+Column types carry nullability: primary-key columns are never NULL in Table Store, attribute columns
+may be absent from any row (``is_nullable`` true).
+
 ``commit_timestamp`` is the record's write time (``sequence.timestamp_us``) held inside the window:
 a window is cut by stream position (the first record at or after its end), so a record read by the
 window is the window's even when a clock step put its time slightly outside it. The record's own time,
@@ -23,17 +26,22 @@ epoch, row index and shard are in ``source_metadata_json``.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_provider_cdc.core.columns import ColumnType, column_types_json
 from airflow_provider_cdc.core.contract.staged_rows import DELETE, INSERT, UPDATE
 from airflow_provider_cdc.core.timestamps import from_micros
-from airflow_provider_cdc.core.types import LogicalType, encode_value
+from airflow_provider_cdc.core.types import SCALAR_TYPES, LogicalType, encode_value
 from airflow_provider_cdc.sources.tablestore.client import StreamRecord
 from airflow_provider_cdc.sources.tablestore.sequence_numbers import record_sequence_number
 from airflow_provider_cdc.sources.tablestore.types import logical_type_of, value_type
+
+try:  # the C escaper json.dumps uses (ensure_ascii)
+    from _json import encode_basestring_ascii as _json_string
+except ImportError:  # pragma: no cover - the pure-Python one
+    from json.encoder import encode_basestring_ascii as _json_string
 
 __all__ = ["ShardWindowRows", "StagedRecordError", "canonical_json"]
 
@@ -47,6 +55,42 @@ class StagedRecordError(ValueError):
 def canonical_json(value: Any) -> str:
     """Compact JSON with sorted keys (the staged rows' canonical form)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _json_scalar(value: Any) -> str:
+    """``canonical_json`` of one encoded cell value (string, integer, boolean, finite float, null)."""
+    kind = type(value)
+    if kind is str:
+        return _json_string(value)
+    if kind is int:
+        return int.__repr__(value)
+    if kind is float:
+        return float.__repr__(value)  # finite: the encoder spells NaN and infinities as strings
+    if kind is bool:
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return canonical_json(value)
+
+
+def _json_object(items: dict[str, str]) -> str:
+    """Compact JSON object with sorted keys from names and their values' JSON texts."""
+    return "{" + ",".join([f"{_name_json(name)}:{items[name]}" for name in sorted(items)]) + "}"
+
+
+_NAMES: dict[str, str] = {}
+
+
+def _name_json(name: str) -> str:
+    text = _NAMES.get(name)
+    if text is None:
+        text = _NAMES[name] = _json_string(name)
+    return text
+
+
+#: A cell's type, its value encoder and its ``column_types`` entry's JSON text.
+_CellType = tuple[LogicalType, Callable[[Any], Any], str]
+_ACTION_JSON = {action: _json_string(action) for action in _OPERATIONS}
 
 
 @dataclass
@@ -69,6 +113,11 @@ class ShardWindowRows:
     #: key text → column → the version (ms) of the value this shard last wrote in the window.
     _versions: dict[str, dict[str, int | None]] = field(default_factory=dict, repr=False)
     position: int = 0
+    _cell_types: dict[tuple[str, type, bool, int], _CellType] = field(default_factory=dict, repr=False)
+    _declared_entries: dict[tuple[str, int], str] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self._shard_json = _json_string(self.shard_id)
 
     def where(self, position: int) -> str:
         return (
@@ -77,7 +126,120 @@ class ShardWindowRows:
         )
 
     def row(self, record: StreamRecord) -> tuple[Any, ...]:
-        """The staged row of the next record (in ``STAGED_CHANGE_COLUMNS`` order)."""
+        """The staged row of the next record (in ``STAGED_CHANGE_COLUMNS`` order).
+
+        Builds the same texts as :meth:`_row_reference` (canonical JSON: compact, sorted keys) from
+        cached pieces: a column's type, encoder and ``column_types`` entry are found once per
+        (column, value type, key flag, ordinal), and the JSON objects are joined from their parts.
+        """
+        position = self.position
+        operation = _OPERATIONS.get(record.action)
+        sequence = record.sequence
+        if operation is None or sequence is None:
+            return self._row_reference(record)  # raises the error naming the record
+        self.position += 1
+        cache = self._cell_types
+        entries: list[str] = []
+        keys: dict[str, str] = {}
+        ordinal = 0
+        for name, value in record.key:
+            ordinal += 1
+            found = cache.get((name, type(value), True, ordinal))
+            if found is None:
+                found = self._cell_type(name, value, True, ordinal, position)
+            keys[name] = _json_scalar(found[1](value))
+            entries.append(found[2])
+        key_text = _json_object(keys)
+        attribute_ordinal = ordinal + 1
+        after: dict[str, str] = {}
+        deleted_versions: dict[str, list[int]] = {}
+        versions = self._versions.setdefault(key_text, {})
+        if operation != UPDATE:
+            versions.clear()
+        for cell in record.cells if operation != DELETE else ():
+            op = cell.op
+            name = cell.name
+            if op == "PUT" or op == "INCREMENT":
+                value = cell.value
+                found = cache.get((name, type(value), False, attribute_ordinal))
+                if found is None:
+                    found = self._cell_type(name, value, False, attribute_ordinal, position)
+                after[name] = _json_scalar(found[1](value))
+                versions[name] = cell.timestamp_ms
+                entries.append(found[2])
+            elif op == "DELETE_ALL_VERSION":
+                after[name] = "null"
+                versions.pop(name, None)
+                self._declared_entry(name, entries, attribute_ordinal)
+            elif op == "DELETE_ONE_VERSION":
+                deleted_versions.setdefault(name, []).append(cell.timestamp_ms)
+                if name in versions and versions[name] == cell.timestamp_ms:
+                    after[name] = "null"
+                    versions.pop(name)
+                    self._declared_entry(name, entries, attribute_ordinal)
+            else:
+                raise StagedRecordError(
+                    f"{self.where(position)}: column {name!r} has the unknown operation {op!r}"
+                )
+        timestamp_us, epoch, row_index = sequence.timestamp_us, sequence.epoch, sequence.row_index
+        if deleted_versions or not (type(timestamp_us) is type(epoch) is type(row_index) is int):
+            metadata: dict[str, Any] = {
+                "shard_id": self.shard_id,
+                "action": record.action,
+                "timestamp_us": timestamp_us,
+                "epoch": epoch,
+                "row_index": row_index,
+            }
+            if deleted_versions:
+                metadata["deleted_versions"] = deleted_versions
+            metadata_text = canonical_json(metadata)
+        else:  # sorted keys: action, epoch, row_index, shard_id, timestamp_us
+            metadata_text = (
+                f'{{"action":{_ACTION_JSON[record.action]},"epoch":{epoch},"row_index":{row_index},'
+                f'"shard_id":{self._shard_json},"timestamp_us":{timestamp_us}}}'
+            )
+        commit_us = min(max(timestamp_us, self.window_start_us), self.window_end_us - 1)
+        return (
+            self.shard_id,
+            from_micros(commit_us),
+            None,
+            None,
+            None,
+            self.table,
+            operation,
+            key_text,
+            _json_object(after),
+            None,
+            "[" + ",".join(entries) + "]",
+            metadata_text,
+            record_sequence_number(self.window_start_us, self.stage, position),
+        )
+
+    def _cell_type(self, name: str, value: Any, key: bool, ordinal: int, position: int) -> _CellType:
+        """Find (and cache) a cell's type, encoder and ``column_types`` entry text."""
+        kind = self._type(name, value, self.where(position))
+        encode = (
+            SCALAR_TYPES[kind.code].encode
+            if kind.element is None
+            else (lambda item, kind=kind, name=name: encode_value(kind, item, name))
+        )
+        entry = column_types_json([ColumnType(name, kind, key, ordinal, is_nullable=not key)])[1:-1]
+        found = self._cell_types[(name, type(value), key, ordinal)] = (kind, encode, entry)
+        return found
+
+    def _declared_entry(self, column: str, entries: list[str], ordinal: int) -> None:
+        """:meth:`_declared_column` as an entry's JSON text."""
+        kind = self.declared.get(column)
+        if kind is not None:
+            cached = self._declared_entries.get((column, ordinal))
+            if cached is None:
+                cached = column_types_json([ColumnType(column, kind, False, ordinal, is_nullable=True)])[1:-1]
+                self._declared_entries[(column, ordinal)] = cached
+            entries.append(cached)
+
+    def _row_reference(self, record: StreamRecord) -> tuple[Any, ...]:
+        """The staged row of the next record, built value by value (the reference :meth:`row`
+        matches; also where a record that cannot be staged is refused)."""
         position = self.position
         self.position += 1
         where = self.where(position)
@@ -92,7 +254,7 @@ class ShardWindowRows:
         for ordinal, (name, value) in enumerate(record.key, start=1):
             kind = self._type(name, value, where)
             keys[name] = encode_value(kind, value, name)
-            columns.append(ColumnType(name, kind, True, ordinal))
+            columns.append(ColumnType(name, kind, True, ordinal, is_nullable=False))
         key_text = canonical_json(keys)
         attribute_ordinal = len(record.key) + 1
         after: dict[str, Any] = {}
@@ -105,7 +267,7 @@ class ShardWindowRows:
                 kind = self._type(cell.name, cell.value, where)
                 after[cell.name] = encode_value(kind, cell.value, cell.name)
                 versions[cell.name] = cell.timestamp_ms
-                columns.append(ColumnType(cell.name, kind, False, attribute_ordinal))
+                columns.append(ColumnType(cell.name, kind, False, attribute_ordinal, is_nullable=True))
             elif cell.op == "DELETE_ALL_VERSION":
                 after[cell.name] = None
                 versions.pop(cell.name, None)
@@ -156,4 +318,4 @@ class ShardWindowRows:
         """A cleared column's type, when declared (else other changes of the window carry it)."""
         kind = self.declared.get(column)
         if kind is not None:
-            columns.append(ColumnType(column, kind, False, ordinal))
+            columns.append(ColumnType(column, kind, False, ordinal, is_nullable=True))

@@ -15,11 +15,12 @@ UTC with six fractional digits, NULL as ``null``. For example ``{"Id":"42","Sku"
 ``{"Hash":"3q2+7w==","Version":1.5}``.
 
 The choice per table (:data:`DERIVED_KEY_MODES`): ``"auto"`` uses the derived key when a key column's
-type is one BigQuery refuses (or when the existing BigQuery table is keyed on ``_cdc_key``),
-``"always"`` for every table, ``"never"`` for none (a table BigQuery cannot key is refused).
-Nullability is not part of a change set's column types, so ``"auto"`` does not foresee NULL keys: a
-table whose key columns are nullable should use ``"always"``; a NULL key value in a table keyed on
-its source key is refused before anything of the window is sent.
+type is one BigQuery refuses, when the source says a key column is nullable (``is_nullable`` of the
+change set's column types) and the BigQuery table does not exist yet, or when the existing BigQuery
+table is keyed on ``_cdc_key``; ``"always"`` for every table, ``"never"`` for none (a table BigQuery
+cannot key is refused). A table already keyed on its nullable source key keeps that key, and a key
+column of unknown nullability (a source that does not say) counts as not nullable: a NULL key value in
+a table keyed on its source key is refused before anything of the window is sent.
 """
 
 from __future__ import annotations
@@ -92,6 +93,11 @@ def refused_key_columns(key: Sequence[ColumnType], table: str) -> list[tuple[str
     return refused
 
 
+def nullable_key_columns(key: Sequence[ColumnType]) -> list[str]:
+    """The key columns the source says may hold NULL (``is_nullable`` true)."""
+    return [column.name for column in key if column.is_nullable]
+
+
 def uses_derived_key(
     table: str, bigquery_table: str, key: Sequence[ColumnType], mode: str, declared: Sequence[str] | None
 ) -> bool:
@@ -117,7 +123,8 @@ def uses_derived_key(
     elif mode == NEVER:
         derived = False
     else:
-        derived = bool(refused) or is_derived
+        nullable = declared is None and bool(nullable_key_columns(key))
+        derived = bool(refused) or is_derived or nullable
     if declared is not None:
         wanted = [DERIVED_KEY_COLUMN] if derived else natural
         if not declared:

@@ -61,6 +61,7 @@ class BigQueryCdcUpsertOperator(WindowStepMixin, BaseOperator):
     """
 
     connection_class = PipelineWindowStepFields
+    cdc_step, cdc_target = "upsert", "bigquery"
     template_fields: Sequence[str] = (
         *WINDOW_STEP_FIELDS,
         "dataset",

@@ -5,8 +5,8 @@ The expected rows are ``{table: [{column: value}]}`` with values in the JSON val
 replayed history). The lake's rows are encoded the same way, without the ``_change_sequence_number``
 and ``_commit_timestamp`` columns, pending windows applied (merge-on-read), and both sides are
 compared as sets of rows: NUMERIC and JSON values compare by value, everything else as encoded.
-Column types come from each table's logical-type field metadata (``FIELD_METADATA_TYPE``) unless
-they are given.
+Column types come from each table's logical-type field metadata (``FIELD_METADATA_TYPE``, or its
+earlier key in tables written by earlier versions) unless they are given.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from airflow_provider_cdc.changesets.arrow_values import FIELD_METADATA_TYPE
+from airflow_provider_cdc.changesets.arrow_values import field_type_text
 from airflow_provider_cdc.core.values import LogicalType, encode_value, parse_logical_type
 
 HIDDEN_COLUMNS = ("_change_sequence_number", "_commit_timestamp")
@@ -54,14 +54,13 @@ class TableComparison:
 
 
 def schema_column_types(schema: pa.Schema) -> dict[str, LogicalType]:
-    """Column → logical type from the fields' ``FIELD_METADATA_TYPE`` metadata (hidden, untyped columns
-    left out)."""
-    key = FIELD_METADATA_TYPE.encode()
+    """Column → logical type from the fields' type metadata (``FIELD_METADATA_TYPE`` or its earlier
+    key; hidden, untyped columns left out)."""
     types: dict[str, LogicalType] = {}
     for column in schema:
-        text = (column.metadata or {}).get(key)
+        text = field_type_text(column)
         if text is not None and column.name not in HIDDEN_COLUMNS:
-            types[column.name] = parse_logical_type(text.decode(), column.name)
+            types[column.name] = parse_logical_type(text, column.name)
     return types
 
 

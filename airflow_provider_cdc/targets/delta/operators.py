@@ -19,6 +19,7 @@ from airflow_provider_cdc.lineage import StepLineage, delta_table_dataset, locat
 from airflow_provider_cdc.operators._dataproc import run_on_dataproc
 from airflow_provider_cdc.operators._spark import (
     LocalPythonJob,
+    connection_deploy_mode,
     connection_master,
     is_connect,
     is_dataproc,
@@ -33,19 +34,22 @@ from airflow_provider_cdc.operators.window_step import (
     WindowStepMixin,
 )
 from airflow_provider_cdc.targets.delta.compaction import DEFAULT_COMPACT_EVERY
+from airflow_provider_cdc.targets.delta.tombstones import HORIZON_FIX
 
 UPSERT_JOB_PATH = str(Path(__file__).resolve().parent / "upsert_job.py")
 
 
 def tombstone_horizon_seconds(value: timedelta | int | float | str | None) -> str | None:
     """The job's ``--tombstone-horizon-seconds`` for a horizon given as a ``timedelta`` or seconds (a
-    number or its text, as a template renders it); ``None`` or ``""``: tombstones not asked for."""
-    return positive_seconds(value, "tombstone_horizon")
+    number or its text, as a template renders it); ``None`` or ``""``: tombstones not asked for. A
+    horizon that is not positive (0 included: it does not turn tombstones off) fails naming the fix."""
+    return positive_seconds(value, "tombstone_horizon", HORIZON_FIX)
 
 
-def positive_seconds(value: timedelta | int | float | str | None, name: str) -> str | None:
+def positive_seconds(value: timedelta | int | float | str | None, name: str, fix: str = "") -> str | None:
     """A duration given as a ``timedelta`` or seconds (a number or its text) as the job's seconds
-    argument; ``None`` or ``""``: not given. Anything but a positive duration fails naming ``name``."""
+    argument; ``None`` or ``""``: not given. Anything but a positive duration (0 included) fails
+    naming ``name`` (and ``fix``, what to give instead)."""
     if value is None or (isinstance(value, str) and not value.strip()):
         return None
     try:
@@ -55,8 +59,16 @@ def positive_seconds(value: timedelta | int | float | str | None, name: str) -> 
     except (TypeError, ValueError):
         seconds = math.nan
     if not (math.isfinite(seconds) and seconds > 0):
-        raise ValueError(f"{name} must be a positive timedelta or number of seconds, got {value!r}")
+        raise ValueError(
+            f"{name} must be a positive timedelta or number of seconds, got {value!r}"
+            + (f": {fix}" if fix else "")
+        )
     return str(int(seconds)) if seconds.is_integer() else repr(seconds)
+
+
+def _is_template(value: object) -> bool:
+    """Whether ``value`` is Jinja text (checked only once rendered)."""
+    return isinstance(value, str) and ("{{" in value or "{%" in value)
 
 
 class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
@@ -81,10 +93,11 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
     :param epoch: the opening of the window this run applies (templated: the open task's ``epoch``
         XCom, see ``epoch_template``). With a metastore the upsert refuses to start when the window was
         opened again since; the job refuses a change set merged in another epoch.
-    :param tombstone_horizon: keep a tombstone per deleted key this long after the delete (a
-        ``timedelta`` or seconds; templated), so that an older upsert of the key arriving in a later
-        window does not insert the row again. Turn it on for sources whose changes can arrive after
-        newer ones were applied (Datastream). Tables that have tombstones keep them without it.
+    :param tombstone_horizon: keep a tombstone per deleted key this long after the end of the window
+        that applied the delete (a positive ``timedelta`` or seconds; templated, checked when given
+        and when rendered), so that an older upsert of the key arriving in a later window does not
+        insert the row again. Turn it on for sources whose changes can arrive after newer ones were
+        applied (Datastream). Tables that have tombstones keep them without it.
     :param apply_mode: ``"auto"`` (default: windows whose keys are spread over a table's files go to its
         pending changes), ``"deferred"`` (every window does) or ``"immediate"``; see
         :class:`~airflow_provider_cdc.targets.delta.target.DeltaLakeTarget`. Templated.
@@ -95,7 +108,8 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
     :param local_python: on a local master (or without the Spark connection) run the job with the
         worker's Python instead of ``spark-submit`` (default ``True``). The job starts no
         SparkSession, so ``spark-submit`` would only add a JVM start (10-20 s) before the same
-        Python runs; ``False`` submits it anyway. Other masters always use ``spark-submit``; a Spark
+        Python runs; ``False`` submits it anyway. The same holds on a cluster master in ``client``
+        deploy mode (the driver would run here); ``deploy_mode="cluster"`` uses ``spark-submit``; a Spark
         connection of type ``dataproc`` submits the job to Dataproc (a cluster job or a Serverless
         batch; the cluster needs ``deltalake`` and ``pyarrow``).
 
@@ -104,6 +118,7 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
     """
 
     connection_class = PipelineWindowStepFields
+    cdc_step, cdc_target = "upsert", "delta"
     template_fields: Sequence[str] = (
         *SparkSubmitOperator.template_fields,
         *WINDOW_STEP_FIELDS,
@@ -133,7 +148,7 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
         if kwargs.get("application_args"):
             raise ValueError("application_args are built by SparkUpsertWindowOperator; do not pass them")
         super().__init__(application=application, name=name, conn_id=conn_id, **kwargs)
-        if not isinstance(tombstone_horizon, str):  # a template is checked once rendered
+        if not _is_template(tombstone_horizon):  # a template is checked once rendered
             tombstone_horizon_seconds(tombstone_horizon)
         self.tombstone_horizon = tombstone_horizon
         if not isinstance(max_staleness, str):
@@ -182,10 +197,17 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
         return args
 
     def runs_locally(self, master: str | None) -> bool:
-        """Whether the job runs with this worker's Python: ``local_python`` and a local ``master``
-        (the Spark connection's, as :func:`connection_master` gives it) or a Spark Connect server
-        (the job writes with delta-rs and needs no Spark: there is nothing to run on the server)."""
-        return self.local_python and (is_local(master) or is_connect(master))
+        """Whether the job runs with this worker's Python: with ``local_python``, wherever its driver
+        would run on this worker anyway: a local ``master`` (the Spark connection's, as
+        :func:`connection_master` gives it), a Spark Connect server, or any ``spark-submit`` master in
+        ``client`` deploy mode (a standalone cluster, YARN or Kubernetes: the job writes with delta-rs
+        and starts no Spark, so it would use no executor). Only ``deploy_mode="cluster"`` submits it
+        to run its driver on the cluster, and ``dataproc`` connections run it on Dataproc."""
+        if not self.local_python or is_dataproc(master):
+            return False
+        if is_local(master) or is_connect(master):
+            return True
+        return connection_deploy_mode(self.spark_conn_id, self._deploy_mode) != "cluster"
 
     def execute(self, context: Any) -> None:
         self._conn_id = self.spark_conn_id = str(self.spark_conn_id)  # as rendered

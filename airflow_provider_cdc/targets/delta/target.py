@@ -22,7 +22,8 @@ Guarantees, per table and window:
   deleted row is absent, so an older ``UPSERT`` of its key would insert it again. With
   ``tombstone_horizon`` set, each ``DELETE`` leaves a tombstone in ``{lake_root}/_tombstones/{table}``
   and an ``UPSERT`` not newer than its key's tombstone is dropped before the MERGE, for windows
-  ending within the horizon of the delete (:mod:`.tombstones`; the tombstone commit comes first,
+  ending within the horizon of the end of the window that applied the delete, whatever the delete's
+  source commit time (:mod:`.tombstones`; the tombstone commit comes first,
   tagged with the window, so a crash between the two commits re-runs to the same table). A table
   that has tombstones keeps using them when a later run does not set the option. A table without
   tombstones costs one look for their table, nothing else.
@@ -70,7 +71,7 @@ import pyarrow.dataset as pa_ds
 from deltalake import CommitProperties, DeltaTable, QueryBuilder, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 
-from airflow_provider_cdc.changesets.arrow_values import FIELD_METADATA_PRIMARY_KEY
+from airflow_provider_cdc.changesets.arrow_values import key_column_names
 from airflow_provider_cdc.changesets.reader import ChangeSetTable, iter_batches
 from airflow_provider_cdc.changesets.typed_batches import TableColumns, to_merge_source
 from airflow_provider_cdc.core.identifiers import validate_identifier
@@ -233,9 +234,10 @@ def _with_tombstoned(result: ApplyResult, dropped: int) -> ApplyResult:
 class DeltaLakeTarget:
     """One Delta table per source table at ``{lake_root}/{table}``, local or on object storage.
 
-    ``tombstone_horizon``: keep a tombstone per deleted key for this long after the delete's commit,
-    so that an older ``UPSERT`` arriving in a later window does not insert the row again (see the
-    module docstring); ``None`` (the default) keeps none, unless the table has tombstones already.
+    ``tombstone_horizon``: keep a tombstone per deleted key for this long after the end of the window
+    that applied the delete, so that an older ``UPSERT`` arriving in a later window does not insert
+    the row again (see the module docstring); ``None`` (the default) keeps none, unless the table has
+    tombstones already. A horizon that is not positive (0 included) is refused.
 
     ``apply_mode``: ``"immediate"`` merges each window into the table; ``"deferred"`` appends each
     window to the table's pending changes (``{lake_root}/_pending/{table}``) and folds them into the
@@ -316,6 +318,11 @@ class DeltaLakeTarget:
         if dt is None:
             raise LakeError(f"table {table!r} does not exist under {self.lake_root!r}")
         return dt
+
+    def key_columns(self, table: str) -> list[str]:
+        """The table's primary-key columns, as its field metadata marks them (also under the key
+        earlier versions wrote)."""
+        return key_column_names(pa.schema(self.open(table).schema().to_arrow()))
 
     def read_table(self, table: str, columns: list[str] | None = None) -> pa.Table:
         """The table's current rows as a pyarrow Table (all columns, or ``columns`` in that order).
@@ -458,11 +465,7 @@ class DeltaLakeTarget:
         dt = self.open(table)
         if not z_order:
             return dt.optimize.compact(target_size=self.target_file_size)
-        keys = [
-            f.name
-            for f in pa.schema(dt.schema().to_arrow())
-            if (f.metadata or {}).get(FIELD_METADATA_PRIMARY_KEY.encode()) == b"true"
-        ]
+        keys = key_column_names(pa.schema(dt.schema().to_arrow()))
         if not keys:
             raise LakeError(f"table {table!r}: key columns unknown, cannot Z-order")
         return dt.optimize.z_order(keys, target_size=self.target_file_size)

@@ -17,8 +17,13 @@ Applying a window to a table with tombstones:
    window already (a re-run after a crash before the table's own commit) is left as it is.
 3. The table's own commit follows, guarded by its own app transaction.
 
-A tombstone blocks only windows after the one that wrote it and ending within ``horizon`` of its
-delete's commit timestamp; lookups apply both rules, so what a window drops does not depend on
+A tombstone blocks only windows after the one that wrote it and ending within ``horizon`` of that
+window's end (``_deleted_in_window``), whatever the window's basis: an arrival window (Datastream) is
+what arrived in it, so its end is when the delete arrived, however old its source commit; a
+commit-time window ends at most one window after the delete's commit, so counting from its end
+protects at least as long as counting from the commit would. Replayed old files (a backfill over last
+month's files, a stream read again from its start) therefore keep their tombstones for the whole
+horizon after they are applied. Lookups apply both rules, so what a window drops does not depend on
 whether its own tombstone commit, or a purge, already happened: a re-run lands the same rows as one
 clean run. A key's change-set row is a ``DELETE`` or an ``UPSERT``, never both, so the window's own
 tombstones could not drop its upserts anyway.
@@ -52,7 +57,6 @@ from airflow_provider_cdc.changesets.typed_batches import (
 )
 from airflow_provider_cdc.core.contract.change_set import CHANGE_TYPE, DELETE, UPSERT
 from airflow_provider_cdc.core.identifiers import validate_identifier
-from airflow_provider_cdc.core.timestamps import from_micros
 from airflow_provider_cdc.targets.delta.log import LakeError, commit_properties
 from airflow_provider_cdc.targets.delta.merge import key_predicate
 
@@ -71,12 +75,20 @@ _KEY_VALUE = "_key_value_{}"
 _KEY_IS_NULL = "_key_is_null_{}"
 
 
+#: What a horizon that is not positive should be instead (0 would keep tombstones that block nothing).
+HORIZON_FIX = (
+    "give a horizon longer than the latest a change can arrive (e.g. 7 days), or leave it unset to keep "
+    "no tombstones; 0 does not turn them off"
+)
+
+
 def check_horizon(horizon: timedelta | None) -> timedelta | None:
-    """``horizon`` if it is ``None`` (tombstones off) or a positive ``timedelta``, else ``ValueError``."""
+    """``horizon`` if it is ``None`` (tombstones not asked for) or a positive ``timedelta``, else
+    ``ValueError`` naming ``tombstone_horizon`` and the fix."""
     if horizon is None:
         return None
     if not isinstance(horizon, timedelta) or horizon <= timedelta(0):
-        raise ValueError(f"tombstone_horizon must be a positive timedelta (or None), got {horizon!r}")
+        raise ValueError(f"tombstone_horizon must be a positive timedelta, got {horizon!r}: {HORIZON_FIX}")
     return horizon
 
 
@@ -99,7 +111,8 @@ def tombstone_schema(table: TableColumns) -> pa.Schema:
 
 
 def horizon_cutoff(window_version: int, horizon: timedelta) -> int:
-    """The commit timestamp (µs) before which a tombstone no longer blocks the window's changes."""
+    """The window end (µs) before which a window's tombstones (``_deleted_in_window``) no longer block
+    the changes of window ``window_version``."""
     return window_version - horizon // timedelta(microseconds=1)
 
 
@@ -251,10 +264,8 @@ class TableTombstones:
         schema = pa.schema([schema.field(name) for name in (*keys, SOURCE_SEQUENCE)])
         if self.delta_table is None:
             return schema.empty_table()
-        cutoff = pa.scalar(horizon_cutoff(window_version, self.horizon), pa.timestamp("us", tz="UTC"))
-        condition = (pc.field(SOURCE_COMMIT_TIMESTAMP) >= cutoff) & (
-            pc.field(DELETED_IN_WINDOW) < window_version
-        )
+        cutoff = horizon_cutoff(window_version, self.horizon)
+        condition = (pc.field(DELETED_IN_WINDOW) >= cutoff) & (pc.field(DELETED_IN_WINDOW) < window_version)
         dataset: pa_ds.Dataset = self.delta_table.to_pyarrow_dataset()
         return dataset.to_table(columns=schema.names, filter=condition).cast(schema)
 
@@ -339,9 +350,8 @@ class TableTombstones:
         newer = f"source.{SOURCE_SEQUENCE} > target.{SOURCE_SEQUENCE}"
         merger = merger.when_matched_update_all(predicate=newer).when_not_matched_insert_all()
         if purge:
-            expired = from_micros(cutoff).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
             merger = merger.when_not_matched_by_source_delete(
-                predicate=f"target.{SOURCE_COMMIT_TIMESTAMP} < '{expired}'"
+                predicate=f"target.{DELETED_IN_WINDOW} < {cutoff}"
             )
         metrics = merger.execute()
         if dt.version() == read_version:  # nothing changed: the window is still recorded
@@ -359,10 +369,11 @@ class TableTombstones:
         return True
 
     def _has_tombstones_before(self, cutoff: int) -> bool:
-        """Whether a data file may hold a tombstone older than ``cutoff`` (by its statistics)."""
+        """Whether a data file may hold a tombstone of a window ending before ``cutoff`` (by its
+        statistics)."""
         assert self.delta_table is not None
         actions = pa.table(self.delta_table.get_add_actions(flatten=True))
-        column = f"min.{SOURCE_COMMIT_TIMESTAMP}"
+        column = f"min.{DELETED_IN_WINDOW}"
         if actions.num_rows == 0:
             return False
         if column not in actions.column_names:
@@ -370,13 +381,13 @@ class TableTombstones:
         oldest = actions[column]
         if oldest.null_count:
             return True
-        limit = pa.scalar(cutoff, pa.timestamp("us", tz="UTC"))
-        return bool(pc.any(pc.less(oldest.cast(limit.type), limit)).as_py())
+        return bool(pc.any(pc.less(oldest.cast(pa.int64()), pa.scalar(cutoff, pa.int64()))).as_py())
 
 
 __all__ = [
     "COMMIT_METADATA_HORIZON",
     "DELETED_IN_WINDOW",
+    "HORIZON_FIX",
     "TOMBSTONES_FOLDER",
     "TableTombstones",
     "blocked_upserts",

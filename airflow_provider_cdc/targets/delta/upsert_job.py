@@ -328,8 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--tombstone-horizon-seconds",
         type=_horizon_seconds,
         default=None,
-        help="keep a tombstone per deleted key this many seconds after the delete, so that older "
-        "upserts of the key arriving in later windows do not insert the row again",
+        help="keep a tombstone per deleted key this many seconds (more than 0) after the end of the "
+        "window that applied the delete, so that older upserts of the key arriving in later windows do "
+        "not insert the row again; leave it out to keep no tombstones",
     )
     parser.add_argument(
         "--apply-mode",
@@ -370,7 +371,9 @@ def _horizon_seconds(text: str) -> timedelta:
     except ValueError:
         seconds = float("nan")
     if not seconds > 0 or seconds == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"must be a positive number of seconds, got {text!r} (leave the option out instead of 0)"
+        )
     return timedelta(seconds=seconds)
 
 

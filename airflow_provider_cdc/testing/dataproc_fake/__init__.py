@@ -26,7 +26,7 @@ import grpc
 
 from .server import DataprocState, handlers
 from .tls import ConnectProxy, certificate
-from .workloads import WorkloadRunner
+from .workloads import DEFAULT_CLUSTER_MASTER, WorkloadRunner
 
 
 class FakeDataproc:
@@ -40,10 +40,11 @@ class FakeDataproc:
         cluster_env: Mapping[str, str] | None = None,
         workdir: str | None = None,
         certificate_dir: str | None = None,
+        cluster_master: str = DEFAULT_CLUSTER_MASTER,
     ) -> None:
         self._directory = tempfile.TemporaryDirectory(prefix="dataproc-fake-")
         self._certificate_dir = certificate_dir or self._directory.name
-        self.runner = WorkloadRunner(gcs_endpoint, cluster_env, workdir)
+        self.runner = WorkloadRunner(gcs_endpoint, cluster_env, workdir, cluster_master)
         self.state = DataprocState(self.runner, output_bucket)
         self._server: grpc.Server | None = None
         self._proxy: ConnectProxy | None = None

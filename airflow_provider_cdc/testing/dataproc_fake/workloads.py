@@ -2,16 +2,21 @@
 
 A workload (a cluster's job or a Serverless batch) is run as Dataproc runs a PySpark driver: its
 ``main_python_file_uri`` and ``python_file_uris`` are fetched from Cloud Storage (the Cloud Storage
-fake, or any endpoint speaking its JSON API), then ``spark-submit --master local[*]`` runs the main
-file with the files on ``--py-files``, the workload's properties as ``--conf`` and its arguments, in
-the "cluster's" environment (``cluster_env``: the identity and settings a cluster's nodes would
-have). The driver's output is written back to Cloud Storage as Dataproc writes it
+fake, or any endpoint speaking its JSON API), then ``spark-submit`` runs the main file with the files
+on ``--py-files``, the workload's properties as ``--conf`` and its arguments, in the "cluster's"
+environment (``cluster_env``: the identity and settings a cluster's nodes would have). As on Dataproc,
+the master comes from the cluster's ``spark-defaults.conf`` (``spark.master``; Dataproc's is ``yarn``,
+the fake's ``cluster_master``, default ``local[2]``), not from the command line; every Spark application
+the driver starts is then checked, from its event log, to have run on that master: a workload that
+chose another master itself fails, naming both. The driver's output is written back to Cloud Storage
+as Dataproc writes it
 (``…/driveroutput.000000000``); a failure's message names it, as Dataproc's does (a batch's also
 quotes the output's last line), and holds no more of it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -30,6 +35,8 @@ CLUSTER_SPARK_CONF = {
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
 }
 OUTPUT_LINES_KEPT = 30
+#: The fake cluster's own master (a real cluster's ``spark-defaults.conf`` says ``yarn``).
+DEFAULT_CLUSTER_MASTER = "local[2]"
 
 
 @dataclass
@@ -62,11 +69,16 @@ class WorkloadRunner:
     """Runs workloads with ``spark-submit`` against a Cloud Storage endpoint (JSON API)."""
 
     def __init__(
-        self, gcs_endpoint: str, cluster_env: Mapping[str, str] | None = None, workdir: str | None = None
+        self,
+        gcs_endpoint: str,
+        cluster_env: Mapping[str, str] | None = None,
+        workdir: str | None = None,
+        cluster_master: str = DEFAULT_CLUSTER_MASTER,
     ) -> None:
         self.gcs_endpoint = gcs_endpoint
         self.cluster_env = dict(cluster_env or {})
         self.workdir = workdir
+        self.cluster_master = cluster_master
         self._storage: Any = None
 
     def storage(self) -> Any:
@@ -115,13 +127,13 @@ class WorkloadRunner:
                 workload.succeeded, workload.message = False, f"Failed to fetch the workload's files: {error}"
                 on_end()
                 return
+            events = Path(directory) / "events"
+            env = {**self.environment(), "SPARK_CONF_DIR": str(self._cluster_conf(Path(directory), events))}
             command = [
                 "spark-submit",
-                "--master",
-                "local[*]",
                 "--name",
                 workload.name.rsplit("/", 1)[-1],
-                *_conf_arguments({**CLUSTER_SPARK_CONF, **workload.properties}),
+                *_conf_arguments(workload.properties),
             ]
             if files:
                 command += ["--py-files", ",".join(files)]
@@ -129,10 +141,18 @@ class WorkloadRunner:
             output = Path(directory) / "driveroutput"
             with output.open("wb") as sink:
                 workload.process = subprocess.Popen(
-                    command, stdout=sink, stderr=subprocess.STDOUT, env=self.environment(), cwd=directory
+                    command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=directory
                 )
                 on_start()
                 status = workload.process.wait()
+            wrong = [master for master in application_masters(events) if master != self.cluster_master]
+            if wrong and status == 0:
+                with output.open("ab") as sink:
+                    sink.write(
+                        f"ERROR: the driver ran Spark on master {wrong[0]}, not the cluster's "
+                        f"{self.cluster_master}\n".encode()
+                    )
+                status = 1
             data = output.read_bytes()
             kept = data.decode(errors="replace").splitlines()[-OUTPUT_LINES_KEPT:]
             self._upload(workload.output_uri + ".000000000", data)
@@ -152,6 +172,24 @@ class WorkloadRunner:
                 )
         on_end()
 
+    def _cluster_conf(self, directory: Path, events: Path) -> Path:
+        """The cluster's ``spark-defaults.conf``: its master, its settings, and an event log per
+        application (the master each one ran on is read back from it)."""
+        conf_dir = directory / "conf"
+        conf_dir.mkdir()
+        events.mkdir()
+        defaults = {
+            "spark.master": self.cluster_master,
+            **CLUSTER_SPARK_CONF,
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.compress": "false",
+            "spark.eventLog.dir": events.as_uri(),
+        }
+        (conf_dir / "spark-defaults.conf").write_text(
+            "".join(f"{key} {value}\n" for key, value in defaults.items())
+        )
+        return conf_dir
+
     def cancel(self, workload: Workload) -> None:
         """Stop a running workload's driver (it ends cancelled)."""
         workload.cancelled = True
@@ -168,6 +206,26 @@ class WorkloadRunner:
     def _upload(self, uri: str, data: bytes) -> None:
         bucket, name = split_gs(uri)
         self.storage().bucket(bucket).blob(name).upload_from_string(data)
+
+
+def application_masters(events: Path) -> list[str]:
+    """The master of every Spark application whose event log is in ``events`` (its environment update)."""
+    masters: list[str] = []
+    # one file per application, or (rolling event logs) a folder per application of numbered files
+    logs = [path for path in sorted(events.rglob("*")) if path.is_file() and not path.name.startswith(".")]
+    applications = {path.parent if path.parent != events else path for path in logs}
+    for application in sorted(applications):
+        log = min(application.glob("events_*")) if application.is_dir() else application
+        with log.open(errors="replace") as lines:
+            for line in lines:
+                if '"SparkListenerEnvironmentUpdate"' not in line:
+                    continue
+                properties = json.loads(line).get("Spark Properties", {})
+                if isinstance(properties, list):
+                    properties = dict(properties)
+                masters.append(str(properties.get("spark.master", "")))
+                break
+    return masters
 
 
 def _conf_arguments(properties: Mapping[str, str]) -> list[str]:

@@ -4,7 +4,8 @@ Time: every commit gets a unique microsecond timestamp strictly after the clock'
 the previous commit, and the clock moves to it; so everything at or before ``now`` is final and a
 change-stream read bounded by ``end_timestamp <= now`` completes at once, while a read whose end is
 later (or NULL) waits for the clock or for its partition's child records. With a ``ManualClock``
-time moves only by ``advance``/``set`` or by commits; splits and merges take a timestamp the same way.
+time moves only by ``advance``/``set`` (in the process, or from outside it through ``RemoteClock`` or
+``cdc-spanner-emulator clock``) or by commits; splits and merges take a timestamp the same way.
 
 Tables: every commit keeps the versions of the rows it writes, so reads and queries at a timestamp (a
 snapshot, a batch snapshot's partitions) see the database as of then, within the version retention
@@ -21,8 +22,9 @@ except ImportError as exc:
         "pip install 'airflow-provider-cdc[testing]'"
     ) from exc
 
+from .admin import RemoteClock
 from .clock import Clock, ManualClock, WallClock
 from .model import PartitionSchedule
 from .server import SpannerEmulator
 
-__all__ = ["Clock", "ManualClock", "PartitionSchedule", "SpannerEmulator", "WallClock"]
+__all__ = ["Clock", "ManualClock", "PartitionSchedule", "RemoteClock", "SpannerEmulator", "WallClock"]

@@ -1,5 +1,5 @@
 """``INFORMATION_SCHEMA`` views of the database's own tables: TABLES, COLUMNS, INDEXES, INDEX_COLUMNS
-(the primary keys) and COLUMN_OPTIONS, with the columns and values Spanner gives them,
+(the primary keys and secondary indexes) and COLUMN_OPTIONS, with the columns and values Spanner gives them,
 DATABASE_OPTIONS (the dialect, and ``version_retention_period`` once set) and the change streams' scopes
 (CHANGE_STREAMS, CHANGE_STREAM_TABLES, CHANGE_STREAM_COLUMNS).
 
@@ -109,6 +109,56 @@ def _indexes(tables: list[Table]) -> list[Row]:
     ]
 
 
+def _secondary_indexes(database: Any) -> list[Row]:
+    return [
+        {
+            "TABLE_NAME": index.table,
+            "INDEX_NAME": index.name,
+            "INDEX_TYPE": "INDEX",
+            "PARENT_TABLE_NAME": index.parent or "",
+            "IS_UNIQUE": index.unique,
+            "IS_NULL_FILTERED": index.null_filtered,
+            "INDEX_STATE": "READ_WRITE",
+            "SPANNER_IS_MANAGED": False,
+        }
+        for index in sorted(database.indexes.values(), key=lambda i: (i.table, i.name))
+    ]
+
+
+def _secondary_index_columns(database: Any) -> list[Row]:
+    """Key columns with their position and order (NOT NULL in a NULL_FILTERED index); stored columns
+    without either, as Spanner lists them."""
+    rows = []
+    for index in sorted(database.indexes.values(), key=lambda i: (i.table, i.name)):
+        table = database.tables[index.table]
+        of_index = {"TABLE_NAME": index.table, "INDEX_NAME": index.name, "INDEX_TYPE": "INDEX"}
+        for position, (name, desc) in enumerate(zip(index.columns, index.desc, strict=True), start=1):
+            column = table.column(name)
+            rows.append(
+                {
+                    **of_index,
+                    "COLUMN_NAME": name,
+                    "ORDINAL_POSITION": str(position),
+                    "COLUMN_ORDERING": "DESC" if desc else "ASC",
+                    "IS_NULLABLE": "NO" if column.not_null or index.null_filtered else "YES",
+                    "SPANNER_TYPE": column.spanner_type,
+                }
+            )
+        for name in index.storing:
+            column = table.column(name)
+            rows.append(
+                {
+                    **of_index,
+                    "COLUMN_NAME": name,
+                    "ORDINAL_POSITION": None,
+                    "COLUMN_ORDERING": None,
+                    "IS_NULLABLE": "NO" if column.not_null else "YES",
+                    "SPANNER_TYPE": column.spanner_type,
+                }
+            )
+    return rows
+
+
 def _column_options(tables: list[Table]) -> list[Row]:
     return [
         {
@@ -164,6 +214,13 @@ VIEWS: dict[str, tuple[Columns, Callable[[list[Table]], list[Row]]]] = {
         _CATALOG + _s("COLUMN_NAME", "OPTION_NAME", "OPTION_TYPE", "OPTION_VALUE"),
         _column_options,
     ),
+}
+
+
+#: Rows the database's secondary indexes add to a view.
+SECONDARY_INDEX_VIEWS: dict[str, Callable[[Any], list[Row]]] = {
+    "INDEXES": _secondary_indexes,
+    "INDEX_COLUMNS": _secondary_index_columns,
 }
 
 
@@ -225,7 +282,11 @@ def view(name: str) -> tuple[Columns, Callable[[Any], list[Row]]] | None:
 
     def rows(database: Any) -> list[Row]:
         ordered = sorted(database.tables.values(), key=lambda t: t.name)
-        return [{"TABLE_CATALOG": "", "TABLE_SCHEMA": "", **row} for row in build(ordered)]
+        found = build(ordered)
+        if name.upper() in SECONDARY_INDEX_VIEWS:  # per table: the primary key, then secondary indexes
+            found += SECONDARY_INDEX_VIEWS[name.upper()](database)
+            found.sort(key=lambda row: row["TABLE_NAME"])
+        return [{"TABLE_CATALOG": "", "TABLE_SCHEMA": "", **row} for row in found]
 
     return columns, rows
 

@@ -8,6 +8,8 @@ those logs (:mod:`.reads`), table reads the versions (:mod:`.table_reads`).
 from __future__ import annotations
 
 import base64
+import copy
+import dataclasses
 import hashlib
 import random
 import threading
@@ -18,7 +20,7 @@ import grpc
 
 from airflow_provider_cdc.core.timestamps import format_timestamp, from_micros
 
-from . import ddl, reads
+from . import ddl, indexes, reads, schema_changes
 from .clock import Clock
 from .model import (
     FLUSH,
@@ -27,8 +29,10 @@ from .model import (
     ChangeStream,
     ChangeStreamQuery,
     EmulatorError,
+    Index,
     PartitionLog,
     PartitionSchedule,
+    StatementError,
     Table,
     lookup_table,
 )
@@ -62,6 +66,7 @@ class Database:
         self.lock = threading.RLock()
         self.tables: dict[str, Table] = {}
         self.streams: dict[str, ChangeStream] = {}
+        self.indexes: dict[str, Index] = {}
         self.ddl_statements: list[str] = []
         self.version_retention = ddl.DEFAULT_VERSION_RETENTION
         self.options: dict[str, str] = {}  # database options set by ALTER DATABASE, as written
@@ -78,32 +83,62 @@ class Database:
 
     # ----- schema ---------------------------------------------------------------------------------
     def apply_ddl(self, statements: list[str]) -> list[int]:
-        """Apply DDL statements; each takes a commit timestamp (µs), returned in order."""
+        """Apply DDL statements; each takes a commit timestamp (µs), returned in order.
+
+        As Spanner does, the batch is first checked against the schema alone, as a whole: a statement
+        that does not parse or fit refuses the batch and nothing changes. Then each statement checks the
+        data it changes and takes effect; one that fails there (``StatementError.applied`` set) leaves the
+        statements before it in effect and the rest not applied.
+        """
         with self.lock:
             parsed = []
-            for sql in statements:
+            for index, sql in enumerate(statements):
                 try:
                     parsed.append(ddl.parse_statement(sql))
                 except ddl.DdlError as exc:
-                    raise EmulatorError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
-            applied = []
-            for statement in parsed:
+                    error = EmulatorError(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                    raise StatementError(error, index, sql, None) from exc
+            schema = self._schema_copy()
+            for index, statement in enumerate(parsed):
+                try:
+                    schema._apply_statement(statement, self.last_commit_us + 1)
+                except EmulatorError as exc:
+                    raise StatementError(exc, index, statements[index], None) from exc
+            applied: list[int] = []
+            for index, statement in enumerate(parsed):
                 at = self.clock.next_commit_us(self.last_commit_us)
-                self._apply_statement(statement, at)
+                try:
+                    self._apply_statement(statement, at)
+                except EmulatorError as exc:
+                    raise StatementError(exc, index, statements[index], applied) from exc
                 self.last_commit_us = at
                 applied.append(at)
-            self.ddl_statements.extend(statements)
+                self.ddl_statements.append(statements[index])
             return applied
+
+    def _schema_copy(self) -> Database:
+        """This database's schema without its rows: what a DDL batch is checked against first."""
+        schema = copy.copy(self)
+        schema.tables = {name: table.schema_copy() for name, table in self.tables.items()}
+        schema.streams = dict(self.streams)
+        schema.indexes = {
+            name: dataclasses.replace(index, entries={}) for name, index in self.indexes.items()
+        }
+        schema.options = dict(self.options)
+        schema.ddl_statements = []
+        return schema
 
     def _apply_statement(self, statement: ddl.Statement, at_us: int) -> None:
         exists = grpc.StatusCode.FAILED_PRECONDITION
         if isinstance(statement, ddl.CreateTable):
-            if statement.name in self.tables:
+            if self.name_in_use(statement.name):
                 raise EmulatorError(exists, f"Duplicate name in schema: {statement.name}.")
+            for column in statement.columns:
+                schema_changes.check_column(statement.name, column)
             self.tables[statement.name] = Table(
                 statement.name,
-                statement.columns,
-                statement.primary_key,
+                list(statement.columns),
+                list(statement.primary_key),
                 key_desc=statement.key_desc,
                 parent=statement.parent,
                 on_delete=statement.on_delete,
@@ -114,19 +149,23 @@ class Database:
             if statement.version_retention_text is not None:
                 self.options["version_retention_period"] = statement.version_retention_text
         elif isinstance(statement, ddl.AddColumn):
-            table = self._table(statement.table)
-            if any(c.name == statement.column.name for c in table.columns):
-                raise EmulatorError(
-                    exists, f"Duplicate column name {statement.table}.{statement.column.name}."
-                )
-            if statement.column.not_null:
-                raise EmulatorError(exists, "Cannot add a NOT NULL column to an existing table.")
-            table.columns.append(statement.column)
+            schema_changes.add_column(self, statement)
+        elif isinstance(statement, ddl.DropColumn):
+            schema_changes.drop_column(self, statement)
+        elif isinstance(statement, ddl.AlterColumn):
+            schema_changes.alter_column(self, statement)
+        elif isinstance(statement, ddl.AlterColumnOptions):
+            schema_changes.alter_column_options(self, statement, at_us)
+        elif isinstance(statement, ddl.DropColumnDefault):
+            schema_changes.drop_column_default(self, statement)
         elif isinstance(statement, ddl.DropTable):
-            self._table(statement.name)
-            del self.tables[statement.name]
+            self._drop_table(statement.name)
+        elif isinstance(statement, ddl.CreateIndex):
+            indexes.create_index(self, statement)
+        elif isinstance(statement, ddl.DropIndex):
+            indexes.drop_index(self, statement)
         elif isinstance(statement, ddl.CreateChangeStream):
-            if statement.name in self.streams:
+            if self.name_in_use(statement.name):
                 raise EmulatorError(exists, f"Duplicate name in schema: {statement.name}.")
             for table_name, columns in (statement.scope or {}).items():
                 table = self._table(table_name)
@@ -158,6 +197,34 @@ class Database:
                 for stream in sorted(self.streams.values(), key=lambda s: s.name)
                 for name, value in sorted(stream.definition.options.items())
             ]
+
+    def name_in_use(self, name: str) -> bool:
+        """Whether a table, index or change stream has this name (they share one namespace)."""
+        return name in self.tables or name in self.indexes or name in self.streams
+
+    def _drop_table(self, name: str) -> None:
+        """``DROP TABLE``: not one a change stream lists, with interleaved tables, or with an index."""
+        table = self._table(name)
+        failed = grpc.StatusCode.FAILED_PRECONDITION
+        listing = [s.name for s in self.streams.values() if table.name in (s.definition.scope or {})]
+        if listing:
+            raise EmulatorError(
+                failed,
+                f"Cannot drop table {table.name}. Table {table.name} is tracked by {len(listing)} Change "
+                f"Stream: {','.join(listing)}. Tables explicitly tracked by a Change Stream cannot be "
+                "dropped. Please drop the Change Stream or modify its FOR clause to stop tracking the table "
+                "explicitly before dropping the table.",
+            )
+        children = [t.name for t in self.tables.values() if t.parent == table.name]
+        if children:
+            raise EmulatorError(
+                failed, f"Cannot drop table {table.name} with interleaved tables: {','.join(children)}."
+            )
+        on_table = indexes.on_table(self, table.name)
+        if on_table:
+            names = ",".join(index.name for index in on_table)
+            raise EmulatorError(failed, f"Cannot drop table {table.name} with indices: {names}.")
+        del self.tables[table.name]
 
     def _table(self, name: str) -> Table:
         return lookup_table(self.tables, name)
@@ -238,6 +305,7 @@ class Database:
             except ValueError_ as exc:
                 raise EmulatorError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from exc
             mods = transaction.mods()
+            unique = indexes.unique_changes(self, transaction.overlay) if self.indexes else []
             oldest = self.oldest_readable_us()
             for (table_name, key), row in transaction.overlay.items():
                 table = self.tables[table_name]
@@ -246,6 +314,7 @@ class Database:
                 else:
                     table.rows[key] = row
                 table.history.write(key, row, commit_us, oldest)
+            indexes.apply_unique_changes(unique)
             self.last_commit_us = commit_us
             if mods:
                 self._record_changes(mods, commit_us, commit_text)

@@ -17,11 +17,24 @@ _TVF = re.compile(
     r"^\s*SELECT\s+ChangeRecord\s+FROM\s+READ_([A-Za-z_][A-Za-z0-9_]*)\s*\((.*)\)\s*;?\s*$",
     re.IGNORECASE | re.DOTALL,
 )
+_CALL = re.compile(r"^\s*SELECT\s+ChangeRecord\s+FROM\s+(READ_([A-Za-z_][A-Za-z0-9_]*))", re.IGNORECASE)
 _ARGUMENTS = ("start_timestamp", "end_timestamp", "partition_token", "heartbeat_milliseconds", "read_options")
 
 
 def is_change_stream_query(sql: str) -> bool:
     return bool(re.match(r"^\s*SELECT\s+ChangeRecord\s+FROM\s+READ_", sql, re.IGNORECASE))
+
+
+def change_stream_function(sql: str) -> tuple[str, str] | None:
+    """``(stream, position)`` of the ``READ_<stream>`` a change-stream query calls, ``position`` as
+    Spanner names a place in a query (``1:26``: line and column of ``READ_``); ``None``: no call."""
+    match = _CALL.match(sql)
+    if not match:
+        return None
+    before = sql[: match.start(1)]
+    line = before.count("\n") + 1
+    column = len(before) - (before.rfind("\n") + 1) + 1
+    return match.group(2), f"{line}:{column}"
 
 
 def parse_change_stream_query(sql: str, params: Any) -> ChangeStreamQuery:

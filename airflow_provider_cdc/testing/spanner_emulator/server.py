@@ -19,13 +19,15 @@ from google.cloud.spanner_admin_instance_v1.types import spanner_instance_admin 
 from google.cloud.spanner_v1.types import commit_response, spanner, transaction
 from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2, timestamp_pb2
+from google.rpc import status_pb2
 
 from airflow_provider_cdc.core.timestamps import from_micros
 
+from .admin import admin_handler
 from .clock import Clock, ManualClock, WallClock
 from .database import Database
-from .model import EmulatorError, PartitionSchedule
-from .query import is_change_stream_query, parse_change_stream_query
+from .model import EmulatorError, PartitionSchedule, StatementError
+from .query import change_stream_function, is_change_stream_query, parse_change_stream_query
 from .results import Fault, stream_rows
 from .snapshots import Transactions, transaction_pb
 from .table_reads import TableReads
@@ -118,11 +120,39 @@ class SpannerEmulator:
 
     # ----- control --------------------------------------------------------------------------------
     def database(self, path: str) -> Database:
+        """The database at ``path``; as Spanner answers, ``Instance not found`` when its instance does
+        not exist, else ``Database not found``."""
+        instance = path.split("/databases/", 1)[0]
         with self._lock:
             database = self._databases.get(path)
+            known_instance = instance in self._instances
         if database is None:
+            if not known_instance:
+                raise EmulatorError(grpc.StatusCode.NOT_FOUND, f"Instance not found: {instance}")
             raise EmulatorError(grpc.StatusCode.NOT_FOUND, f"Database not found: {path}")
         return database
+
+    def create_database(self, project: str, instance: str, database: str, statements: list[str]) -> Database:
+        """Create ``projects/<project>/instances/<instance>/databases/<database>`` (and its instance if
+        new) with DDL ``statements``, as the admin API does; a refused statement raises
+        :class:`~.model.StatementError` (its ``index`` in ``statements``) and creates nothing."""
+        return self._create(f"projects/{project}/instances/{instance}", database, statements)
+
+    def _create(self, parent: str, database_id: str, statements: list[str]) -> Database:
+        name = f"{parent}/databases/{database_id}"
+        with self._lock:
+            if name in self._databases:
+                raise EmulatorError(grpc.StatusCode.ALREADY_EXISTS, f"Database already exists: {name}")
+        created = Database(name, self.clock, self.seed, self.initial_partitions, self.partition_schedule)
+        created.apply_ddl(list(statements))
+        with self._lock:
+            if name in self._databases:
+                raise EmulatorError(grpc.StatusCode.ALREADY_EXISTS, f"Database already exists: {name}")
+            self._instances.setdefault(
+                parent, instadmin.Instance(name=parent, state=instadmin.Instance.State.READY)
+            )
+            self._databases[name] = created
+        return created
 
     def split_partition(self, database_path: str) -> None:
         """End one current partition now and give its key range to two children."""
@@ -204,6 +234,9 @@ class SpannerEmulator:
                 operations_pb2.Operation.SerializeToString,
             ),
             "GetDatabase": unary(self._get_database, dbadmin.GetDatabaseRequest, dbadmin.Database.serialize),
+            "ListDatabases": unary(
+                self._list_databases, dbadmin.ListDatabasesRequest, dbadmin.ListDatabasesResponse.serialize
+            ),
             "UpdateDatabaseDdl": unary(
                 self._update_ddl, dbadmin.UpdateDatabaseDdlRequest, operations_pb2.Operation.SerializeToString
             ),
@@ -223,6 +256,11 @@ class SpannerEmulator:
             "GetInstance": unary(
                 self._get_instance, instadmin.GetInstanceRequest, instadmin.Instance.serialize
             ),
+            "ListInstances": unary(
+                self._list_instances,
+                instadmin.ListInstancesRequest,
+                instadmin.ListInstancesResponse.serialize,
+            ),
         }
         operations = {
             "GetOperation": grpc.unary_unary_rpc_method_handler(
@@ -240,6 +278,7 @@ class SpannerEmulator:
                 "google.spanner.admin.instance.v1.InstanceAdmin", instance_methods
             ),
             grpc.method_handlers_generic_handler("google.longrunning.Operations", operations),
+            admin_handler(self.clock),
         ]
 
     # ----- admin ----------------------------------------------------------------------------------
@@ -273,24 +312,19 @@ class SpannerEmulator:
             raise EmulatorError(grpc.StatusCode.NOT_FOUND, f"Instance not found: {request.name}")
         return instance
 
+    def _list_instances(self, request: Any, context: grpc.ServicerContext) -> instadmin.ListInstancesResponse:
+        prefix = f"{request.parent}/instances/"
+        with self._lock:
+            found = [i for name, i in sorted(self._instances.items()) if name.startswith(prefix)]
+        return instadmin.ListInstancesResponse(instances=found)
+
     def _create_database(self, request: Any, context: grpc.ServicerContext) -> operations_pb2.Operation:
         words = request.create_statement.split()
         if len(words) != 3 or [w.upper() for w in words[:2]] != ["CREATE", "DATABASE"]:
             raise EmulatorError(
                 grpc.StatusCode.INVALID_ARGUMENT, f"Invalid create statement: {request.create_statement}"
             )
-        name = f"{request.parent}/databases/{words[2].strip('`')}"
-        with self._lock:
-            if request.parent not in self._instances:
-                self._instances[request.parent] = instadmin.Instance(
-                    name=request.parent, state=instadmin.Instance.State.READY
-                )
-            if name in self._databases:
-                raise EmulatorError(grpc.StatusCode.ALREADY_EXISTS, f"Database already exists: {name}")
-            database = Database(name, self.clock, self.seed, self.initial_partitions, self.partition_schedule)
-        database.apply_ddl(list(request.extra_statements))
-        with self._lock:
-            self._databases[name] = database
+        name = self._create(request.parent, words[2].strip("`"), list(request.extra_statements)).path
         info = dbadmin.Database(name=name, state=dbadmin.Database.State.READY)
         return self._done_operation(name, info, dbadmin.CreateDatabaseMetadata(database=name))
 
@@ -303,14 +337,36 @@ class SpannerEmulator:
             earliest_version_time=from_micros(database.earliest_version_us()),
         )
 
+    def _list_databases(self, request: Any, context: grpc.ServicerContext) -> dbadmin.ListDatabasesResponse:
+        with self._lock:
+            if request.parent not in self._instances:
+                raise EmulatorError(grpc.StatusCode.NOT_FOUND, f"Instance not found: {request.parent}")
+            prefix = f"{request.parent}/databases/"
+            names = sorted(name for name in self._databases if name.startswith(prefix))
+        return dbadmin.ListDatabasesResponse(
+            databases=[dbadmin.Database(name=name, state=dbadmin.Database.State.READY) for name in names]
+        )
+
     def _update_ddl(self, request: Any, context: grpc.ServicerContext) -> operations_pb2.Operation:
-        applied = self.database(request.database).apply_ddl(list(request.statements))
+        """Refused statements fail the call; a statement whose data check fails fails the operation, which
+        lists the commit timestamps of the statements before it (those took effect)."""
+        error: StatementError | None = None
+        try:
+            applied = self.database(request.database).apply_ddl(list(request.statements))
+        except StatementError as exc:
+            if exc.applied is None:
+                raise
+            applied, error = exc.applied, exc
         metadata = dbadmin.UpdateDatabaseDdlMetadata(
             database=request.database,
             statements=list(request.statements),
             commit_timestamps=[from_micros(ts) for ts in applied],
         )
-        return self._done_operation(request.database, empty_pb2.Empty(), metadata)
+        operation = self._done_operation(request.database, empty_pb2.Empty(), metadata)
+        if error is not None:
+            operation.ClearField("response")
+            operation.error.CopyFrom(status_pb2.Status(code=error.code.value[0], message=error.message))
+        return operation
 
     def _get_ddl(self, request: Any, context: grpc.ServicerContext) -> dbadmin.GetDatabaseDdlResponse:
         return dbadmin.GetDatabaseDdlResponse(statements=self.database(request.database).ddl_statements)
@@ -389,6 +445,12 @@ class SpannerEmulator:
             if not is_change_stream_query(request.sql):
                 yield from self._tables.query(database, raw, context)
                 return
+            called = change_stream_function(request.sql)
+            if called is not None and called[0] not in database.streams:  # as Spanner: no such function
+                raise EmulatorError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"Table-valued function not found: READ_{called[0]} [at {called[1]}]",
+                )
             if raw.transaction.HasField("begin") and raw.transaction.begin.HasField("read_write"):
                 raise EmulatorError(
                     grpc.StatusCode.INVALID_ARGUMENT,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import heapq
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -80,6 +80,19 @@ class RowHistory:
             self.versions[key] = [*history[hidden:], (commit_us, row)]
         else:
             history.append((commit_us, row))
+
+    def rewrite(
+        self,
+        row_of: Callable[[Row | None], Row | None],
+        key_of: Callable[[tuple], tuple],
+    ) -> None:
+        """Replace every version's row by ``row_of(row)`` and every key by ``key_of(key)``, which must
+        keep the keys' order (a schema change: a dropped column, a re-encoded type)."""
+        self.versions = {
+            key_of(key): [(at, row_of(row)) for at, row in history] for key, history in self.versions.items()
+        }
+        self._keys = [key_of(key) for key in self._keys]
+        self._new_keys = [key_of(key) for key in self._new_keys]
 
     # ----- reads ----------------------------------------------------------------------------------
     def at(self, key: tuple, read_us: int) -> Row | None:

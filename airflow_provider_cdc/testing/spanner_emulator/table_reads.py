@@ -272,7 +272,14 @@ def _read_target(database: Database, request: Any) -> tuple[Table, list[Any]]:
             raise EmulatorError(not_found, f"Column not found in table {table.name}: {name}")
         columns.append(column)
     if request.index:
-        raise EmulatorError(not_found, f"No index '{request.index}' was found for table '{table.name}'.")
+        index = database.indexes.get(request.index)
+        if index is None or index.table != table.name:
+            raise EmulatorError(not_found, f"No index '{request.index}' was found for table '{table.name}'.")
+        raise EmulatorError(
+            INVALID,
+            f"Unsupported by the emulator: reading through index {index.name} (secondary indexes are part "
+            "of the schema, but the emulator serves reads from the base table only)",
+        )
     if not request.HasField("key_set"):
         raise EmulatorError(INVALID, "No value provided for required field: ReadRequest.key_set")
     return table, columns

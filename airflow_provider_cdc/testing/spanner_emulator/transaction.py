@@ -175,6 +175,8 @@ class TransactionWrites:
             )
         commit_text = self._commit_text if column.allow_commit_timestamp else None
         cell = decode_cell(value, column.type, where, commit_text)
+        if column.max_length is not None and cell is not None:
+            self._check_length(table, column, cell)
         if (
             column.allow_commit_timestamp
             and not placeholder
@@ -185,6 +187,21 @@ class TransactionWrites:
                 failed, f"Cannot write timestamps in the future, found: {display_timestamp(cell)}"
             )
         return cell
+
+    @staticmethod
+    def _check_length(table: Table, column: Any, cell: Any) -> None:
+        """A STRING(n) value (or ARRAY element) of at most n characters, a BYTES(n) one of n bytes."""
+        code = (column.type.element or column.type).code
+        for item in cell if isinstance(cell, list) else (cell,):
+            if item is None:
+                continue
+            size = len(item) if code == "STRING" else len(item) * 3 // 4 - item[-2:].count("=")
+            if size > column.max_length:
+                raise EmulatorError(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    "New value exceeds the maximum size limit for this column: "
+                    f"{table.name}.{column.name}, size: {size}, limit: {column.max_length}.",
+                )
 
     def _apply_delete(self, delete: Any) -> None:
         overlay = self.overlay

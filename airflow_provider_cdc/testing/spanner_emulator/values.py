@@ -156,3 +156,56 @@ def sort_key(value: Any, type_: SpannerType) -> tuple:
     if code == "BYTES":
         return (1, base64.b64decode(value))
     return (1, value)
+
+
+_DEBUG_NAMES = {
+    "BOOL": "Bool",
+    "INT64": "Int64",
+    "FLOAT32": "Float",
+    "FLOAT64": "Double",
+    "NUMERIC": "Numeric",
+    "STRING": "String",
+    "JSON": "Json",
+    "BYTES": "Bytes",
+    "DATE": "Date",
+    "TIMESTAMP": "Timestamp",
+}
+
+
+def debug_value(type_: SpannerType, value: Any) -> str:
+    """A stored value as Google's emulator prints key parts in messages: ``Int64(1)``, ``String("a")``,
+    ``Bytes(b"\\x01")``, ``Timestamp(2021-06-01 12:00:00.500+00)``, ``Double(1.5)``, ``String(NULL)``."""
+    name = _DEBUG_NAMES.get(type_.code, type_.code.title())
+    if value is None:
+        return f"{name}(NULL)"
+    code = type_.code
+    if code == "STRING":
+        text = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        return f'{name}("{text}")'
+    if code == "BYTES":
+        try:
+            raw = base64.b64decode(value)
+        except binascii.Error:
+            raw = value.encode()
+        return f'{name}(b"{_bytes_literal(raw)}")'
+    if code == "BOOL":
+        return f"{name}({'true' if value else 'false'})"
+    if code == "TIMESTAMP":
+        moment = parse_timestamp(value)
+        fraction = ""
+        if moment.microsecond:
+            digits = f"{moment.microsecond:06d}"
+            fraction = "." + (digits[:3] if digits.endswith("000") else digits)
+        return f"{name}({moment.strftime('%Y-%m-%d %H:%M:%S')}{fraction}+00)"
+    if code in ("FLOAT64", "FLOAT32"):
+        number = {"NaN": "nan", "Infinity": "inf", "-Infinity": "-inf"}.get(str(value))
+        if number is None:
+            number = repr(float(value))
+            number = number[:-2] if number.endswith(".0") else number
+        return f"{name}({number})"
+    return f"{name}({value})"
+
+
+def _bytes_literal(raw: bytes) -> str:
+    escapes = {0x22: '\\"', 0x5C: "\\\\", 0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t", 0x27: "\\'"}
+    return "".join(escapes.get(b) or (chr(b) if 0x20 <= b < 0x7F else f"\\x{b:02x}") for b in raw)

@@ -1,4 +1,4 @@
-"""The emulator at the wire: Tablestore Stream calls as signed protobuf POSTs on 127.0.0.1."""
+"""The emulator at the wire: Table Store calls as signed protobuf POSTs on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -17,21 +17,25 @@ from airflow_provider_cdc.sources.tablestore.protocol.signing import (
     content_md5,
     format_date,
     response_headers,
+    response_signing_key,
     verify_request,
 )
 
-from .clock import ManualClock
+from .calls import CALLS
+from .clock import SystemClock
 from .model import OtsError, StreamModel, parameter_invalid
 
-OPERATIONS = ("ListStream", "DescribeStream", "GetShardIterator", "GetStreamRecord")
+OPERATIONS = tuple(CALLS)
 
 
 class TablestoreEmulator:
-    """A Tablestore instance with streams: the tests write rows, clients read the stream over HTTP.
+    """A Table Store instance with streams: tables and rows written by tests (the methods below) or by
+    clients (the official SDK included) over HTTP, and the stream calls that read the writes back.
 
-    Requests must be signed with one of ``access_keys`` for ``instance``; their date is checked
-    against ``clock`` (µs since the epoch; by default a ``ManualClock`` at the current time), which
-    also stamps every record and drives retention.
+    Requests must be signed (V2, or V4 for ``region`` when it is given, else for any region) with one
+    of ``access_keys`` for ``instance``; their date is checked against ``clock`` (µs since the epoch;
+    by default real time, :class:`~.clock.SystemClock`; pass a :class:`~.clock.ManualClock` to move
+    time by hand), which also stamps every record and cell version and drives retention.
     """
 
     def __init__(
@@ -40,11 +44,13 @@ class TablestoreEmulator:
         *,
         instance: str = "demo",
         access_keys: Mapping[str, str] | None = None,
+        region: str | None = None,
         shards: int = 1,
         seed: int = 0,
     ) -> None:
-        self.clock: Any = clock if clock is not None else ManualClock()
+        self.clock: Any = clock if clock is not None else SystemClock()
         self.instance = instance
+        self.region = region
         self.access_keys = dict(access_keys if access_keys is not None else {"test-key": "test-secret"})
         self._model = StreamModel(self.clock, shards=shards, seed=seed)
         self._faults: dict[str, list[list[Any]]] = {}
@@ -167,14 +173,16 @@ class TablestoreEmulator:
         try:
             lowered = {name.lower(): value for name, value in headers.items()}
             try:
-                key_id = verify_request(path, headers, body, secrets=self.access_keys, now=now)
+                key_id = verify_request(
+                    path, headers, body, secrets=self.access_keys, now=now, region=self.region
+                )
             except SignatureError as error:
                 raise OtsError("OTSAuthFailed", str(error), 403) from None
             instance = lowered.get("x-ots-instancename", "").strip()
             if instance != self.instance:
                 raise OtsError("OTSAuthFailed", f"instance {instance!r} does not exist here", 403)
-            if operation not in OPERATIONS:
-                raise OtsError("OTSUnsupportOperation", f"operation {operation!r} is not supported", 400)
+            if operation not in CALLS:
+                raise OtsError("OTSUnsupportOperation", f"Unsupported operation: '{operation}'.", 400)
             fault = self._take_fault(operation)
             if fault is not None:
                 raise fault
@@ -194,7 +202,7 @@ class TablestoreEmulator:
                 path,
                 payload,
                 access_key_id=key_id,
-                access_key_secret=self.access_keys[key_id],
+                access_key_secret=response_signing_key(headers, self.access_keys[key_id]),
                 request_id=request_id,
                 now=now,
             )
@@ -209,54 +217,7 @@ class TablestoreEmulator:
         missing = request.FindInitializationErrors()
         if missing:
             raise parameter_invalid(f"{operation}Request lacks the required field(s) {', '.join(missing)}")
-        if operation == "ListStream":
-            tables = self._model.list_streams(request.table_name if request.HasField("table_name") else None)
-            response = messages.ListStreamResponse()
-            for table in tables:
-                response.streams.add(
-                    stream_id=table.stream_id, table_name=table.name, creation_time=table.creation_us
-                )
-            return response
-        if operation == "DescribeStream":
-            table, shards, next_id = self._model.describe(
-                request.stream_id,
-                request.inclusive_start_shard_id if request.HasField("inclusive_start_shard_id") else None,
-                request.shard_limit if request.HasField("shard_limit") else None,
-            )
-            response = messages.DescribeStreamResponse(
-                stream_id=table.stream_id,
-                expiration_time=table.expiration_hours,
-                table_name=table.name,
-                creation_time=table.creation_us,
-                stream_status=messages.STREAM_ACTIVE,
-            )
-            for shard in shards:
-                entry = response.shards.add(shard_id=shard.shard_id)
-                if shard.parent_id is not None:
-                    entry.parent_id = shard.parent_id
-                if shard.parent_sibling_id is not None:
-                    entry.parent_sibling_id = shard.parent_sibling_id
-            if next_id is not None:
-                response.next_shard_id = next_id
-            return response
-        if operation == "GetShardIterator":
-            iterator = self._model.shard_iterator(
-                request.stream_id,
-                request.shard_id,
-                request.timestamp if request.HasField("timestamp") else None,
-            )
-            return messages.GetShardIteratorResponse(shard_iterator=iterator)
-        records, next_iterator, more = self._model.read(
-            request.shard_iterator, request.limit if request.HasField("limit") else None
-        )
-        response = messages.GetStreamRecordResponse(may_more_record=more)
-        for record in records:
-            response.stream_records.add(action_type=record.action, record=record.record)
-        if next_iterator is not None:
-            response.next_shard_iterator = next_iterator
-        response.consumed.capacity_unit.read = max(1, len(records))
-        response.consumed.capacity_unit.write = 0
-        return response
+        return CALLS[operation](self._model, request)
 
 
 class _Handler(BaseHTTPRequestHandler):

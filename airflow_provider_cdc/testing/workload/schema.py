@@ -18,12 +18,17 @@ ORDER_STATUS_COLUMNS = ("Status", "Amount")
 
 @dataclass(frozen=True)
 class WorkloadColumn:
-    """One column: DDL type text (``INT64``, ``STRING(MAX)``, ``ARRAY<STRING(MAX)>``) and flags."""
+    """One column: DDL type text (``INT64``, ``STRING(MAX)``, ``ARRAY<STRING(MAX)>``) and flags.
+
+    A key column is ``NOT NULL`` unless ``nullable_key``: Spanner then allows NULL in it (the workload
+    writes none), and ``INFORMATION_SCHEMA.COLUMNS.IS_NULLABLE`` says ``YES``.
+    """
 
     name: str
     ddl_type: str
     primary_key: bool = False
     commit_timestamp: bool = False  # OPTIONS (allow_commit_timestamp=true), written as COMMIT_TIMESTAMP
+    nullable_key: bool = False
 
     def __post_init__(self) -> None:
         validate_identifier(self.name, "column")
@@ -40,7 +45,7 @@ class WorkloadColumn:
 
     def ddl(self) -> str:
         text = f"{self.name} {self.ddl_type}"
-        if self.primary_key:
+        if self.primary_key and not self.nullable_key:
             text += " NOT NULL"
         if self.commit_timestamp:
             text += " OPTIONS (allow_commit_timestamp=true)"
@@ -163,7 +168,7 @@ WORKLOAD_TABLES: tuple[WorkloadTable, ...] = (
         "Readings",
         (
             WorkloadColumn("SensorId", "STRING(16)", primary_key=True),
-            WorkloadColumn("Day", "DATE", primary_key=True),
+            WorkloadColumn("Day", "DATE", primary_key=True, nullable_key=True),
             WorkloadColumn("Seq", "INT64", primary_key=True),
             WorkloadColumn("Value", "FLOAT64"),
             WorkloadColumn("Valid", "BOOL"),

@@ -1,8 +1,12 @@
-"""PlainBuffer rows as Tablestore Stream records carry them: cells, CRC-8 checksums, the sequence extension.
+"""PlainBuffer rows as Tablestore carries them: cells, CRC-8 checksums, the sequence extension.
+
+A stream record, a written row (``PutRow``, ``UpdateRow``, ``DeleteRow``), a read row (``GetRow``) and a
+key (``GetRow``, ``DeleteRow``; the range bounds of ``GetRange``, where a key cell may be ``INF_MIN`` or
+``INF_MAX``) are one row after the header; ``GetRange`` answers with several rows after one header.
 
 Layout (all integers little-endian)::
 
-    header(uint32 0x75) row
+    header(uint32 0x75) row [row ...]
     row  = [TAG_PK cell+] [TAG_ATTR cell+] [TAG_DELETE_MARKER] [extension] TAG_ROW_CHECKSUM crc8
     cell = TAG_CELL TAG_CELL_NAME len(int32) name [TAG_CELL_VALUE len(uint32) type payload]
            [TAG_CELL_OP op(uint8)] [TAG_CELL_TS ts_ms(int64)] TAG_CELL_CHECKSUM crc8
@@ -20,6 +24,7 @@ extension is outside both. Unknown extension entries are skipped by their length
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +51,8 @@ VT_BOOLEAN = 0x02
 VT_STRING = 0x03
 VT_NULL = 0x06
 VT_BLOB = 0x07
+VT_INF_MIN = 0x09
+VT_INF_MAX = 0x0A
 
 OPS = {"DELETE_ALL_VERSION": 0x01, "DELETE_ONE_VERSION": 0x03, "INCREMENT": 0x04}
 _OP_NAMES = {code: name for name, code in OPS.items()}
@@ -62,6 +69,24 @@ class PlainBufferError(ValueError):
     def __init__(self, message: str, *, offset: int | None = None) -> None:
         self.offset = offset
         super().__init__(message if offset is None else f"PlainBuffer at offset {offset}: {message}")
+
+
+class Infinity:
+    """A range bound below (``INF_MIN``) or above (``INF_MAX``) every value of a key column."""
+
+    __slots__ = ("name", "value_type")
+
+    def __init__(self, name: str, value_type: int) -> None:
+        self.name = name
+        self.value_type = value_type
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+INF_MIN = Infinity("INF_MIN", VT_INF_MIN)
+INF_MAX = Infinity("INF_MAX", VT_INF_MAX)
+_INFINITIES = {VT_INF_MIN: INF_MIN, VT_INF_MAX: INF_MAX}
 
 
 @dataclass(frozen=True)
@@ -122,6 +147,9 @@ def crc8(crc: int, data: bytes) -> int:
 
 def _value_payload(value: Any, field: str) -> tuple[bytes, bytes]:
     """(wire payload after the length, checksummed bytes) of a value: type byte first in both."""
+    if isinstance(value, Infinity):
+        body = bytes([value.value_type])
+        return body, body
     if isinstance(value, bool):
         body = bytes([VT_BOOLEAN, 1 if value else 0])
         return body, body
@@ -147,6 +175,8 @@ def _value_payload(value: Any, field: str) -> tuple[bytes, bytes]:
 def _encode_cell(cell: Cell, *, key: bool, field: str) -> tuple[bytes, int]:
     if key and (cell.op != "PUT" or cell.timestamp_ms is not None):
         raise PlainBufferError(f"{field}: a primary-key cell has a value only")
+    if not key and isinstance(cell.value, Infinity):
+        raise PlainBufferError(f"{field}: {cell.value!r} bounds a key column; a column cannot hold it")
     if cell.op not in CELL_OPS:
         expected = ", ".join(CELL_OPS)
         raise PlainBufferError(f"{field}: unknown cell op {cell.op!r} (expected one of {expected})")
@@ -201,9 +231,20 @@ def _encode_sequence(sequence: SequenceInfo) -> bytes:
 
 def encode_row(row: PlainBufferRow) -> bytes:
     """One row with its header and checksums; the sequence extension when ``row.sequence`` is set."""
+    return struct.pack("<I", HEADER) + _encode_row_body(row)
+
+
+def encode_rows(rows: Sequence[PlainBufferRow]) -> bytes:
+    """Rows one after another behind a single header (a ``GetRange`` answer); empty for no rows."""
+    if not rows:
+        return b""
+    return struct.pack("<I", HEADER) + b"".join(_encode_row_body(row) for row in rows)
+
+
+def _encode_row_body(row: PlainBufferRow) -> bytes:
     if not row.primary_key:
         raise PlainBufferError("a row needs a primary key")
-    out = bytearray(struct.pack("<I", HEADER))
+    out = bytearray()
     row_checksum = 0
     out.append(TAG_PK)
     for name, value in row.primary_key:
@@ -263,7 +304,7 @@ class _Reader:
         self.pos += 1
 
 
-def _decode_value(reader: _Reader, field: str, *, key: bool) -> tuple[Any, bytes]:
+def _decode_value(reader: _Reader, field: str, *, key: bool, bounds: bool = False) -> tuple[Any, bytes]:
     length_offset = reader.pos
     length = reader.unpack("<I", f"{field} value length")
     start = reader.pos
@@ -294,6 +335,9 @@ def _decode_value(reader: _Reader, field: str, *, key: bool) -> tuple[Any, bytes
         raw = reader.take(1, f"{field} boolean value")
         value = raw != b"\x00"
         summed = bytes([value_type]) + raw
+    elif value_type in _INFINITIES and key and bounds:
+        value = _INFINITIES[value_type]
+        summed = bytes([value_type])
     else:
         kind = "primary-key" if key else "attribute"
         message = f"{field}: unsupported {kind} value type 0x{value_type:02x}"
@@ -306,7 +350,7 @@ def _decode_value(reader: _Reader, field: str, *, key: bool) -> tuple[Any, bytes
     return value, summed
 
 
-def _decode_cell(reader: _Reader, *, key: bool, index: int) -> tuple[Cell, int]:
+def _decode_cell(reader: _Reader, *, key: bool, index: int, bounds: bool = False) -> tuple[Cell, int]:
     cell_offset = reader.pos
     reader.expect(TAG_CELL, "cell")
     reader.expect(TAG_CELL_NAME, f"cell {index}")
@@ -321,7 +365,7 @@ def _decode_cell(reader: _Reader, *, key: bool, index: int) -> tuple[Cell, int]:
     value = None
     if reader.peek() == TAG_CELL_VALUE:
         reader.pos += 1
-        value, summed = _decode_value(reader, field, key=key)
+        value, summed = _decode_value(reader, field, key=key, bounds=bounds)
         checksum = crc8(checksum, summed)
     op_code: int | None = None
     if reader.peek() == TAG_CELL_OP:
@@ -396,19 +440,49 @@ def _decode_extension(reader: _Reader) -> SequenceInfo | None:
     return sequence
 
 
-def decode_row(data: bytes) -> PlainBufferRow:
-    """The one row of a stream record's ``record`` bytes, every checksum verified."""
+def decode_row(data: bytes, *, bounds: bool = False) -> PlainBufferRow:
+    """The one row of ``data`` (a stream record, a written or read row, a key), every checksum verified.
+
+    ``bounds``: key cells may be ``INF_MIN`` or ``INF_MAX`` (the range bounds of ``GetRange``).
+    """
     reader = _Reader(bytes(data))
+    _decode_header(reader)
+    row = _decode_row_body(reader, bounds=bounds)
+    if reader.pos != len(reader.data):
+        raise PlainBufferError(
+            f"a record holds exactly one row, but {len(reader.data) - reader.pos} bytes follow its checksum "
+            f"(next is {_tag_name(reader.peek())})",
+            offset=reader.pos,
+        )
+    return row
+
+
+def decode_rows(data: bytes) -> list[PlainBufferRow]:
+    """The rows behind one header (a ``GetRange`` answer); no rows for empty ``data``."""
+    if not data:
+        return []
+    reader = _Reader(bytes(data))
+    _decode_header(reader)
+    rows = []
+    while reader.pos < len(reader.data):
+        rows.append(_decode_row_body(reader, bounds=False))
+    return rows
+
+
+def _decode_header(reader: _Reader) -> None:
     header = reader.unpack("<I", "header")
     if header != HEADER:
         raise PlainBufferError(f"header is 0x{header:x}, expected 0x{HEADER:x}", offset=0)
+
+
+def _decode_row_body(reader: _Reader, *, bounds: bool) -> PlainBufferRow:
     row_checksum = 0
     primary_key: list[tuple[str, Any]] = []
     cells: list[Cell] = []
     if reader.peek() == TAG_PK:
         reader.pos += 1
         while reader.peek() == TAG_CELL:
-            cell, checksum = _decode_cell(reader, key=True, index=len(primary_key))
+            cell, checksum = _decode_cell(reader, key=True, index=len(primary_key), bounds=bounds)
             primary_key.append((cell.name, cell.value))
             row_checksum = crc8(row_checksum, bytes([checksum]))
     if not primary_key:
@@ -436,11 +510,5 @@ def decode_row(data: bytes) -> PlainBufferRow:
         raise PlainBufferError(
             f"row checksum 0x{stored:02x} does not match the computed 0x{row_checksum:02x}",
             offset=stored_offset,
-        )
-    if reader.pos != len(reader.data):
-        raise PlainBufferError(
-            f"a record holds exactly one row, but {len(reader.data) - reader.pos} bytes follow its checksum "
-            f"(next is {_tag_name(reader.peek())})",
-            offset=reader.pos,
         )
     return PlainBufferRow(tuple(primary_key), tuple(cells), deleted, sequence)

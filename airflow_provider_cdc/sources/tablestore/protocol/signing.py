@@ -1,4 +1,5 @@
-"""Tablestore request signing (V2, HMAC-SHA1) and the checks both ends make on the other's headers.
+"""Tablestore request signing (V2, HMAC-SHA1; V4, HMAC-SHA256) and the checks both ends make on the
+other's headers.
 
 A request carries ``x-ots-date``, ``x-ots-apiversion``, ``x-ots-accesskeyid``, ``x-ots-instancename``,
 ``x-ots-contentmd5`` (base64 MD5 of the body), optionally ``x-ots-ststoken``, and
@@ -7,9 +8,18 @@ A request carries ``x-ots-date``, ``x-ots-apiversion``, ``x-ots-accesskeyid``, `
     string_to_sign = path + "\\n" + "POST" + "\\n" + "" + "\\n"
                      + "\\n".join(sorted(f"{name.lower()}:{value.strip()}" for x-ots-* headers)) + "\\n"
 
+A V4 request (what the SDK sends when given a region) adds ``x-ots-signdate`` (``%Y%m%d``) and
+``x-ots-signregion`` before signing, and carries ``x-ots-signaturev4`` instead of ``x-ots-signature``::
+
+    signing_key  = base64(HMAC-SHA256(HMAC-SHA256(HMAC-SHA256(HMAC-SHA256(
+                       "aliyun_v4" + secret, sign_date), region), "ots"), "aliyun_v4_request"))
+    x-ots-signaturev4 = base64(HMAC-SHA256(signing_key, string_to_sign + "ots"))
+
 A response carries ``x-ots-contentmd5``, ``x-ots-requestid``, ``x-ots-date``, ``x-ots-contenttype`` and
-``authorization: OTS <access key id>:<base64(HMAC-SHA1(secret, canonical x-ots-* headers + "\\n" + path))>``.
-Dates are ``%Y-%m-%dT%H:%M:%S.000Z`` (UTC) and must lie within ``max_skew`` of the checker's clock.
+``authorization: OTS <access key id>:<base64(HMAC-SHA1(key, canonical x-ots-* headers + "\\n" + path))>``,
+where ``key`` is the secret for a V2 request and the V4 signing key for a V4 request. Dates are
+``%Y-%m-%dT%H:%M:%S.000Z`` (UTC) and must lie within ``max_skew`` of the checker's clock; a V4 sign
+date must be the UTC date of the request's ``x-ots-date`` or a day next to it.
 """
 
 from __future__ import annotations
@@ -24,6 +34,15 @@ API_VERSION = "2015-12-31"
 CONTENT_TYPE = "protocol buffer"
 DATE_FORMAT = "%Y-%m-%dT%H:%M:%S.000Z"
 SIGNATURE_HEADER = "x-ots-signature"
+V4_SIGNATURE_HEADER = "x-ots-signaturev4"
+V4_DATE_HEADER = "x-ots-signdate"
+V4_REGION_HEADER = "x-ots-signregion"
+V4_DATE_FORMAT = "%Y%m%d"
+V4_SALT = "ots"
+_V4_PREFIX = "aliyun_v4"
+_V4_PRODUCT = "ots"
+_V4_CONSTANT = "aliyun_v4_request"
+_SIGNATURE_HEADERS = (SIGNATURE_HEADER, V4_SIGNATURE_HEADER)
 REQUEST_HEADERS = (
     "x-ots-date",
     "x-ots-apiversion",
@@ -56,12 +75,31 @@ def _hmac_sha1(secret: str, text: str) -> str:
     return base64.b64encode(digest).decode("ascii")
 
 
+def _hmac_sha256(key: str | bytes, text: str) -> bytes:
+    raw = key.encode("utf-8") if isinstance(key, str) else key
+    return hmac.new(raw, text.encode("utf-8"), hashlib.sha256).digest()
+
+
+def v4_signing_key(access_key_secret: str, sign_date: str, region: str) -> str:
+    """The V4 signing key (base64 text) of a secret for a sign date (``%Y%m%d``) and a region."""
+    key = _hmac_sha256(_V4_PREFIX + access_key_secret, sign_date)
+    for part in (region, _V4_PRODUCT, _V4_CONSTANT):
+        key = _hmac_sha256(key, part)
+    return base64.b64encode(key).decode("ascii")
+
+
+def v4_signature(signing_key: str, path: str, headers: Mapping[str, str]) -> str:
+    """``x-ots-signaturev4`` of a request: its string to sign, salted, under the V4 signing key."""
+    digest = _hmac_sha256(signing_key, request_string_to_sign(path, headers) + V4_SALT)
+    return base64.b64encode(digest).decode("ascii")
+
+
 def canonical_headers(headers: Mapping[str, str]) -> str:
-    """The sorted ``name:value`` lines of the ``x-ots-*`` headers except the signature, joined by newlines."""
+    """The sorted ``name:value`` lines of the ``x-ots-*`` headers but the signatures, joined by newlines."""
     lines = sorted(
         f"{name.lower().strip()}:{value.strip()}"
         for name, value in headers.items()
-        if name.lower().startswith("x-ots-") and name.lower() != SIGNATURE_HEADER
+        if name.lower().startswith("x-ots-") and name.lower() not in _SIGNATURE_HEADERS
     )
     return "\n".join(lines)
 
@@ -85,8 +123,11 @@ def request_headers(
     instance: str,
     now: datetime,
     sts_token: str | None = None,
+    region: str | None = None,
+    sign_date: str | None = None,
 ) -> dict[str, str]:
-    """The ``x-ots-*`` headers of a request, ``x-ots-signature`` included."""
+    """The ``x-ots-*`` headers of a request, its signature included: V2 (``x-ots-signature``), or V4
+    (``x-ots-signaturev4``) for ``region``, signed for ``sign_date`` (default: ``now``'s UTC date)."""
     headers = {
         "x-ots-date": format_date(now),
         "x-ots-apiversion": API_VERSION,
@@ -96,7 +137,15 @@ def request_headers(
     }
     if sts_token is not None:
         headers["x-ots-ststoken"] = sts_token
-    headers[SIGNATURE_HEADER] = _hmac_sha1(access_key_secret, request_string_to_sign(path, headers))
+    if region is None:
+        headers[SIGNATURE_HEADER] = _hmac_sha1(access_key_secret, request_string_to_sign(path, headers))
+        return headers
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=timezone.utc)
+    headers[V4_DATE_HEADER] = sign_date or now.astimezone(timezone.utc).strftime(V4_DATE_FORMAT)
+    headers[V4_REGION_HEADER] = region
+    key = v4_signing_key(access_key_secret, headers[V4_DATE_HEADER], region)
+    headers[V4_SIGNATURE_HEADER] = v4_signature(key, path, headers)
     return headers
 
 
@@ -126,10 +175,18 @@ def verify_request(
     secrets: Mapping[str, str],
     now: datetime,
     max_skew: timedelta = timedelta(minutes=15),
+    region: str | None = None,
 ) -> str:
-    """Check a request's headers, digest, date and signature; return its access key id."""
+    """Check a request's headers, digest, date and signature (V2, or V4 when it carries
+    ``x-ots-signaturev4``; V4 for ``region`` only, when given); return its access key id."""
     lowered = _lower(headers)
-    missing = [name for name in REQUEST_HEADERS if name not in lowered]
+    v4 = V4_SIGNATURE_HEADER in lowered
+    required = (
+        (*REQUEST_HEADERS[:-1], V4_SIGNATURE_HEADER, V4_DATE_HEADER, V4_REGION_HEADER)
+        if v4
+        else REQUEST_HEADERS
+    )
+    missing = [name for name in required if name not in lowered]
     if missing:
         raise SignatureError(f"request to {path} lacks the header(s) {', '.join(missing)}")
     if lowered["x-ots-apiversion"].strip() != API_VERSION:
@@ -142,16 +199,57 @@ def verify_request(
     if lowered["x-ots-contentmd5"].strip() != content_md5(body):
         raise SignatureError(f"request to {path}: x-ots-contentmd5 does not match the body")
     _check_date(lowered["x-ots-date"], now, max_skew, f"request to {path}:")
+    if v4:
+        _check_v4_scope(path, lowered, region)
+        key = v4_signing_key(
+            secrets[key_id], lowered[V4_DATE_HEADER].strip(), lowered[V4_REGION_HEADER].strip()
+        )
+        if not hmac.compare_digest(v4_signature(key, path, lowered), lowered[V4_SIGNATURE_HEADER].strip()):
+            raise SignatureError(
+                f"request to {path}: x-ots-signaturev4 does not match (access key id {key_id!r})"
+            )
+        return key_id
     expected = _hmac_sha1(secrets[key_id], request_string_to_sign(path, lowered))
     if not hmac.compare_digest(expected, lowered[SIGNATURE_HEADER].strip()):
         raise SignatureError(f"request to {path}: x-ots-signature does not match (access key id {key_id!r})")
     return key_id
 
 
+def _check_v4_scope(path: str, lowered: Mapping[str, str], region: str | None) -> None:
+    text = lowered[V4_DATE_HEADER].strip()
+    try:
+        signed = datetime.strptime(text, V4_DATE_FORMAT).date()
+    except ValueError:
+        raise SignatureError(
+            f"request to {path}: x-ots-signdate {text!r} is not of the form {V4_DATE_FORMAT}"
+        ) from None
+    sent = datetime.strptime(lowered["x-ots-date"].strip(), DATE_FORMAT).date()
+    if abs((signed - sent).days) > 1:
+        raise SignatureError(f"request to {path}: x-ots-signdate {text} is not the date of x-ots-date {sent}")
+    signed_region = lowered[V4_REGION_HEADER].strip()
+    if not signed_region:
+        raise SignatureError(f"request to {path}: x-ots-signregion is empty")
+    if region is not None and signed_region != region:
+        raise SignatureError(
+            f"request to {path}: x-ots-signregion {signed_region!r} is not this instance's region {region!r}"
+        )
+
+
+def response_signing_key(headers: Mapping[str, str], access_key_secret: str) -> str:
+    """The key a response to a verified request is signed with: the secret (V2), the V4 signing key (V4)."""
+    lowered = _lower(headers)
+    if V4_SIGNATURE_HEADER not in lowered:
+        return access_key_secret
+    return v4_signing_key(
+        access_key_secret, lowered[V4_DATE_HEADER].strip(), lowered[V4_REGION_HEADER].strip()
+    )
+
+
 def response_headers(
     path: str, body: bytes, *, access_key_id: str, access_key_secret: str, request_id: str, now: datetime
 ) -> dict[str, str]:
-    """The headers a response must carry for a client's checks, ``authorization`` included."""
+    """The headers a response must carry for a client's checks, ``authorization`` included (signed with
+    ``access_key_secret``: pass :func:`response_signing_key` for a V4 request)."""
     headers = {
         "x-ots-contentmd5": content_md5(body),
         "x-ots-requestid": request_id,
