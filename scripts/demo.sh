@@ -221,4 +221,10 @@ else
   run_windows spanner_change_stream_to_lake \
     "Window \[[^]]*\) of [A-Za-z0-9_]+: (snapshot read at [^;]*|read [0-9]+ rows from [0-9]+ batch[^[]*)|Window \[[^]]*\): read [0-9]+ change rows[^[]*|$applied"
   report spanner_change_stream_to_lake "$CDC_DEMO_HOME/lake" ""
+  log "where to look next:
+  each window's log (every task's lines):  $CDC_DEMO_HOME/window-N.log
+  the Delta tables:                        $CDC_DEMO_HOME/lake/<table>  (deltalake.DeltaTable(path).to_pyarrow_table())
+  the pipeline in Airflow's UI:            scripts/ui.sh, then http://localhost:8080/plugin/cdc-pipelines
+  why a window failed or waits:            .venv/bin/python -m airflow_provider_cdc explain --pipeline spanner_change_stream_to_lake
+  your own schema on the emulator:         README, 'Your own schema' (cdc-spanner-emulator --ddl FILE --database NAME)"
 fi

@@ -78,7 +78,7 @@ elif [ "$#" -eq 0 ]; then
   ignored=()
   for group in "${groups[@]}"; do
     name=${group%%:*}
-    read -r -a files <<<"${group#*:}"
+    read -r -d '' -a files <<<"${group#*:}" || true  # every line of the group's files
     if [ "$name" = airflow2 ] && [ ! -x .venv-airflow2/bin/airflow ]; then continue; fi
     run_alongside "$name" "${files[@]}"
     for file in "${files[@]}"; do ignored+=("--ignore=$file"); done

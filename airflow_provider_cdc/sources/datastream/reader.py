@@ -14,7 +14,12 @@ import time
 from typing import Any, ClassVar
 
 from airflow_provider_cdc.core.window import Window
-from airflow_provider_cdc.sources.claimed_reader import ClaimedWindowReader, UnitRead, WindowReadError
+from airflow_provider_cdc.sources.claimed_reader import (
+    ClaimedWindowReader,
+    UnitRead,
+    WindowReadError,
+    collector_paused,
+)
 from airflow_provider_cdc.sources.datastream.files import read_file_change_columns
 from airflow_provider_cdc.sources.datastream.listing import StreamFiles, split_token
 from airflow_provider_cdc.sources.datastream.names import parse_file_name
@@ -60,10 +65,23 @@ class DatastreamWindowReader(ClaimedWindowReader):
     read_error: ClassVar[type[WindowReadError]] = DatastreamReadError
 
     def __init__(self, files: StreamFiles, settings: DatastreamSettings, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("retryable", retryable_storage_errors())
+        self._retryable: tuple[type[BaseException], ...] | None = None
         super().__init__(*args, **kwargs)
         self.files = files
         self.settings = settings
+
+    @property  # type: ignore[override]
+    def retryable(self) -> tuple[type[BaseException], ...]:
+        """The errors worth retrying (default :func:`retryable_storage_errors`, found when first
+        asked: after a failure, so that a read that does not fail does not import the client
+        libraries' exception modules)."""
+        if self._retryable is None:
+            self._retryable = retryable_storage_errors()
+        return self._retryable
+
+    @retryable.setter
+    def retryable(self, errors: tuple[type[BaseException], ...]) -> None:
+        self._retryable = tuple(errors)
 
     def read_unit(self, window: Window, token: str, writer: StagingWriter, read: UnitRead) -> None:
         """Stage the events of file ``token`` (nothing for the empty unit of a window without files)."""
@@ -74,7 +92,7 @@ class DatastreamWindowReader(ClaimedWindowReader):
         name, _ = split_token(token)
         file = parse_file_name(name)
         started, logged = time.monotonic(), time.monotonic()
-        with self.files.open(token) as stream:
+        with collector_paused(), self.files.open(token) as stream:
             for columns in read_file_change_columns(stream, file, token, self.settings):
                 read.rows += writer.write_columns(columns)
                 if time.monotonic() - logged >= self.progress_seconds:

@@ -191,6 +191,12 @@ class WindowReader(SpannerClaimedReader):
             summary.transactions += result.transactions
             summary.spans.append(result)
         summary.seconds = time.monotonic() - started
+        if not summary.partitions:  # the window's partitions were all claimed by the other readers
+            self.log.info(
+                "Window %s: this reader found no partition left to read (the other readers took them all)",
+                window,
+            )
+            return summary
         self.log.info(
             "Window %s: read %d change rows (%d records, %.0f transactions) from %d partition(s) in %.1fs",
             window,

@@ -21,12 +21,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, ClassVar
 
 from airflow_provider_cdc.core.timestamps import to_micros
 from airflow_provider_cdc.core.types import LogicalType
 from airflow_provider_cdc.core.window import Window
-from airflow_provider_cdc.sources.claimed_reader import ClaimedWindowReader, UnitRead, WindowReadError
+from airflow_provider_cdc.sources.claimed_reader import (
+    ClaimedWindowReader,
+    UnitRead,
+    WindowReadError,
+    collector_paused,
+)
 from airflow_provider_cdc.sources.tablestore.checkpoints import (
     ITERATOR,
     SHARD_END,
@@ -58,6 +64,8 @@ __all__ = [
 
 #: Records asked for per ``GetStreamRecord`` call.
 DEFAULT_BATCH_LIMIT = 100
+#: Staged rows handed to the staging writer at once (column-wise).
+_WRITE_ROWS = 512
 #: How far before a window's start the first sight of a shard seeks (clock steps between machines).
 DEFAULT_SEEK_MARGIN_US = 10 * 60 * 1_000_000
 
@@ -116,19 +124,43 @@ class ShardWindowRead:
     def records(self) -> Iterator[StreamRecord]:
         """The shard's records of the window, in stream order (leading records before a first
         sight's start skipped)."""
+        with ThreadPoolExecutor(1, thread_name_prefix=f"tablestore-{self.shard_id}") as prefetcher:
+            yield from self._records(prefetcher)
+
+    def _records(self, prefetcher: ThreadPoolExecutor) -> Iterator[StreamRecord]:
         iterator = self._first_iterator()
         skipping = self.start.skip_before_us is not None
+        ahead: tuple[str, int, Future[Any]] | None = None  # the next batch, asked for in advance
         while True:
             limit = self.batch_limit
             if self.replay is not None:
                 limit = min(limit, self.replay - self.consumed)
                 if limit <= 0:
+                    _settle(ahead)
                     self.checkpoint = Checkpoint(ITERATOR, iterator, self.consumed)
                     return
-            batch = self._fetch(iterator, limit)
+            if ahead is not None and ahead[:2] == (iterator, limit):
+                batch = ahead[2].result()
+            else:
+                _settle(ahead)
+                batch = self._fetch(iterator, limit)
+            ahead = None
+            if batch.next_iterator is not None and (batch.records or batch.may_more_record is True):
+                # While this batch is staged, the service answers for the next one (the answer is
+                # dropped if the window ends in this batch).
+                following = self.batch_limit
+                if self.replay is not None:
+                    following = min(following, self.replay - self.consumed - len(batch.records))
+                if following > 0:
+                    ahead = (
+                        batch.next_iterator,
+                        following,
+                        prefetcher.submit(self._fetch, batch.next_iterator, following),
+                    )
             for index, record in enumerate(batch.records):
                 sequence = record.sequence
                 if sequence is None:
+                    _settle(ahead)
                     raise TablestoreError(
                         "OTSClientResponseError",
                         "a record has no sequence information",
@@ -138,6 +170,8 @@ class ShardWindowRead:
                         iterator=iterator,
                     )
                 if self.replay is None and sequence.timestamp_us >= self.window_end_us:
+                    _settle(ahead)
+                    ahead = None
                     boundary = iterator if index == 0 else self._fetch(iterator, index).next_iterator
                     if boundary is None:  # the shard closed between the two reads: it ends here
                         boundary = self._fetch(iterator, index + 1).next_iterator
@@ -149,6 +183,7 @@ class ShardWindowRead:
                 skipping = False
                 yield record
             if batch.next_iterator is None:
+                _settle(ahead)
                 if self.replay is not None and self.consumed < self.replay:
                     raise CheckpointConflictError(
                         f"shard {self.shard_id!r} ended after {self.consumed} records, but the window's "
@@ -157,6 +192,7 @@ class ShardWindowRead:
                 self.checkpoint = Checkpoint(SHARD_END, None, self.consumed)
                 return
             if not batch.records and batch.may_more_record is not True:
+                _settle(ahead)
                 if self.replay is not None:
                     raise CheckpointConflictError(
                         f"shard {self.shard_id!r} has no record after {self.consumed}, but the window's "
@@ -165,6 +201,13 @@ class ShardWindowRead:
                 self.checkpoint = Checkpoint(ITERATOR, batch.next_iterator, self.consumed)
                 return
             iterator = batch.next_iterator
+
+
+def _settle(ahead: tuple[str, int, Future[Any]] | None) -> None:
+    """Wait for a batch asked for in advance that is not used (its answer and errors dropped), so
+    that no call of the shard is still running when the reading moves on."""
+    if ahead is not None:
+        wait([ahead[2]])
 
 
 class TablestoreWindowReader(ClaimedWindowReader):
@@ -260,13 +303,9 @@ class TablestoreWindowReader(ClaimedWindowReader):
             replay=None if at_end is None else at_end.records,
             batch_limit=self.batch_limit,
         )
-        started = logged = time.monotonic()
-        for record in reading.records():
-            read.rows += writer.write_tuples([rows.row(record)])
-            if time.monotonic() - logged >= self.progress_seconds:
-                logged = time.monotonic()
-                self.renew(window, shard)
-                self.log.info("Shard %s of window %s: %d records staged", shard, window, read.rows)
+        started = time.monotonic()
+        with collector_paused():
+            self._stage(window, shard, reading, rows, writer, read)
         assert reading.checkpoint is not None
         checkpoint = reading.checkpoint if at_end is None else at_end
         self._finish(window, shard, checkpoint, reading.consumed)
@@ -279,6 +318,31 @@ class TablestoreWindowReader(ClaimedWindowReader):
             "drained" if checkpoint.drained else "stopped at the window's end",
             time.monotonic() - started,
         )
+
+    def _stage(
+        self,
+        window: Window,
+        shard: str,
+        reading: ShardWindowRead,
+        rows: ShardWindowRows,
+        writer: StagingWriter,
+        read: UnitRead,
+    ) -> None:
+        """Stage the shard's records of the window, :data:`_WRITE_ROWS` rows at a time."""
+        logged = time.monotonic()
+        staged: list[tuple[Any, ...]] = []
+        row = rows.row
+        for record in reading.records():
+            staged.append(row(record))
+            if len(staged) >= _WRITE_ROWS:
+                read.rows += writer.write_columns(list(zip(*staged)))  # noqa: B905 - one row length
+                staged.clear()
+                if time.monotonic() - logged >= self.progress_seconds:
+                    logged = time.monotonic()
+                    self.renew(window, shard)
+                    self.log.info("Shard %s of window %s: %d records staged", shard, window, read.rows)
+        if staged:
+            read.rows += writer.write_columns(list(zip(*staged)))  # noqa: B905 - one row length
 
     def _finish(self, window: Window, shard: str, checkpoint: Checkpoint, consumed: int) -> None:
         """Record the shard's checkpoint at the window's end (the first reading's wins) and move its
