@@ -710,6 +710,11 @@ def spark_connect(args: argparse.Namespace) -> int:
             return 1
         print(f"Spark Connect server {state.url} (pid {state.pid}, log {state.log})")
         if not args.no_warm_up:
+            print(
+                "warming it up: a small job of the merge's shape starts its Python workers and compiles "
+                "the plan, so that the first window does not pay for it (about 10-45 s)",
+                flush=True,
+            )
             print(f"warmed up in {human_duration(warm_up(state.url, server.state_dir))}")
         print(
             "connection: AIRFLOW_CONN_SPARK_DEFAULT="

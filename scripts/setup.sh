@@ -62,7 +62,10 @@ make_venv() {  # make_venv DIR LOCKFILE
   [ -x "$dir/bin/python" ] || { log "creating $dir with $python"; "$python" -m venv "$dir"; }
   "$dir/bin/python" -m pip install -q --upgrade pip uv 2>/dev/null || "$dir/bin/python" -m pip install --upgrade pip uv
   log "installing $(grep -c '==' "$lock") pinned packages into $dir (first time: a few minutes)"
-  "$dir/bin/uv" pip install --python "$dir/bin/python" -q --compile-bytecode -r "$lock"
+  local quiet=-q  # on a terminal, uv shows its progress: resolving, downloading, installing
+  [ -t 2 ] && quiet=
+  # shellcheck disable=SC2086  # an empty $quiet is no argument
+  "$dir/bin/uv" pip install --python "$dir/bin/python" $quiet --compile-bytecode -r "$lock"
   "$dir/bin/uv" pip install --python "$dir/bin/python" -q --compile-bytecode -c "$lock" -e "$root[test]"
   echo "$want" > "$stamp"
   log "$dir ready"
