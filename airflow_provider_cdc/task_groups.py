@@ -1,16 +1,17 @@
 """Task groups a pipeline DAG is assembled from.
 
 :func:`initial_snapshot` is the step that starts a change-stream pipeline on a database that already has
-rows: in the DAG run whose data interval starts at the first window's start ``T`` it reads every table the
-stream watches as of ``T - 1µs`` and applies it as the pipeline's first window ``[T - 1µs, T)``; every
-later run skips it. Put it upstream of the stream window's first task and give that task
-``trigger_rule="none_failed"``, and the stream's open operator ``first_window_start`` =
-:func:`snapshot_start`.
+rows: it reads every table the stream watches as of ``T - 1µs`` and applies it as the pipeline's first
+window ``[T - 1µs, T)``. The stream's open step decides whether a run takes it: put the group's ``open``
+directly downstream of the stream's open operator, give that operator ``snapshot_task_ids=[<group>.open]``
+and ``first_window_start`` = :func:`snapshot_start`, and put the group upstream of the stream window's
+merge (``trigger_rule="none_failed"``). The open step follows the group only in the pipeline's first
+window and skips it in every other run, so its tasks start no task process there.
+:func:`airflow_provider_cdc.pipeline.cdc_pipeline` wires all of it.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -29,17 +30,11 @@ from airflow_provider_cdc.sources.spanner.table_operators import (
 from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
 
 try:  # Airflow 3
-    from airflow.providers.standard.operators.python import ShortCircuitOperator
     from airflow.sdk import TaskGroup
 except ImportError:  # Airflow 2.11
-    from airflow.operators.python import ShortCircuitOperator  # type: ignore[no-redef]
     from airflow.utils.task_group import TaskGroup  # type: ignore[no-redef]
 
-log = logging.getLogger(__name__)
-
-__all__ = ["epoch_template", "initial_snapshot", "is_first_window", "snapshot_start", "window_template"]
-
-_TRUE = {"true", "1", "yes", "on"}
+__all__ = ["epoch_template", "initial_snapshot", "snapshot_start", "window_template"]
 
 
 def snapshot_start(first_window_start: datetime | str) -> str:
@@ -47,41 +42,19 @@ def snapshot_start(first_window_start: datetime | str) -> str:
     return format_timestamp(coerce_timestamp(first_window_start) - ONE_MICROSECOND)
 
 
-def is_first_window(
-    first_window_start: str, enabled: Any = True, data_interval_start: Any = None, **_: Any
-) -> bool:
-    """Whether this DAG run is the one whose data interval starts at ``first_window_start`` (and the
-    snapshot is ``enabled``: a bool, or its rendered text)."""
-    if str(enabled).strip().lower() not in _TRUE:
-        log.info("The initial snapshot is turned off: skipping it")
-        return False
-    if data_interval_start is None:
-        log.info("This run has no data interval: skipping the initial snapshot")
-        return False
-    first = coerce_timestamp(first_window_start)
-    if coerce_timestamp(data_interval_start) != first:
-        log.info(
-            "This run's data interval starts at %s; the initial snapshot belongs to the run starting at %s",
-            format_timestamp(coerce_timestamp(data_interval_start)),
-            format_timestamp(first),
-        )
-        return False
-    return True
-
-
 def initial_snapshot(
     *,
     first_window_start: datetime | str,
     source: str,
-    project_id: str,
     instance_id: str,
     database_id: str,
     locations: Mapping[str, str],
     pipeline_id: str,
+    project_id: str | None = None,
     change_stream: str | None = None,
     tables: Sequence[str] | None = None,
     readers: int = 2,
-    enabled: Any = True,
+    delta: bool = True,
     bigquery: Mapping[str, Any] | None = None,
     outlets: Sequence[Any] | None = None,
     bigquery_dataset: str | None = None,
@@ -91,11 +64,11 @@ def initial_snapshot(
 ) -> TaskGroup:
     """The snapshot window ``[T - 1µs, T)`` as a task group (call it inside a DAG):
 
-        is_first_window ─► open ─► read (mapped) ─► merge ─► upsert [─► to_bigquery] ─► commit
+        open ─► read (mapped) ─► merge ─► upsert [─► to_bigquery] ─► commit
 
-    The merge, the upsert and the commit carry the epoch ``open`` pushed (this opening of the window):
+    The merge, the upserts and the commit carry the epoch ``open`` pushed (this opening of the window):
     a run whose snapshot window was opened again since (a second run of the first window) changes
-    nothing.
+    nothing. Which runs take the snapshot is the stream's open step's choice (see the module).
 
     :param first_window_start: ``T``, the first stream window's start (the DAG's start date).
     :param source: the snapshot's name (a plain identifier): its staging folder and metastore key; one per
@@ -104,39 +77,33 @@ def initial_snapshot(
     :param change_stream: the stream the pipeline reads: the snapshot reads the tables and columns it
         watches (unless ``tables`` names tables).
     :param readers: mapped readers of the snapshot's PartitionQuery batches.
-    :param enabled: ``False`` (or text rendering to it) skips the snapshot in every run.
+    :param delta: apply the snapshot to the Delta tables (``upsert``).
     :param bigquery: arguments of a :class:`~airflow_provider_cdc.targets.bigquery.operators.
-        BigQueryCdcUpsertOperator` that applies the snapshot to BigQuery after the Delta tables.
-    :param outlets: the commit's outlets, e.g. ``table_asset_outlets(dag_id)``: an asset event per table
-        the snapshot applied (see :class:`~airflow_provider_cdc.operators.commit.CdcCommitWindowOperator`).
+        BigQueryCdcUpsertOperator` that applies the snapshot to BigQuery (after the Delta tables).
+    :param outlets: the commit's outlets, e.g. ``[AssetAlias(alias_name(pipeline))]``: an asset event
+        per table the snapshot applied (see :class:`~airflow_provider_cdc.operators.commit.
+        CdcCommitWindowOperator`).
     :param bigquery_dataset: ``project.dataset`` naming the BigQuery tables' assets (templated).
     :param spark_conn_id: the Spark connection of the merge and the upsert (templated): ``spark``
         (``spark-submit``; missing: ``local[*]``), ``spark_connect`` or ``dataproc``.
     :param connection: further connection fields of the table operators (``gcp_conn_id``,
         ``impersonation_chain``, ``metastore_conn_id``).
     """
+    if not delta and bigquery is None:
+        raise ValueError("initial_snapshot needs a target: delta=True, or bigquery")
     bounds = snapshot_window_bounds(first_window_start)
     table_source = {
-        "project_id": project_id,
         "instance_id": instance_id,
         "database_id": database_id,
         "source": source,
         "staging_root": locations["staging_root"],
         "pipeline_id": pipeline_id,
+        **({"project_id": project_id} if project_id is not None else {}),
         **bounds,
         **connection,
     }
+    step_connection = {k: v for k, v in connection.items() if k in ("metastore_conn_id", "gcp_conn_id")}
     with TaskGroup(group_id=group_id, tooltip="the database's rows as of the first window's start") as group:
-        first = ShortCircuitOperator(
-            task_id="is_first_window",
-            python_callable=is_first_window,
-            op_kwargs={
-                "first_window_start": coerce_timestamp(first_window_start).isoformat(),
-                "enabled": enabled,
-            },
-            # skip the snapshot's tasks only; the stream window after the group runs by its trigger rule
-            ignore_downstream_trigger_rules=False,
-        )
         open_snapshot = SpannerTableOpenWindowOperator(
             task_id="open", mode=SNAPSHOT, tables=tables, change_stream=change_stream, readers=readers,
             **table_source,
@@ -146,46 +113,40 @@ def initial_snapshot(
         )
         # The steps after the read belong to this opening of the snapshot window (its epoch).
         epoch = epoch_template(open_snapshot.task_id)
+        common = {
+            "locations": locations,
+            "pipeline_id": pipeline_id,
+            "epoch": epoch,
+            **bounds,
+            **step_connection,
+        }
         merge = SparkMergeWindowOperator(
             task_id="merge",
-            locations=locations,
             # the source's metastore key as the opening recorded it (its window handle)
             stream_key=window_template(open_snapshot.task_id, "source_key"),
-            pipeline_id=pipeline_id,
-            epoch=epoch,
             conn_id=spark_conn_id,
-            **bounds,
+            **common,
         )
-        upsert = SparkUpsertWindowOperator(
-            task_id="upsert", locations=locations, pipeline_id=pipeline_id, epoch=epoch,
-            conn_id=spark_conn_id, **bounds,
-        )  # fmt: skip
-        last: Any = upsert
+        steps: list[Any] = [open_snapshot, read, merge]
+        if delta:
+            steps.append(SparkUpsertWindowOperator(task_id="upsert", conn_id=spark_conn_id, **common))
         watermarks = None
         if bigquery is not None:
             from airflow_provider_cdc.targets.bigquery.operators import BigQueryCdcUpsertOperator
 
-            to_bigquery = BigQueryCdcUpsertOperator(
-                task_id="to_bigquery",
-                locations=locations,
-                pipeline_id=pipeline_id,
-                epoch=epoch,
-                **bounds,
-                **bigquery,
+            to_bigquery = BigQueryCdcUpsertOperator(task_id="to_bigquery", **common, **bigquery)
+            steps.append(to_bigquery)
+            watermarks = to_bigquery.output
+        steps.append(
+            CdcCommitWindowOperator(
+                task_id="commit",
+                read_summaries=read.output,
+                bigquery_watermarks=watermarks,
+                outlets=list(outlets or []),
+                bigquery_dataset=bigquery_dataset,
+                **common,
             )
-            upsert >> to_bigquery
-            last, watermarks = to_bigquery, to_bigquery.output
-        commit = CdcCommitWindowOperator(
-            task_id="commit",
-            pipeline_id=pipeline_id,
-            read_summaries=read.output,
-            bigquery_watermarks=watermarks,
-            locations=locations,
-            epoch=epoch,
-            outlets=list(outlets or []),
-            bigquery_dataset=bigquery_dataset,
-            **bounds,
         )
-        first >> open_snapshot >> read >> merge >> upsert
-        last >> commit
+        for before, after in zip(steps, steps[1:], strict=False):
+            before >> after
     return group

@@ -13,14 +13,15 @@ every run in a fresh process so that its peak memory is its own:
            iterating the values only;
   source - what a task runs: ``DatastreamHook`` over a SQLite metastore opens the window (lists the
            files and records them as units) and ``read_window`` claims each file, turns its events
-           into staged change rows (keys, images, sequence numbers, metadata) and writes Parquet staging.
+           into staged change rows (keys, images, sequence numbers, metadata) and writes Parquet staging
+           (JSONL parsed columnar by pyarrow's JSON reader, Avro decoded by fastavro).
 Printed per size and format: the median events/s of each side with their spread (min-max over the
-repeats), the ratio of the medians (goal: source >= 0.7x plain), each side's peak RSS (the largest of
-the source's processes), and per format the growth of the source's peak RSS from the first size to the
-last (goal: flat in window size). The source side runs with each ``--readers`` count (default 1 and 2,
-the example DAGs' mapped readers): one process opens the window and the readers, each a process of its
-own started before the clock, share its files through the metastore's claims; the plain side is one
-loop in one process.
+repeats), the ratio of the medians (goals: source >= 0.7x plain for Avro, >= 0.5x for JSONL), each
+side's peak RSS (the largest of the source's processes), and per format the growth of the source's
+peak RSS from the first size to the last (goal: flat in window size). The source side runs with each
+``--readers`` count (default 1 and 2, the example DAGs' mapped readers): one process opens the window
+and the readers, each a process of its own started before the clock, share its files through the
+metastore's claims; the plain side is one loop in one process.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/merge_window.py                    # 0.5M and 2M changes, local[2]
     .venv/bin/python benchmarks/merge_window.py --sizes 200000 --cores 2
+    .venv/bin/python benchmarks/merge_window.py --collapse native   # Spark's own operations (Spark 4)
 
 For every size it writes a synthetic staging folder (ARCHITECTURE.md staged rows: several tables,
 multi-record transactions, chains of INSERT/UPDATE/DELETE per key, 1% duplicate rows), then runs,
@@ -190,7 +191,7 @@ class PeakMemory:
             self._stop.wait(self.interval)
 
 
-def run_child(staging: Path, changeset: Path, cores: int, repeat: int) -> dict:
+def run_child(staging: Path, changeset: Path, cores: int, repeat: int, collapse: str = "kernel") -> dict:
     """Baselines and merge in one Spark session, ``repeat`` times in turn; returns the timings of
     every repeat and peak memory."""
     from pyspark.sql import SparkSession
@@ -228,7 +229,7 @@ def run_child(staging: Path, changeset: Path, cores: int, repeat: int) -> dict:
             timings["floor"].append(time.monotonic() - began)
             shutil.rmtree(str(changeset) + "-floor", ignore_errors=True)
             args = MergeArguments(window=Window(WINDOW_START, WINDOW_END), staging=str(staging),
-                                  changeset=str(changeset))
+                                  changeset=str(changeset), collapse=collapse)
             began = time.monotonic()
             manifest = merge_window(spark, args)
             timings["merge"].append(time.monotonic() - began)
@@ -249,11 +250,14 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3,
                         help="runs of each baseline and the merge, in turn (medians are reported)")
+    parser.add_argument("--collapse", choices=("kernel", "native"), default="kernel",
+                        help="the merge's collapse: the Arrow kernel (default) or Spark's own operations")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/cdc-merge-benchmark"))
     parser.add_argument("--child", nargs=2, metavar=("STAGING", "CHANGESET"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(run_child(Path(args.child[0]), Path(args.child[1]), args.cores, args.repeat)))
+        print(json.dumps(run_child(Path(args.child[0]), Path(args.child[1]), args.cores, args.repeat,
+                                   args.collapse)))
         return
 
     results = []
@@ -264,7 +268,8 @@ def main() -> None:
             generate_staging(staging, size)
             print(f"generated {size:,} changes in {time.monotonic() - began:.1f}s at {staging}", flush=True)
         child = subprocess.run(
-            [sys.executable, __file__, "--cores", str(args.cores), "--repeat", str(args.repeat), "--child",
+            [sys.executable, __file__, "--cores", str(args.cores), "--repeat", str(args.repeat),
+             "--collapse", args.collapse, "--child",
              str(staging),
              str(args.workdir / f"changeset-{size}")],
             check=True, capture_output=True, text=True,
@@ -278,7 +283,8 @@ def main() -> None:
         ), flush=True)
 
     mib = 1024 * 1024
-    print(f"\nmerge_window benchmark, local[{args.cores}], medians of {args.repeat} run(s)")
+    print(f"\nmerge_window benchmark ({args.collapse} collapse), local[{args.cores}], medians of "
+          f"{args.repeat} run(s)")
     print(f"{'changes':>10} {'staged':>10} {'count s':>8} {'scan s':>7} {'floor s':>8} {'floor/s':>10} "
           f"{'merge s':>8} {'changes/s':>10} {'vs scan':>8} {'vs floor':>9} {'jvm MiB':>8} {'py drv':>7} "
           f"{'py wrk':>7}")

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/read_window.py                            # 100k and 1M changes, 5 repeats
     .venv/bin/python benchmarks/read_window.py --sizes 20000 --repeat 3   # a quick look
+    .venv/bin/python benchmarks/read_window.py --sizes 100000 --repeat 1 --profile   # where it goes
 
 For each size an emulator process is loaded with a bulk workload (one window, partitions splitting and
 merging inside it). Then the four sides take turns (the first side rotating from repeat to repeat),
@@ -23,7 +24,8 @@ Printed per size: the median of each side's change rows/s and peak RSS with thei
 the repeats), the ratios of the medians (goals: reader rows/s >= 0.33x the floor's and >= 1.0x raw,
 reader peak RSS <= 2x raw; fields/floor is the bound on reader/floor that reading the values from
 protobuf sets), each process's CPU seconds (imports included), and the growth of the reader's peak
-RSS from the first size to the last (goal: flat in window size).
+RSS from the first size to the last (goal: flat in window size). ``--profile`` also reads each window
+once more with the reader under ``cProfile`` and prints its functions by own time (the read only).
 """
 
 from __future__ import annotations
@@ -255,6 +257,33 @@ def _reader(host: str, start: str, end: str, workdir: str, conn: Any) -> None:
     conn.send({"rows": summary.rows, "records": summary.data_records, "seconds": seconds, **usage()})
 
 
+def _profiled_reader(host: str, start: str, end: str, workdir: str, conn: Any) -> None:
+    """Child: :func:`_reader` under ``cProfile`` (imports excluded); sends the profile's text."""
+    import cProfile
+    import io
+    import pstats
+
+    class _Result:
+        def send(self, value: Any) -> None:
+            self.value = value
+
+    for name in (
+        "google.cloud.spanner_v1",
+        "airflow_provider_cdc.core.window",
+        "airflow_provider_cdc.metastore",
+        "airflow_provider_cdc.sources.spanner.window_reader",
+    ):
+        __import__(name)  # imported before the profile starts
+    result = _Result()
+    profile = cProfile.Profile()
+    profile.enable()
+    _reader(host, start, end, workdir, result)
+    profile.disable()
+    text = io.StringIO()
+    pstats.Stats(profile, stream=text).sort_stats("tottime").print_stats(30)
+    conn.send({**result.value, "profile": text.getvalue()})
+
+
 def _hook(host: str, start: str, end: str, workdir: str, conn: Any) -> None:
     """Child: as :func:`_reader`, through the Airflow hook (Airflow loaded, the hook's own client)."""
     os.environ["SPANNER_EMULATOR_HOST"] = host
@@ -289,6 +318,9 @@ def main() -> int:
     parser.add_argument("--rows-per-commit", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=5, help="runs of each side per size (medians kept)")
     parser.add_argument("--hook", action="store_true", help="read through SpannerChangeStreamHook")
+    parser.add_argument(
+        "--profile", action="store_true", help="also profile one reader run per size (cProfile)"
+    )
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
@@ -321,6 +353,10 @@ def main() -> int:
                     file=sys.stderr,
                     flush=True,
                 )
+        if args.profile:
+            with tempfile.TemporaryDirectory() as workdir:
+                run = in_child(_profiled_reader, info["host"], info["start"], info["end"], workdir)
+            print(f"[{size:,} changes] the reader under cProfile:\n{run['profile']}", file=sys.stderr)
         parent.send("stop")
         server.join(60)
         expected = runs["raw"][0]["rows"]

@@ -2,33 +2,47 @@
 
     .venv/bin/python benchmarks/window_latency.py --spark connect --changes-per-window 1000
     .venv/bin/python benchmarks/window_latency.py --spark submit  --changes-per-window 50000
-    .venv/bin/python benchmarks/window_latency.py --windows 3 --keep /tmp/window-latency
+    .venv/bin/python benchmarks/window_latency.py --runner scheduler --changes-per-window 1000
+    .venv/bin/python benchmarks/window_latency.py --runner both --windows 3 --keep /tmp/window-latency
 
 It starts the change-stream emulator with the demo database (``--demo --demo-windows N
---demo-changes-per-window M``) in a subprocess, prepares a fresh Airflow home (SQLite), and runs
-the example DAG ``spanner_change_stream_to_lake`` for each window in turn with ``dag.test()``.
-``--spark connect`` (default) first starts a local Spark Connect server and names it in the Spark
-connection, so every window's merge runs in that warm Spark; ``--spark submit`` configures nothing:
-a cold ``spark-submit`` on ``local[*]`` per window with the operators' local defaults. Either way the
-upsert job runs with the worker's Python, and Delta tables and change sets are on local disk.
-Goals (printed with the result): end → applied p50 ≤ 5 s with Spark Connect, ≤ 12 s with spark-submit.
+--demo-changes-per-window M``) in a subprocess and runs the example DAG ``spanner_change_stream_to_lake``
+for each window in turn. ``--spark connect`` (default) first starts a local Spark Connect server and
+names it in the Spark connection, so every window's merge runs in that warm Spark; ``--spark submit``
+configures nothing: a cold ``spark-submit`` on ``local[*]`` per window with the operators' local
+defaults. Either way the upsert job runs with the worker's Python (delta-rs), and Delta tables and change
+sets are on local disk. The task ids (their order, the leaf tasks that end a window) are read from the
+DAG, whatever its shape.
 
-The runs happen one after another in one Airflow process that has run a one-task DAG first, as a
-running Airflow would have: ``dag.test()`` builds Airflow's in-process execution API on its first
-task (about 10 s here), which a deployment pays once at start-up, not per window.
+Runners (``--runner``):
+
+* ``dagtest`` (default): a fresh Airflow home (SQLite) and ``dag.test()`` per window, one after another
+  in one Airflow process that has run a one-task DAG first, as a running Airflow would have:
+  ``dag.test()`` builds Airflow's in-process execution API on its first task (about 10 s here), which a
+  deployment pays once at start-up, not per window. The tasks run one after another in that process
+  (mapped readers in sequence); deferred sensors run their trigger inline.
+* ``scheduler``: what users run: ``airflow api-server`` (the execution API the task processes talk to),
+  ``scheduler`` (LocalExecutor), ``dag-processor`` and ``triggerer``, as ``airflow standalone`` starts
+  them; the CDC metastore on PostgreSQL (database ``--metastore-database``), Airflow's metadata database
+  on PostgreSQL too (``--airflow-database``) when ``asyncpg`` is installed, else SQLite. The DAG is
+  unpaused and the scheduler creates the windows' runs (catching up from the first window, one run at a
+  time: ``max_active_runs=1``). The Airflow settings are printed: Airflow's defaults, which a production
+  deployment keeps. Per window it prints each task instance's queued/started/ended times, the gap from
+  the previous step's end to its queueing (the scheduler's loop), from queueing to start (the executor
+  and the task process's start-up), and the task processes (task instances that ran on a worker,
+  skipped, deferred, ended in the triggerer without a worker).
+* ``both``: ``dagtest`` then ``scheduler`` on the same emulator and Spark, side by side.
 
 Per window it prints, from Airflow's records of the run and its task instances:
 
 * **end → applied**: from the creation of the DAG run (in production the scheduler creates it
-  when the window ends) to the end of its ``commit`` task. The tasks run one after another
-  (mapped readers in sequence, so ``read`` is their sum); a deployment adds its scheduler's
-  loop and its executor's start-up of each task process;
+  when the window ends) to the end of its last leaf task (the commit);
 * each task's duration;
-* ``cpu``: user + system CPU seconds of the Airflow process and its descendants (JVM, Python
-  workers, the upsert job) during the run, steadier than wall time on a shared machine; ``load``:
-  the 1-minute load average when the window started.
+* ``cpu`` (dagtest): user + system CPU seconds of the Airflow process and its descendants (JVM, Python
+  workers, the upsert job) during the run, steadier than wall time on a shared machine; ``load``: the
+  1-minute load average when the window started.
 
-Baseline, in the same run after each window so that it sees the same machine: with ``--spark
+Baseline (dagtest), in the same run after each window so that it sees the same machine: with ``--spark
 connect``, a trivial job (``spark.range(10).count()``) in a new session on the warm server (the
 floor of a window's Spark work there); with ``--spark submit``, the cold ``spark-submit`` of a
 trivial PySpark application, twice in a row with Spark's defaults (the floor of a window whose
@@ -36,20 +50,22 @@ merge and upsert each start a JVM), and once with the operators' local settings
 (``LOCAL_SPARK_CONF``: the floor of one Spark job per window). The window p50's ratio to the
 baseline's p50 is printed.
 
-After each window the Delta tables are compared with the emulator's ground truth for the windows
-applied so far; the benchmark exits with status 1 if a table differs or a run fails.
+The Delta tables are compared with the emulator's ground truth (dagtest: after each window; scheduler:
+after the last); the benchmark exits with status 1 if a table differs or a run fails.
 p50 is the median; p95 the nearest-rank 95th percentile (the maximum for fewer than 20 windows).
+Goals (printed with the result): end → applied p50 with dag.test() ≤ 5 s with Spark Connect and ≤ 12 s
+with spark-submit; under the scheduler ≤ 15 s either way.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
 import resource
 import shutil
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -62,15 +78,51 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _airflow_runs import (  # noqa: E402
+    DagShape,
+    JvmWatch,
+    RunTiming,
+    SchedulerDeployment,
+    dag_shape,
+    print_steps,
+    read_phases,
+    read_run,
+    recreate_database,
+)
+
 from airflow_provider_cdc.operators._spark import LOCAL_SPARK_CONF  # noqa: E402
 
 DAG_ID = "spanner_change_stream_to_lake"
+DAG_FILE = ROOT / "example_dags" / f"{DAG_ID}.py"
 FIRST_WINDOW_START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 WINDOW = timedelta(minutes=10)
 RUNNER_FLAG = "--dag-runner"
-#: Goals for end → applied p50 by where the merge runs.
-GOAL_P50_SECONDS = {"connect": 5.0, "submit": 12.0}
-TASK_ORDER = ("wait_parents", "open_window", "read", "drained", "merge", "upsert", "commit")
+#: Goals for end → applied p50 by runner and where the merge runs.
+GOAL_P50_SECONDS = {
+    ("dagtest", "connect"): 5.0,
+    ("dagtest", "submit"): 12.0,
+    ("scheduler", "connect"): 15.0,
+    ("scheduler", "submit"): 15.0,
+}
+#: What each column of a window's steps under the scheduler measures, and which setting governs it.
+GAPS_LEGEND = (
+    "Columns (seconds): gap = upstream tasks' end → queued: the scheduler's loop, which sleeps "
+    "[scheduler] scheduler_idle_sleep_time",
+    "  only when it had nothing to do ([scheduler] scheduler_heartbeat_sec paces its job heartbeat, not "
+    "the loop);",
+    "  →start = queued → running: the LocalExecutor (a free [core] parallelism slot) forks the task "
+    "process, which starts",
+    "  through the API server's execution API; ran = running → ended, in the task process: boot (→ its "
+    "first log line),",
+    "  parse (the DAG file, parsed again in every task process) and exec (the operator). A row 'triggerer' "
+    "started there",
+    "  (start_from_trigger), without a worker: the triggerer picks new triggers up on each loop (≤ 1 s). "
+    "[dag_processor]",
+    "  min_file_process_interval paces re-parsing DAG files for the scheduler; runs use the stored DAG, so "
+    "it is not on this path.",
+)
+#: How long one window may take under the scheduler before the benchmark gives up.
+SCHEDULER_WINDOW_TIMEOUT = 900.0
 WARM_UP_DAG_ID = "window_latency_warm_up"
 WARM_UP_DAG = f"""from datetime import datetime, timezone
 
@@ -100,6 +152,7 @@ class Measurement:
     tasks: dict[str, float] = field(default_factory=dict)
     cpu_seconds: float = 0.0
     load: float = 0.0
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -168,29 +221,15 @@ def _parse(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text).replace(tzinfo=timezone.utc) if text else None
 
 
-def run_timings(airflow_db: Path, window_end: datetime) -> tuple[float, dict[str, float]]:
-    """(run creation → commit end seconds, task durations) of the newest run of ``window_end``."""
-    with sqlite3.connect(airflow_db) as db:
-        run = db.execute(
-            "SELECT run_id, created_at FROM dag_run WHERE dag_id = ? AND data_interval_end LIKE ? "
-            "ORDER BY id DESC LIMIT 1",
-            (DAG_ID, window_end.strftime("%Y-%m-%d %H:%M:%S") + "%"),
-        ).fetchone()
-        if run is None:
-            raise SystemExit(f"no run of {DAG_ID} for the window ending {window_end.isoformat()}")
-        rows = db.execute(
-            "SELECT task_id, end_date, duration, try_number FROM task_instance "
-            "WHERE dag_id = ? AND run_id = ?",
-            (DAG_ID, run[0]),
-        ).fetchall()
-    tasks: dict[str, float] = {}
-    for task_id, _end, duration, tries in rows:
-        tasks[task_id] = tasks.get(task_id, 0.0) + float(duration or 0.0)
-        if (tries or 1) > 1:
-            print(f"  note: task {task_id} ran {tries} times", flush=True)
-    commit_end = next((_parse(r[1]) for r in rows if r[0] == "commit" and r[1]), None)
-    created = _parse(run[1])
-    return (commit_end - created).total_seconds() if commit_end and created else math.nan, tasks
+def run_timings(url: str, window_end: datetime) -> RunTiming:
+    """The newest run of the window ending at ``window_end`` with its task instances."""
+    timing = read_run(url, DAG_ID, window_end)
+    if timing is None:
+        raise SystemExit(f"no run of {DAG_ID} for the window ending {window_end.isoformat()}")
+    for task in timing.tasks:
+        if task.tries > 1:
+            print(f"  note: task {task.task_id} ran {task.tries} times", flush=True)
+    return timing
 
 
 def check_lake(lake_root: Path, truth: dict, windows_applied: int) -> list[str]:
@@ -344,23 +383,202 @@ class DagRunner:
             self.process.kill()
 
 
-def run_window(runner: DagRunner, workdir: Path, index: int, truth: dict, failures: list[str]) -> Measurement:
+def run_window(
+    runner: DagRunner, workdir: Path, index: int, truth: dict, failures: list[str], shape: DagShape,
+    jvms: JvmWatch,
+) -> Measurement:  # fmt: skip
     """Run the DAG for window ``index`` (0-based), print its line and check the lake afterwards."""
     end = FIRST_WINDOW_START + WINDOW * (index + 1)
     load = os.getloadavg()[0]
     answer = runner.run(index)
-    latency, tasks = run_timings(workdir / "airflow" / "airflow.db", end)
+    timing = run_timings(f"sqlite:///{workdir / 'airflow' / 'airflow.db'}", end)
+    latency, tasks = timing.end_to_applied(shape.leaves), timing.durations()
     if answer["state"] != "success":
         verdict = f"run {answer['state']}; see {runner.log}"
     else:
         differs = check_lake(workdir / "cdc" / "lake", truth, index + 1)
         verdict = "lake equals the committed history" if not differs else f"DIFFERS: {', '.join(differs)}"
     if verdict != "lake equals the committed history":
-        failures.append(f"window {index + 1}: {verdict}")
-    steps = ", ".join(f"{t} {tasks.get(t, 0.0):.1f}" for t in TASK_ORDER)
+        failures.append(f"dagtest window {index + 1}: {verdict}")
+    steps = ", ".join(f"{t} {tasks[t]:.1f}" for t in shape.order if t in tasks)
     print(f"window {index + 1} [{end - WINDOW:%H:%M}, {end:%H:%M}): end→applied {latency:.1f}s ({steps}); "
           f"cpu {answer['cpu']:.1f}s, load {load:.1f}; {verdict}", flush=True)  # fmt: skip
+    print(f"  {jvm_line(jvms, timing, shape)}", flush=True)
     return Measurement(latency, tasks, answer["cpu"], load)
+
+
+def jvm_line(jvms: JvmWatch, timing: RunTiming, shape: DagShape) -> str:
+    """Which tasks started a JVM during the run (and that the others did not)."""
+    jvms.sample()
+    started = jvms.by_task(timing)
+    ran = [t for t in shape.order if any(ti.task_id == t and ti.started for ti in timing.tasks)]
+    parts = [
+        f"{t} {len(started.get(t, []))}" + (f" ({'; '.join(started[t])})" if t in started else "")
+        for t in ran
+    ]
+    return "JVMs started (from the task's start, lifetime): " + ", ".join(parts)
+
+
+def dagtest_windows(
+    workdir: Path, env: dict[str, str], args: argparse.Namespace, truth: dict, failures: list[str],
+    url: str | None,
+) -> list[Measurement]:  # fmt: skip
+    """Every window by ``dag.test()`` in one Airflow process (SQLite metadata, SQLite metastore)."""
+    airflow = str(Path(sys.executable).parent / "airflow")
+    _, _, status = timed_run([airflow, "db", "migrate"], env, workdir / "db-migrate.log")
+    if status:
+        raise SystemExit(f"airflow db migrate failed; see {workdir}/db-migrate.log")
+    shape = dag_shape(DAG_FILE, env)
+    runner = DagRunner(workdir, env)
+    print(f"Airflow process ready (one-task DAG run in {runner.warm_up_seconds:.1f}s)", flush=True)
+    windows, baseline_two, baseline_one, baseline_warm = [], [], [], []
+    jvms = JvmWatch([runner.process.pid]).start()
+    for index in range(args.windows):
+        windows.append(run_window(runner, workdir, index, truth, failures, shape, jvms))
+        if not args.no_baseline and url is not None:
+            warm = connect_baseline(url)
+            baseline_warm.append(warm)
+            print(f"  baseline: a trivial job in a new session on the warm server {warm.seconds:.1f}s",
+                  flush=True)  # fmt: skip
+        elif not args.no_baseline:
+            two, one = baseline_round(workdir, env)
+            baseline_two.append(two)
+            baseline_one.append(one)
+            print(f"  baseline: 2 cold spark-submits (defaults) {two.seconds:.1f}s "
+                  f"(cpu {two.cpu_seconds:.1f}s), 1 with the local settings {one.seconds:.1f}s "
+                  f"(cpu {one.cpu_seconds:.1f}s)", flush=True)  # fmt: skip
+    jvms.stop()
+    runner.close()
+    where = "a warm Spark Connect server" if args.spark == "connect" else "a cold spark-submit"
+    print(f"\n{args.windows} window(s) of {args.changes_per_window} changes, merge by {where}; seconds")
+    columns = [t for t in shape.order if any(t in m.tasks for m in windows)]
+    report("Example DAG by dag.test(), window end → applied (run created → last leaf task's end):", windows,
+           columns)  # fmt: skip
+    p50 = statistics.median(m.seconds for m in windows)
+    if baseline_warm:
+        report("Baseline: a trivial job in a new session on the warm Spark Connect server:",
+               baseline_warm, ["warm job"])  # fmt: skip
+        floor = statistics.median(m.seconds for m in baseline_warm)
+        print(f"window p50 / warm trivial job p50 = {p50 / floor:.1f}x")
+    if baseline_two:
+        report("Baseline: two cold spark-submits of a trivial app, Spark defaults:", baseline_two,
+               ["submit 1", "submit 2"])  # fmt: skip
+        settings = " ".join(f"{k}={v}" for k, v in LOCAL_SPARK_CONF.items())
+        report(f"Baseline: one cold spark-submit of a trivial app, {settings}:", baseline_one, ["submit"])
+        floor = statistics.median(m.seconds for m in baseline_one)
+        print(f"window p50 / one cold trivial spark-submit p50 = {p50 / floor:.1f}x")
+    return windows
+
+
+def postgres_connection(args: argparse.Namespace, database: str) -> dict[str, object]:
+    return {"conn_type": "postgres", "host": args.pg_host, "port": args.pg_port, "login": args.pg_user,
+            "schema": database}  # fmt: skip
+
+
+def scheduler_windows(
+    workdir: Path, env: dict[str, str], args: argparse.Namespace, truth: dict, failures: list[str]
+) -> list[Measurement]:
+    """Every window under ``airflow scheduler`` (LocalExecutor, triggerer, API server), metadata and
+    metastore on PostgreSQL: the scheduler creates each window's run (catching up from the first window)."""
+    import sqlalchemy as sa
+
+    recreate_database(args.metastore_database, args.pg_host, args.pg_port, args.pg_user)
+    if importlib.util.find_spec("asyncpg") is not None:
+        url = recreate_database(args.airflow_database, args.pg_host, args.pg_port, args.pg_user)
+    else:  # Airflow 3 opens its metadata database with an async driver too: PostgreSQL's is asyncpg
+        (workdir / "airflow").mkdir(exist_ok=True)
+        url = f"sqlite:///{workdir / 'airflow' / 'airflow.db'}"
+        note = "asyncpg is not installed, which Airflow 3 needs for a PostgreSQL metadata database"
+        print(
+            f"note: {note}: Airflow's metadata database is SQLite here, as in `airflow standalone`",
+            flush=True,
+        )
+    env = {
+        **env,
+        "AIRFLOW_CONN_CDC_METASTORE_DEFAULT": json.dumps(postgres_connection(args, args.metastore_database)),
+    }
+    deployment = SchedulerDeployment(workdir, env, url)
+    shape = dag_shape(DAG_FILE, deployment.env)
+    print("Airflow settings of the scheduler runner:")
+    for key, value in deployment.settings.items():
+        print(f"  {key}={value}")
+    print(f"  metastore: PostgreSQL database {args.metastore_database}; task ids from the DAG: "
+          f"{', '.join(shape.order)}; deferrable: {', '.join(sorted(shape.deferrable)) or 'none'}; "
+          f"starting in the triggerer: {', '.join(sorted(shape.start_from_trigger)) or 'none'}",
+          flush=True)  # fmt: skip
+    print("\n".join(GAPS_LEGEND), flush=True)
+    windows: list[Measurement] = []
+    previous: RunTiming | None = None
+    engine = sa.create_engine(url)
+    deferred: set[tuple[str, str, int]] = set()
+    jvms: JvmWatch | None = None
+    try:
+        deployment.start()
+        jvms = JvmWatch([p.pid for p in deployment.processes.values()]).start()
+        print(f"scheduler, dag-processor, triggerer and api-server started; {DAG_ID} parsed in "
+              f"{deployment.wait_for_dag(url, DAG_ID):.0f}s", flush=True)  # fmt: skip
+        deployment.airflow_command("dags", "unpause", DAG_ID, log="dags-unpause.log")
+        for index in range(args.windows):
+            end = FIRST_WINDOW_START + WINDOW * (index + 1)
+            load = os.getloadavg()[0]
+            began = time.monotonic()
+            while True:
+                deployment.check_alive()
+                with engine.connect() as db:
+                    for row in db.execute(
+                        sa.text("SELECT run_id, task_id, map_index FROM task_instance "
+                                "WHERE dag_id = :d AND state = 'deferred'"), {"d": DAG_ID},
+                    ):  # fmt: skip
+                        deferred.add((str(row[0]), str(row[1]), int(row[2])))
+                timing = read_run(url, DAG_ID, end)
+                if timing is not None and timing.state in ("success", "failed"):
+                    break
+                if time.monotonic() - began > SCHEDULER_WINDOW_TIMEOUT:
+                    raise SystemExit(f"window {index + 1} did not end in {SCHEDULER_WINDOW_TIMEOUT:.0f}s")
+                time.sleep(0.5)
+            timing.deferred = {(t, m) for r, t, m in deferred if r == timing.run_id}
+            read_phases(timing, workdir / "airflow" / "logs", DAG_ID)
+            windows.append(scheduler_window(index, timing, previous, shape, load, failures))
+            print(f"  {jvm_line(jvms, timing, shape)}", flush=True)
+            previous = timing
+    finally:
+        engine.dispose()
+        if jvms is not None:
+            jvms.stop()
+        deployment.stop()
+    if not failures:
+        differs = check_lake(workdir / "cdc" / "lake", truth, args.windows)
+        verdict = "equals the committed history" if not differs else "DIFFERS: " + ", ".join(differs)
+        print(f"lake after {args.windows} window(s): {verdict}")
+        if differs:
+            failures.append(f"scheduler: lake differs: {', '.join(differs)}")
+    columns = [t for t in shape.order if any(t in m.tasks for m in windows)]
+    report("Example DAG under airflow scheduler, window end → applied (run created → last leaf task's end):",
+           windows, columns)  # fmt: skip
+    return windows
+
+
+def scheduler_window(
+    index: int, timing: RunTiming, previous: RunTiming | None, shape: DagShape, load: float,
+    failures: list[str],
+) -> Measurement:  # fmt: skip
+    """Print one window's run under the scheduler: latency, steps, gaps and task processes."""
+    latency = timing.end_to_applied(shape.leaves)
+    counts = timing.counts(shape)
+    if timing.state != "success":
+        failures.append(f"scheduler window {index + 1}: run {timing.state}")
+    after = ""
+    if previous is not None and previous.applied(shape.leaves):
+        created = (timing.created - previous.applied(shape.leaves)).total_seconds()  # type: ignore[operator]
+        after = f"; created {created:.1f}s after the previous window was applied"
+    end = timing.interval_end
+    print(f"window {index + 1} [{end - WINDOW:%H:%M}, {end:%H:%M}): run {timing.state}, end→applied "
+          f"{latency:.1f}s (run created → last leaf ended){after}; load {load:.1f}", flush=True)  # fmt: skip
+    print(f"  task processes {counts['processes']}: task instances ran on a worker {counts['ran']}, skipped "
+          f"{counts['skipped']}, deferred {counts['deferred']} (ended in the triggerer without a worker "
+          f"{counts['triggerer only']}); seconds from the run's creation:")  # fmt: skip
+    print_steps(timing, shape)
+    return Measurement(latency, timing.durations(), 0.0, load, counts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -371,11 +589,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--windows", type=int, default=5, help="windows to run (default 5)")
     parser.add_argument("--changes-per-window", type=int, default=50_000)
     parser.add_argument("--keep", type=Path, help="work in this (new or empty) folder and keep it")
-    parser.add_argument("--no-baseline", action="store_true", help="skip the baselines")
-    parser.add_argument("--spark", choices=("connect", "submit"), default="connect",
-                        help="where the merge runs: a local Spark Connect server started here (default; "
-                        "baseline: a trivial job in a new session on it) or a cold spark-submit per window "
-                        "(baseline: cold spark-submits of a trivial app)")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the baselines (dagtest runner)")
+    parser.add_argument(
+        "--spark",
+        choices=("connect", "submit"),
+        default="connect",
+        help="where the merge runs: a local Spark Connect server started here (default; "
+        "baseline: a trivial job in a new session on it) or a cold spark-submit per window "
+        "(baseline: cold spark-submits of a trivial app)",
+    )
+    parser.add_argument(
+        "--runner",
+        choices=("dagtest", "scheduler", "both"),
+        default="dagtest",
+        help="dag.test() in one Airflow process (default), a real airflow scheduler, or both "
+        "one after the other on the same emulator and Spark, side by side",
+    )
+    parser.add_argument("--pg-host", default="127.0.0.1", help="PostgreSQL of the scheduler runner")
+    parser.add_argument("--pg-port", type=int, default=5432)
+    parser.add_argument("--pg-user", default="postgres")
+    parser.add_argument(
+        "--airflow-database",
+        default="cdc_bench_sched",
+        help="the scheduler runner's Airflow metadata database (dropped and created)",
+    )
+    parser.add_argument(
+        "--metastore-database",
+        default="cdc_bench_meta",
+        help="the scheduler runner's CDC metastore database (dropped and created)",
+    )
     args = parser.parse_args(argv)
     if args.windows < 1 or args.changes_per_window < 1:
         parser.error("--windows and --changes-per-window must be positive")
@@ -385,56 +627,37 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     emulator, host, truth_path = start_emulator(workdir, args.windows, args.changes_per_window)
     failures: list[str] = []
-    server = None
+    server, url = None, None
+    results: dict[str, list[Measurement]] = {}
+    runners = ["dagtest", "scheduler"] if args.runner == "both" else [args.runner]
     try:
-        env = airflow_environment(workdir, host)
+        spark_env: dict[str, str] = {}
         if args.spark == "connect":
             server, url, port = start_spark_connect(workdir)
-            env["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps(
+            spark_env["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps(
                 {"conn_type": "spark_connect", "host": "sc://127.0.0.1", "port": port}
             )
-        airflow = str(Path(sys.executable).parent / "airflow")
-        _, _, status = timed_run([airflow, "db", "migrate"], env, workdir / "db-migrate.log")
-        if status:
-            raise SystemExit(f"airflow db migrate failed; see {workdir}/db-migrate.log")
         truth = json.loads(truth_path.read_text())
-        runner = DagRunner(workdir, env)
-        print(f"Airflow process ready (one-task DAG run in {runner.warm_up_seconds:.1f}s)", flush=True)
-        windows, baseline_two, baseline_one, baseline_warm = [], [], [], []
-        for index in range(args.windows):
-            windows.append(run_window(runner, workdir, index, truth, failures))
-            if not args.no_baseline and args.spark == "connect":
-                warm = connect_baseline(url)
-                baseline_warm.append(warm)
-                print(f"  baseline: a trivial job in a new session on the warm server {warm.seconds:.1f}s",
-                      flush=True)
-            elif not args.no_baseline:
-                two, one = baseline_round(workdir, env)
-                baseline_two.append(two)
-                baseline_one.append(one)
-                print(f"  baseline: 2 cold spark-submits (defaults) {two.seconds:.1f}s "
-                      f"(cpu {two.cpu_seconds:.1f}s), 1 with the local settings {one.seconds:.1f}s "
-                      f"(cpu {one.cpu_seconds:.1f}s)", flush=True)  # fmt: skip
-        where = "a warm Spark Connect server" if args.spark == "connect" else "a cold spark-submit"
-        print(f"\n{args.windows} window(s) of {args.changes_per_window} changes, merge by {where}; seconds")
-        runner.close()
-        report("Example DAG, window end → applied (run created → commit end):", windows, [*TASK_ORDER])
-        p50 = statistics.median(m.seconds for m in windows)
-        goal = GOAL_P50_SECONDS[args.spark]
-        print(f"\nend→applied p50 {p50:.1f}s; goal ≤ {goal:.0f}s with --spark {args.spark}: "
-              f"{'met' if p50 <= goal else 'NOT met'}")
-        if baseline_warm:
-            report("Baseline: a trivial job in a new session on the warm Spark Connect server:",
-                   baseline_warm, ["warm job"])  # fmt: skip
-            floor = statistics.median(m.seconds for m in baseline_warm)
-            print(f"window p50 / warm trivial job p50 = {p50 / floor:.1f}x")
-        if baseline_two:
-            report("Baseline: two cold spark-submits of a trivial app, Spark defaults:", baseline_two,
-                   ["submit 1", "submit 2"])  # fmt: skip
-            settings = " ".join(f"{k}={v}" for k, v in LOCAL_SPARK_CONF.items())
-            report(f"Baseline: one cold spark-submit of a trivial app, {settings}:", baseline_one, ["submit"])
-            floor = statistics.median(m.seconds for m in baseline_one)
-            print(f"window p50 / one cold trivial spark-submit p50 = {p50 / floor:.1f}x")
+        for name in runners:
+            home = workdir if len(runners) == 1 else workdir / name
+            home.mkdir(exist_ok=True)
+            env = {**airflow_environment(home, host), **spark_env}
+            print(f"\n===== runner {name}: {args.windows} window(s) of {args.changes_per_window} changes, "
+                  f"--spark {args.spark}; load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}",
+                  flush=True)  # fmt: skip
+            if name == "dagtest":
+                results[name] = dagtest_windows(home, env, args, truth, failures, url)
+            else:
+                results[name] = scheduler_windows(home, env, args, truth, failures)
+        print()
+        if len(results) == 2:
+            side_by_side(results)
+        for name, windows in results.items():
+            p50 = statistics.median(m.seconds for m in windows)
+            goal = GOAL_P50_SECONDS[(name, args.spark)]
+            print(f"{name}: end→applied p50 {p50:.1f}s; goal ≤ {goal:.0f}s with --spark {args.spark}: "
+                  f"{'met' if p50 <= goal else 'NOT met'}")  # fmt: skip
+        print(f"load average at the end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     finally:
         if server is not None:
             server.stop()
@@ -447,6 +670,17 @@ def main(argv: list[str] | None = None) -> int:
     for failure in failures:
         print(f"FAILED {failure}", file=sys.stderr)
     return 1 if failures else 0
+
+
+def side_by_side(results: dict[str, list[Measurement]]) -> None:
+    """Each window's end → applied by both runners, and the scheduler's task processes."""
+    dagtest, scheduler = results["dagtest"], results["scheduler"]
+    print("Window end → applied, seconds (dag.test(), airflow scheduler; the scheduler's task processes):")
+    print("   #  dagtest  scheduler  processes")
+    for i, (a, b) in enumerate(zip(dagtest, scheduler, strict=True)):
+        print(f"{i + 1:>4}  {a.seconds:>7.1f}  {b.seconds:>9.1f}  {b.counts.get('processes', 0):>9}")
+    p50 = [statistics.median(m.seconds for m in ms) for ms in (dagtest, scheduler)]
+    print(f" p50  {p50[0]:>7.1f}  {p50[1]:>9.1f}")
 
 
 if __name__ == "__main__":

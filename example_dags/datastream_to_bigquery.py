@@ -37,37 +37,22 @@ except ImportError:  # Airflow 2.11
 from airflow.timetables.interval import DeltaDataIntervalTimetable
 
 from airflow_provider_cdc.dag_settings import DagSettings
-from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
-from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
-from airflow_provider_cdc.sensors.window_complete import WindowCompleteSensor
-from airflow_provider_cdc.sources.datastream.operators import (
-    DatastreamOpenWindowOperator,
-    DatastreamReadWindowOperator,
-    DatastreamWindowArrivedSensor,
-)
-from airflow_provider_cdc.targets.bigquery.operators import BigQueryCdcUpsertOperator
-from airflow_provider_cdc.task_groups import epoch_template, window_template
+from airflow_provider_cdc.pipeline import BigQueryCdc, DatastreamFiles, Locations, cdc_pipeline
 
 DAG_ID = "datastream_to_bigquery"
-
-# Settings that shape the DAG itself, read from the environment when the file is parsed.
 SETTINGS = DagSettings.from_env()
 ROOT = f"{SETTINGS.demo_home}/datastream"
-WINDOW = SETTINGS.window
-START_DATE = SETTINGS.start_date
-READERS = SETTINGS.readers  # mapped over a fixed list, as in the other example DAGs
-# BigQuery endpoints: unset for BigQuery itself; a local fake's for the embedded defaults.
-BIGQUERY_API_ENDPOINT = os.environ.get("CDC_BIGQUERY_API_ENDPOINT", "").strip()
-BIGQUERY_WRITE_ENDPOINT = os.environ.get("CDC_BIGQUERY_WRITE_ENDPOINT", "").strip()
 STREAM_ROOT = os.environ.get("CDC_DATASTREAM_ROOT", "").strip() or f"{ROOT}/stream"
 STREAM_SETTINGS = json.loads(os.environ.get("CDC_DATASTREAM_SETTINGS", "").strip() or "{}")
 LATENESS = os.environ.get("CDC_DATASTREAM_LATENESS_SECONDS", "").strip()
+API_ENDPOINT = os.environ.get("CDC_BIGQUERY_API_ENDPOINT", "").strip()
+WRITE_ENDPOINT = os.environ.get("CDC_BIGQUERY_WRITE_ENDPOINT", "").strip()
 
 with DAG(
     dag_id=DAG_ID,
     description="Datastream files to BigQuery CDC tables, one window of arrived files per data interval",
-    start_date=START_DATE,
-    schedule=DeltaDataIntervalTimetable(WINDOW),  # data intervals [start, start + WINDOW)
+    start_date=SETTINGS.start_date,
+    schedule=DeltaDataIntervalTimetable(SETTINGS.window),  # data intervals [start, start + window)
     catchup=True,
     max_active_runs=1,  # windows apply in order
     default_args={"retries": 2, "retry_delay": timedelta(seconds=5)},
@@ -111,70 +96,34 @@ with DAG(
         "bigquery_project": Param("demo-project", type="string", description="BigQuery project"),
         "bigquery_dataset": Param("cdc_demo", type="string", description="BigQuery dataset (must exist)"),
         "bigquery_api_endpoint": Param(
-            BIGQUERY_API_ENDPOINT, type="string", description="BigQuery REST endpoint (blank: BigQuery)"
+            API_ENDPOINT, type="string", description="BigQuery REST endpoint (blank: BigQuery)"
         ),
         "bigquery_write_endpoint": Param(
-            BIGQUERY_WRITE_ENDPOINT, type="string", description="Storage Write API endpoint (blank: BigQuery)"
+            WRITE_ENDPOINT, type="string", description="Storage Write API endpoint (blank: BigQuery)"
         ),
     },
     tags=["cdc", "datastream", "bigquery", "example"],
 ) as dag:
-    stream = {
-        "stream_root": "{{ params.stream_root }}",
-        "source": "{{ params.source }}",
-        "objects": "{{ params.objects | tojson }}",
-        "settings": "{{ params.settings | tojson }}",
-        "file_rotation_interval": "{{ params.file_rotation_interval }}",
-        "lateness_margin": "{{ params.lateness_margin }}",
-    }
-    window = {
-        "staging_root": "{{ params.staging_root }}",
-        "pipeline_id": "{{ params.pipeline_id }}",
-        **stream,
-    }
-    locations = {
-        "staging_root": "{{ params.staging_root }}",
-        "changeset_root": "{{ params.changeset_root }}",
-    }
-    wait_for_files = DatastreamWindowArrivedSensor(task_id="wait_for_files", timeout=3600, **stream)
-    open_window = DatastreamOpenWindowOperator(task_id="open_window", readers=READERS, **window)
-    read = DatastreamReadWindowOperator.partial(task_id="read", **window).expand(
-        reader_index=list(range(READERS))
-    )
-    complete = WindowCompleteSensor(
-        task_id="complete",
-        source_key=window_template(open_window.task_id),
-        poke_interval=2,
-        timeout=3600,
-    )
-    merge = SparkMergeWindowOperator(
-        task_id="merge",
-        locations=locations,
-        stream_key=window_template(open_window.task_id),
-        # A window is the files that arrived in it: every event read is the window's.
-        window_basis=window_template(open_window.task_id, "window_basis"),
+    cdc_pipeline(
+        source=DatastreamFiles(
+            stream_root="{{ params.stream_root }}",
+            source="{{ params.source }}",
+            objects="{{ params.objects | tojson }}",
+            settings="{{ params.settings | tojson }}",
+            file_rotation_interval="{{ params.file_rotation_interval }}",
+            lateness_margin="{{ params.lateness_margin }}",
+        ),
+        targets=[
+            BigQueryCdc(
+                project_id="{{ params.bigquery_project }}",
+                dataset="{{ params.bigquery_dataset }}",
+                api_endpoint="{{ params.bigquery_api_endpoint }}",
+                write_endpoint="{{ params.bigquery_write_endpoint }}",
+            )
+        ],
+        locations=Locations(
+            staging_root="{{ params.staging_root }}", changeset_root="{{ params.changeset_root }}"
+        ),
         pipeline_id="{{ params.pipeline_id }}",
-        epoch=epoch_template(open_window.task_id),
+        readers=SETTINGS.readers,
     )
-    to_bigquery = BigQueryCdcUpsertOperator(
-        task_id="to_bigquery",
-        locations=locations,
-        pipeline_id="{{ params.pipeline_id }}",
-        epoch=epoch_template(open_window.task_id),
-        project_id="{{ params.bigquery_project }}",
-        dataset="{{ params.bigquery_dataset }}",
-        api_endpoint="{{ params.bigquery_api_endpoint }}",
-        write_endpoint="{{ params.bigquery_write_endpoint }}",
-        max_staleness=timedelta(minutes=15),
-    )
-    commit = CdcCommitWindowOperator(
-        task_id="commit",
-        pipeline_id="{{ params.pipeline_id }}",
-        read_summaries=read.output,
-        epoch=epoch_template(open_window.task_id),
-        # Each BigQuery table's upsert_stream_apply_watermark, as to_bigquery read it after the apply.
-        bigquery_watermarks=to_bigquery.output,
-        locations=locations,
-    )
-
-    wait_for_files >> open_window >> read >> complete >> merge >> to_bigquery >> commit

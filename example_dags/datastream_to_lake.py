@@ -39,25 +39,11 @@ except ImportError:  # Airflow 2.11
 from airflow.timetables.interval import DeltaDataIntervalTimetable
 
 from airflow_provider_cdc.dag_settings import DagSettings
-from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
-from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
-from airflow_provider_cdc.sensors.window_complete import WindowCompleteSensor
-from airflow_provider_cdc.sources.datastream.operators import (
-    DatastreamOpenWindowOperator,
-    DatastreamReadWindowOperator,
-    DatastreamWindowArrivedSensor,
-)
-from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
-from airflow_provider_cdc.task_groups import epoch_template, window_template
+from airflow_provider_cdc.pipeline import DatastreamFiles, DeltaLake, Locations, cdc_pipeline
 
 DAG_ID = "datastream_to_lake"
-
-# Settings that shape the DAG itself, read from the environment when the file is parsed.
 SETTINGS = DagSettings.from_env()
 ROOT = f"{SETTINGS.demo_home}/datastream"
-WINDOW = SETTINGS.window
-START_DATE = SETTINGS.start_date
-READERS = SETTINGS.readers  # mapped over a fixed list, as in the other example DAGs
 STREAM_ROOT = os.environ.get("CDC_DATASTREAM_ROOT", "").strip() or f"{ROOT}/stream"
 STREAM_SETTINGS = json.loads(os.environ.get("CDC_DATASTREAM_SETTINGS", "").strip() or "{}")
 LATENESS = os.environ.get("CDC_DATASTREAM_LATENESS_SECONDS", "").strip()
@@ -65,8 +51,8 @@ LATENESS = os.environ.get("CDC_DATASTREAM_LATENESS_SECONDS", "").strip()
 with DAG(
     dag_id=DAG_ID,
     description="Datastream files to Delta Lake, one window of arrived files per data interval",
-    start_date=START_DATE,
-    schedule=DeltaDataIntervalTimetable(WINDOW),  # data intervals [start, start + WINDOW)
+    start_date=SETTINGS.start_date,
+    schedule=DeltaDataIntervalTimetable(SETTINGS.window),  # data intervals [start, start + window)
     catchup=True,
     max_active_runs=1,  # windows apply in order
     default_args={"retries": 2, "retry_delay": timedelta(seconds=5)},
@@ -111,58 +97,22 @@ with DAG(
     },
     tags=["cdc", "datastream", "delta", "example"],
 ) as dag:
-    stream = {
-        "stream_root": "{{ params.stream_root }}",
-        "source": "{{ params.source }}",
-        "objects": "{{ params.objects | tojson }}",
-        "settings": "{{ params.settings | tojson }}",
-        "file_rotation_interval": "{{ params.file_rotation_interval }}",
-        "lateness_margin": "{{ params.lateness_margin }}",
-    }
-    window = {
-        "staging_root": "{{ params.staging_root }}",
-        "pipeline_id": "{{ params.pipeline_id }}",
-        **stream,
-    }
-    locations = {
-        "staging_root": "{{ params.staging_root }}",
-        "changeset_root": "{{ params.changeset_root }}",
-        "lake_root": "{{ params.lake_root }}",
-    }
-    wait_for_files = DatastreamWindowArrivedSensor(task_id="wait_for_files", timeout=3600, **stream)
-    open_window = DatastreamOpenWindowOperator(task_id="open_window", readers=READERS, **window)
-    read = DatastreamReadWindowOperator.partial(task_id="read", **window).expand(
-        reader_index=list(range(READERS))
-    )
-    complete = WindowCompleteSensor(
-        task_id="complete",
-        source_key=window_template(open_window.task_id),
-        poke_interval=2,
-        timeout=3600,
-    )
-    merge = SparkMergeWindowOperator(
-        task_id="merge",
-        locations=locations,
-        stream_key=window_template(open_window.task_id),
-        # A window is the files that arrived in it: every event read is the window's.
-        window_basis=window_template(open_window.task_id, "window_basis"),
-        pipeline_id="{{ params.pipeline_id }}",
-        epoch=epoch_template(open_window.task_id),
-    )
-    upsert = SparkUpsertWindowOperator(
-        task_id="upsert",
-        locations=locations,
-        pipeline_id="{{ params.pipeline_id }}",
-        epoch=epoch_template(open_window.task_id),
+    cdc_pipeline(
+        source=DatastreamFiles(
+            stream_root="{{ params.stream_root }}",
+            source="{{ params.source }}",
+            objects="{{ params.objects | tojson }}",
+            settings="{{ params.settings | tojson }}",
+            file_rotation_interval="{{ params.file_rotation_interval }}",
+            lateness_margin="{{ params.lateness_margin }}",
+        ),
         # Late events older than what a table holds never overwrite it, deleted keys included.
-        tombstone_horizon="{{ params.tombstone_horizon_days * 86400 }}",
-    )
-    commit = CdcCommitWindowOperator(
-        task_id="commit",
+        targets=[DeltaLake(tombstone_horizon="{{ params.tombstone_horizon_days * 86400 }}")],
+        locations=Locations(
+            staging_root="{{ params.staging_root }}",
+            changeset_root="{{ params.changeset_root }}",
+            lake_root="{{ params.lake_root }}",
+        ),
         pipeline_id="{{ params.pipeline_id }}",
-        read_summaries=read.output,
-        epoch=epoch_template(open_window.task_id),
-        locations=locations,
+        readers=SETTINGS.readers,
     )
-
-    wait_for_files >> open_window >> read >> complete >> merge >> upsert >> commit

@@ -48,15 +48,7 @@ except ImportError:  # Airflow 2.11
 from airflow.timetables.interval import DeltaDataIntervalTimetable
 
 from airflow_provider_cdc.dag_settings import DagSettings
-from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
-from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
-from airflow_provider_cdc.sources.spanner.table_operators import (
-    COMMIT_TIMESTAMP,
-    SpannerTableOpenWindowOperator,
-    SpannerTableReadWindowOperator,
-)
-from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
-from airflow_provider_cdc.task_groups import epoch_template
+from airflow_provider_cdc.pipeline import DeltaLake, Locations, SpannerTables, cdc_pipeline
 
 DAG_ID = "spanner_commit_timestamp_tables_to_lake"
 
@@ -64,30 +56,17 @@ DAG_ID = "spanner_commit_timestamp_tables_to_lake"
 #: ``DocumentHistory`` whose rows change each document's entry in ``DocumentLatest``.
 DEFAULT_TABLES = [
     {"table": "Performances", "timestamp_column": "LastUpdateTime", "soft_delete_column": "Deleted"},
-    {
-        "table": "DocumentHistory",
-        "timestamp_column": "Ts",
-        "entity_key": ["UserId", "DocumentId"],
-        "target_table": "DocumentLatest",
-    },
-]
-
-
-# Settings that shape the DAG itself, read from the environment when the file is parsed.
+    {"table": "DocumentHistory", "timestamp_column": "Ts", "entity_key": ["UserId", "DocumentId"],
+     "target_table": "DocumentLatest"},
+]  # fmt: skip
 SETTINGS = DagSettings.from_env()
-DEMO_HOME = SETTINGS.demo_home
-ROOT = f"{DEMO_HOME}/commit-timestamp"
-WINDOW = SETTINGS.window
-START_DATE = SETTINGS.start_date
-# Parallel readers per window, over a fixed list (as in the lake DAG: Airflow 2's backfill never
-# expands a task mapped over the output of a task that is not a root of the DAG).
-READERS = SETTINGS.readers
+ROOT = f"{SETTINGS.demo_home}/commit-timestamp"
 
 with DAG(
     dag_id=DAG_ID,
     description="Spanner commit-timestamp tables to Delta Lake, one window per data interval",
-    start_date=START_DATE,
-    schedule=DeltaDataIntervalTimetable(WINDOW),  # data intervals [start, start + WINDOW)
+    start_date=SETTINGS.start_date,
+    schedule=DeltaDataIntervalTimetable(SETTINGS.window),  # data intervals [start, start + window)
     catchup=True,
     max_active_runs=1,  # windows apply in order
     default_args={"retries": 2, "retry_delay": timedelta(seconds=5)},
@@ -95,11 +74,7 @@ with DAG(
         "project_id": Param("demo-project", type="string", description="Google Cloud project"),
         "instance_id": Param("demo-instance", type="string", description="Spanner instance"),
         "database_id": Param("ledger", type="string", description="Spanner database"),
-        "source": Param(
-            "ledger_tables",
-            type="string",
-            description="the source's name: its staging folder and metastore key (a plain identifier)",
-        ),
+        "source": Param("ledger_tables", type="string", description="staging folder, metastore key"),
         "tables": Param(
             DEFAULT_TABLES,
             type="array",
@@ -107,67 +82,31 @@ with DAG(
             description="tables read by their commit-timestamp column (CommitTimestampTable fields)",
         ),
         "on_late_rows": Param(
-            "fail",
-            enum=["fail", "warn"],
-            description="rows written with a timestamp in a window already read: fail the window or warn",
+            "fail", enum=["fail", "warn"], description="rows written into a window already read: fail or warn"
         ),
-        "pipeline_id": Param(
-            DAG_ID, type="string", description="names the pipeline in the metastore and Delta"
-        ),
+        "pipeline_id": Param(DAG_ID, type="string", description="names the pipeline (metastore, Delta)"),
         "staging_root": Param(f"{ROOT}/staging", type="string", description="staged rows (local or gs://)"),
         "changeset_root": Param(f"{ROOT}/changesets", type="string", description="merged change sets"),
         "lake_root": Param(f"{ROOT}/lake", type="string", description="Delta tables (local or gs://)"),
     },
     tags=["cdc", "spanner", "delta", "example"],
 ) as dag:
-    table_source = {
-        "project_id": "{{ params.project_id }}",
-        "instance_id": "{{ params.instance_id }}",
-        "database_id": "{{ params.database_id }}",
-        "source": "{{ params.source }}",
-        "staging_root": "{{ params.staging_root }}",
-        "pipeline_id": "{{ params.pipeline_id }}",
-    }
-    # One argument names where a window's data lives, the same for every step after the read.
-    locations = {
-        "staging_root": "{{ params.staging_root }}",
-        "changeset_root": "{{ params.changeset_root }}",
-        "lake_root": "{{ params.lake_root }}",
-    }
-    open_window = SpannerTableOpenWindowOperator(
-        task_id="open_window",
-        mode=COMMIT_TIMESTAMP,
-        tables="{{ params.tables | tojson }}",  # the operator parses the JSON text
-        readers=READERS,
-        first_window_start=START_DATE.isoformat(),  # a window before it is never read
-        on_late_rows="{{ params.on_late_rows }}",
-        **table_source,
-    )
-    read = SpannerTableReadWindowOperator.partial(task_id="read", **table_source).expand(
-        reader_index=list(range(READERS))
-    )
-    merge = SparkMergeWindowOperator(
-        task_id="merge",
-        locations=locations,
-        # Read only each batch's recorded output (the claim that completed it).
-        stream_key="projects/{{ params.project_id }}/instances/{{ params.instance_id }}"
-        "/databases/{{ params.database_id }}/{{ params.source }}",
+    cdc_pipeline(
+        source=SpannerTables(
+            project_id="{{ params.project_id }}",
+            instance_id="{{ params.instance_id }}",
+            database_id="{{ params.database_id }}",
+            source="{{ params.source }}",
+            tables="{{ params.tables | tojson }}",  # the operator parses the JSON text
+            on_late_rows="{{ params.on_late_rows }}",
+        ),
+        targets=[DeltaLake()],
+        locations=Locations(
+            staging_root="{{ params.staging_root }}",
+            changeset_root="{{ params.changeset_root }}",
+            lake_root="{{ params.lake_root }}",
+        ),
         pipeline_id="{{ params.pipeline_id }}",
-        # This run's opening of the window: a run whose window was opened again since changes nothing.
-        epoch=epoch_template(open_window.task_id),
+        readers=SETTINGS.readers,
+        first_window_start=SETTINGS.start_date,  # a window before it is never read
     )
-    upsert = SparkUpsertWindowOperator(
-        task_id="upsert",
-        locations=locations,
-        pipeline_id="{{ params.pipeline_id }}",
-        epoch=epoch_template(open_window.task_id),
-    )
-    commit = CdcCommitWindowOperator(
-        task_id="commit",
-        pipeline_id="{{ params.pipeline_id }}",
-        read_summaries=read.output,
-        epoch=epoch_template(open_window.task_id),
-        locations=locations,
-    )
-
-    open_window >> read >> merge >> upsert >> commit

@@ -36,23 +36,11 @@ except ImportError:  # Airflow 2.11
 from airflow.timetables.interval import DeltaDataIntervalTimetable
 
 from airflow_provider_cdc.dag_settings import DagSettings
-from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
-from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
-from airflow_provider_cdc.sensors.window_complete import WindowCompleteSensor
-from airflow_provider_cdc.sources.tablestore.operators import (
-    TablestoreOpenWindowOperator,
-    TablestoreReadWindowOperator,
-)
-from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
-from airflow_provider_cdc.task_groups import epoch_template, window_template
+from airflow_provider_cdc.pipeline import DeltaLake, Locations, TablestoreStream, cdc_pipeline
 
 DAG_ID = "tablestore_stream_to_lake"
-
 SETTINGS = DagSettings.from_env()
 ROOT = f"{SETTINGS.demo_home}/tablestore"
-WINDOW = SETTINGS.window
-START_DATE = SETTINGS.start_date
-READERS = SETTINGS.readers
 SETTLE = os.environ.get("CDC_TABLESTORE_SETTLE_SECONDS", "").strip()
 #: The demo table's attribute columns (a deleted column has no value to tell its type).
 DEMO_COLUMN_TYPES = {
@@ -66,8 +54,8 @@ DEMO_COLUMN_TYPES = {
 with DAG(
     dag_id=DAG_ID,
     description="Table Store stream to Delta Lake, one window per data interval",
-    start_date=START_DATE,
-    schedule=DeltaDataIntervalTimetable(WINDOW),
+    start_date=SETTINGS.start_date,
+    schedule=DeltaDataIntervalTimetable(SETTINGS.window),
     catchup=True,
     max_active_runs=1,  # windows apply in order
     default_args={"retries": 2, "retry_delay": timedelta(seconds=5)},
@@ -87,49 +75,19 @@ with DAG(
     },
     tags=["cdc", "tablestore", "delta", "example"],
 ) as dag:
-    source = {
-        "table": "{{ params.table }}",
-        "tablestore_conn_id": "{{ params.tablestore_conn_id }}",
-        "column_types": "{{ params.column_types | tojson }}",
-        "settle_margin": "{{ params.settle_margin }}",
-    }
-    window = {
-        "staging_root": "{{ params.staging_root }}",
-        "pipeline_id": "{{ params.pipeline_id }}",
-        **source,
-    }
-    locations = {
-        "staging_root": "{{ params.staging_root }}",
-        "changeset_root": "{{ params.changeset_root }}",
-        "lake_root": "{{ params.lake_root }}",
-    }
-    open_window = TablestoreOpenWindowOperator(task_id="open_window", readers=READERS, **window)
-    read = TablestoreReadWindowOperator.partial(task_id="read", **window).expand(
-        reader_index=list(range(READERS))
-    )
-    complete = WindowCompleteSensor(
-        task_id="complete", source_key=window_template(open_window.task_id), poke_interval=2, timeout=3600
-    )
-    merge = SparkMergeWindowOperator(
-        task_id="merge",
-        locations=locations,
-        stream_key=window_template(open_window.task_id),
-        window_basis=window_template(open_window.task_id, "window_basis"),
+    cdc_pipeline(
+        source=TablestoreStream(
+            table="{{ params.table }}",
+            tablestore_conn_id="{{ params.tablestore_conn_id }}",
+            column_types="{{ params.column_types | tojson }}",
+            settle_margin="{{ params.settle_margin }}",
+        ),
+        targets=[DeltaLake()],
+        locations=Locations(
+            staging_root="{{ params.staging_root }}",
+            changeset_root="{{ params.changeset_root }}",
+            lake_root="{{ params.lake_root }}",
+        ),
         pipeline_id="{{ params.pipeline_id }}",
-        epoch=epoch_template(open_window.task_id),
+        readers=SETTINGS.readers,
     )
-    upsert = SparkUpsertWindowOperator(
-        task_id="upsert",
-        locations=locations,
-        pipeline_id="{{ params.pipeline_id }}",
-        epoch=epoch_template(open_window.task_id),
-    )
-    commit = CdcCommitWindowOperator(
-        task_id="commit",
-        pipeline_id="{{ params.pipeline_id }}",
-        read_summaries=read.output,
-        epoch=epoch_template(open_window.task_id),
-        locations=locations,
-    )
-
-    open_window >> read >> complete >> merge >> upsert >> commit

@@ -226,5 +226,5 @@ else
   the Delta tables:                        $CDC_DEMO_HOME/lake/<table>  (deltalake.DeltaTable(path).to_pyarrow_table())
   the pipeline in Airflow's UI:            scripts/ui.sh, then http://localhost:8080/plugin/cdc-pipelines
   why a window failed or waits:            .venv/bin/python -m airflow_provider_cdc explain --pipeline spanner_change_stream_to_lake
-  your own schema on the emulator:         README, 'Your own schema' (cdc-spanner-emulator --ddl FILE --database NAME)"
+  your own pipeline on the emulator:       README, 'Your own pipeline in ten minutes' (cdc-spanner-emulator --ddl FILE --database NAME)"
 fi

@@ -71,7 +71,7 @@ make_venv() {  # make_venv DIR LOCKFILE
   log "$dir ready"
 }
 
-make_sdk_venv() {  # the official tablestore SDK (it pins protobuf<6) on its own, for tests/adapters/test_tablestore_sdk.py
+make_sdk_venv() {  # the official tablestore SDK (it pins protobuf<6) on its own, for tests/sources/tablestore/test_tablestore_sdk.py
   local dir=.venv-tablestore-sdk pins="tablestore==6.4.8 protobuf==5.29.6" stamp want
   stamp="$dir/.cdc-lock.sha256"
   want=$(printf '%s' "$pins" | sha256sum | cut -d' ' -f1)

@@ -38,7 +38,7 @@ groups=(
   # reason, where it is not installed), the change-stream example DAG (here and on the Dataproc fake) and
   # the merge job's Spark tests (one spark-submit and one Spark Connect run of every scenario)
   "google: tests/e2e/test_google_emulator_read.py tests/e2e/test_example_dag_google.py
-    tests/e2e/test_example_dag.py tests/adapters/test_merge_job.py tests/e2e/test_example_dag_dataproc.py"
+    tests/e2e/test_example_dag.py tests/pipeline/spark/test_merge_job.py tests/e2e/test_example_dag_dataproc.py"
   # the crash campaign (SIGKILLs at 20 seeded points, CDC_CRASH_POINTS for more), the deferred-apply upsert
   # killed between append and compaction, the example DAG on gs:// and a Spark Connect server killed
   # mid-merge
@@ -46,7 +46,7 @@ groups=(
     tests/e2e/test_example_dag_gcs.py tests/e2e/test_spark_connect_recovery.py"
   # the Datastream and Table Store pipelines and example DAGs, and the example DAG on a Spark standalone
   # cluster (a master and a worker from the pyspark wheel)
-  "sources: tests/adapters/test_datastream_pipeline.py tests/e2e/test_example_dag_datastream.py
+  "sources: tests/sources/datastream/test_datastream_pipeline.py tests/e2e/test_example_dag_datastream.py
     tests/e2e/test_example_dag_tablestore.py tests/e2e/test_standalone_cluster.py"
 )
 side_names=() side_pids=() side_logs=()
@@ -66,12 +66,15 @@ run_alongside() {  # NAME FILE...
 }
 set +e
 if [ "${1:-}" = "--fast" ]; then
-  # The fast tier: core, sources, targets and pipeline steps, without the end-to-end DAG runs and the
-  # merge job's Spark scenarios (both run in the whole suite).
+  # The fast tier: core, sources, targets and pipeline steps, without the end-to-end DAG runs (tests/e2e
+  # and the tests marked dag_run) and the Spark jobs' scenarios (marked spark; all of them run in the whole
+  # suite), on every core (pytest-xdist; one worker per core, each test file on one worker so its
+  # emulators start once; CDC_TEST_WORKERS to change it).
   shift
   started=$SECONDS
-  CDC_E2E_TESTS=0 .venv/bin/python -m pytest -p no:cacheprovider --durations=10 --ignore=tests/e2e \
-    --ignore=tests/adapters/test_merge_job.py --ignore=tests/adapters/test_datastream_pipeline.py "$@"
+  CDC_E2E_TESTS=0 .venv/bin/python -m pytest -p no:cacheprovider --durations=10 -m "not dag_run and not spark" \
+    -n "${CDC_TEST_WORKERS:-auto}" --dist loadfile --ignore=tests/e2e \
+    --ignore=tests/pipeline/spark/test_merge_job.py --ignore=tests/sources/datastream/test_datastream_pipeline.py "$@"
   status=$?
   echo "[test] the fast tier took $((SECONDS - started)) s"
 elif [ "$#" -eq 0 ]; then

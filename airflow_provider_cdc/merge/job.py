@@ -55,7 +55,7 @@ from airflow_provider_cdc.merge.input import (
     check_staged_units,
     parse_units,
 )
-from airflow_provider_cdc.merge.plan import MergeJobError, log, merge_staging
+from airflow_provider_cdc.merge.plan import COLLAPSES, KERNEL, MergeJobError, log, merge_staging
 
 #: Change-set tables written at once by a task (one open Parquet writer each).
 CONCURRENT_TABLE_WRITERS = 16
@@ -87,6 +87,8 @@ class MergeArguments:
     manifest_name: str = MANIFEST_NAME
     #: which staged rows are the window's: committed in it, or every row staged for it (arrival)
     window_basis: str = COMMIT_TIME
+    #: the collapse: the Arrow kernel, or Spark's own operations (``native``, Spark 4)
+    collapse: str = KERNEL
 
 
 def _timestamp_argument(text: str) -> datetime:
@@ -191,6 +193,9 @@ def parse_arguments(argv: Sequence[str] | None = None) -> MergeArguments:
                         help=f"which staged rows are the window's: {COMMIT_TIME} (default) keeps rows "
                         f"committed in [start, end) and drops the others; {ARRIVAL} keeps every row staged "
                         "for the window (a source whose windows are the changes that arrived in them)")
+    parser.add_argument("--collapse", choices=COLLAPSES, default=KERNEL,
+                        help=f"{KERNEL} (default): the Arrow kernel in Python workers; native: Spark's own "
+                        "operations (Spark 4; keys it cannot write as the kernel does go to the kernel)")
     namespace = parser.parse_args(argv)
     if namespace.window_start >= namespace.window_end:
         parser.error(
@@ -211,6 +216,7 @@ def parse_arguments(argv: Sequence[str] | None = None) -> MergeArguments:
         previous_windows=namespace.previous_windows,
         manifest_name=namespace.manifest_name,
         window_basis=namespace.window_basis,
+        collapse=namespace.collapse,
     )
 
 
@@ -255,7 +261,7 @@ def merge_window(
     if not through_driver:
         manifest = merge_staging(spark, args.window, args.staging, args.changeset, files,
                                  claims=args.partition_claims, inputs=inputs, details=details,
-                                 basis=args.window_basis)
+                                 basis=args.window_basis, collapse=args.collapse)
         files.write_bytes(f"{args.changeset}/{args.manifest_name}", manifest_bytes(manifest))
     else:
         master = str(spark.conf.get("spark.master", "") or "")
@@ -278,7 +284,7 @@ def merge_window(
             manifest = merge_staging(
                 spark, args.window, "file://" + local_staging, "file://" + local_changeset, files,
                 claims=args.partition_claims, source=args.staging, inputs=local, details=details,
-                basis=args.window_basis,
+                basis=args.window_basis, collapse=args.collapse,
             )
             log(f"copying the change set to {args.changeset} through the driver")
             upload_change_set(local_changeset, args.changeset, manifest_bytes(manifest), storage_options,

@@ -5,12 +5,16 @@ completeness (one shuffle of hashes by transaction; of the ids themselves only w
 transaction looks incomplete), then the collapse: one shuffle by key hash into partitions of a
 bounded number of changes, sorted within them and streamed as Arrow batches through
 :func:`~airflow_provider_cdc.merge.kernels.collapse_sorted_batches` (which also lists each image's
-columns), whose write also counts the rows per table. Nothing is written before every check has
-passed. PySpark is imported where it is used, so the module imports without it.
+columns), whose write also counts the rows per table; or (``collapse=NATIVE``, Spark 4) in Spark's
+own operations (:mod:`.native`: the same shuffle and sort, a window function and one aggregation
+per key), with the Arrow kernel writing the window again when it marks a key it cannot write as the
+reference does. Nothing is written before every check has passed. PySpark is imported where it
+is used, so the module imports without it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -38,11 +42,19 @@ from airflow_provider_cdc.merge.kernels import (
     TABLE_PARTITION_COLUMN,
     collapse_sorted_batches,
 )
+from airflow_provider_cdc.merge.native import NEEDS_KERNEL, collapse_in_spark, plain_column_names
 
 if TYPE_CHECKING:  # pragma: no cover
     from airflow_provider_cdc.merge.files import HadoopFiles
 
 INCOMPLETE_TRANSACTIONS_SHOWN = 5
+#: Most columns (over the window's tables) the native collapse aggregates; more go to the kernel.
+NATIVE_COLUMN_LIMIT = 256
+#: The collapses: the Arrow kernel in Python workers (the default), or Spark's own operations.
+KERNEL, NATIVE = "kernel", "native"
+COLLAPSES = (KERNEL, NATIVE)
+#: The column the collapse shuffles and sorts by first: a hash of the table and key.
+KEY_HASH = "_key_hash"
 #: Changes per collapse task: bounds each task's sort (about 50 MB of rows) whatever the window size.
 CHANGES_PER_COLLAPSE_TASK = 200_000
 
@@ -362,22 +374,28 @@ def collapse_partitions(changes: int, parallelism: int) -> int:
     return cores * -(-tasks // cores)
 
 
-def _collapse(
-    staged: Any, window: Window, basis: str, column_types: dict[str, str], partitions: int
-) -> Any:
-    """The change set as a DataFrame: one row per key, its columns, and the ``table`` partition column."""
+def native_collapse(spark: Any) -> bool:
+    """Whether the session's Spark collapses in its own operations (:mod:`.native` needs the
+    VARIANT functions of Spark 4); otherwise the Arrow kernel does."""
+    major = str(spark.version).split(".", 1)[0]
+    return major.isdigit() and int(major) >= 4
+
+
+def _ordered_changes(staged: Any, window: Window, basis: str, partitions: int) -> Any:
+    """The window's changes with their key hash, shuffled by it and sorted by key and sequence number."""
     from pyspark.sql import functions as F
 
     # Hash first: a well-spread 8-byte prefix makes the sort fast, and equal (table, key) pairs
     # still end up contiguous, ordered by their sequence numbers.
-    key_hash = F.xxhash64("table_name", "keys_json").alias("_key_hash")
+    key_hash = F.xxhash64("table_name", "keys_json").alias(KEY_HASH)
     changes = staged.filter(_in_window(window, basis)).select(key_hash, *COLLAPSE_INPUT_COLUMNS)
-    ordered = (
-        changes.repartition(partitions, "_key_hash")
-        .sortWithinPartitions("_key_hash", *SORT_COLUMNS)
-        .drop("_key_hash")
-    )
-    collapsed = ordered.mapInArrow(collapse_sorted_batches, COLLAPSED_SCHEMA_DDL)
+    return changes.repartition(partitions, KEY_HASH).sortWithinPartitions(KEY_HASH, *SORT_COLUMNS)
+
+
+def _with_column_types(collapsed: Any, column_types: dict[str, str], *extra: str) -> Any:
+    """``collapsed`` with each table's column types, in the change set's column order."""
+    from pyspark.sql import functions as F
+
     # A literal map, not a joined DataFrame: building one from Python rows would start Python
     # workers for a handful of values. Every table with changes has its types (checked before).
     table_types = (
@@ -389,20 +407,52 @@ def _collapse(
     return collapsed.select(
         TABLE_PARTITION_COLUMN,
         *[computed.get(name, F.col(name)).alias(name) for name in CHANGE_SET_COLUMNS],
+        *extra,
     )
 
 
-def _counted_by_table(collapsed: Any, tables: Sequence[str]) -> tuple[Any, Any]:
-    """``collapsed`` observed so that writing it also counts its rows per table (no read-back)."""
+def _collapse(
+    staged: Any, window: Window, basis: str, column_types: dict[str, str], partitions: int
+) -> Any:
+    """The change set as a DataFrame collapsed by the Arrow kernel in Python workers: one row per
+    key, its columns, and the ``table`` partition column."""
+    ordered = _ordered_changes(staged, window, basis, partitions).drop(KEY_HASH)
+    collapsed = ordered.mapInArrow(collapse_sorted_batches, COLLAPSED_SCHEMA_DDL)
+    return _with_column_types(collapsed, column_types)
+
+
+def _collapse_natively(
+    staged: Any, window: Window, basis: str, column_types: dict[str, str], partitions: int
+) -> Any:
+    """The change set as :func:`_collapse` gives it, collapsed in Spark's own operations, with
+    :data:`~airflow_provider_cdc.merge.native.NEEDS_KERNEL` beside each row."""
+    collapsed = collapse_in_spark(
+        _ordered_changes(staged, window, basis, partitions), KEY_HASH, image_columns(column_types)
+    )
+    return _with_column_types(collapsed, column_types, NEEDS_KERNEL)
+
+
+def image_columns(column_types: Mapping[str, str]) -> list[str]:
+    """The names of every column of the tables' column types (what their images may carry)."""
+    return sorted({column["name"] for text in column_types.values() for column in json.loads(text)})
+
+
+def _counted_by_table(collapsed: Any, tables: Sequence[str], flagged: bool = False) -> tuple[Any, Any]:
+    """``collapsed`` observed so that writing it also counts its rows per table (no read-back),
+    and with ``flagged`` the rows :data:`~airflow_provider_cdc.merge.native.NEEDS_KERNEL` marks
+    (the column is dropped)."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    if not tables:
+    if not tables and not flagged:
         return collapsed, None
     # a name of its own: merges of other windows may run at once in a shared Spark Connect session
     observation = Observation(f"change set rows {uuid.uuid4().hex}")
     index = _table_index(tables, TABLE_PARTITION_COLUMN)
     counts = [F.count_if(index == F.lit(number)).alias(f"rows_{number}") for number in range(len(tables))]
+    if flagged:
+        counts.append(F.count_if(F.col(NEEDS_KERNEL)).alias(NEEDS_KERNEL))
+        return collapsed.observe(observation, *counts).drop(NEEDS_KERNEL), observation
     return collapsed.observe(observation, *counts), observation
 
 
@@ -412,6 +462,36 @@ def _written_rows(observation: Any, tables: Sequence[str]) -> dict[str, int]:
         return {}
     counts = observation.get
     return {name: int(counts[f"rows_{number}"]) for number, name in enumerate(tables)}
+
+
+def _write_change_set(
+    spark: Any, staged: Any, window: Window, basis: str, column_types: dict[str, str], partitions: int,
+    changeset: str, tables: Sequence[str], collapse: str = KERNEL,
+) -> dict[str, int]:
+    """Collapse and write the change set; return the rows written per table.
+
+    With ``collapse`` :data:`NATIVE`, Spark collapses in its own operations where it can
+    (:mod:`.native`: Spark 4, at most :data:`NATIVE_COLUMN_LIMIT` column names that need no
+    escaping); when it marks keys whose rows it cannot write exactly as the reference collapse
+    does (or that the reference refuses), the window is collapsed and written again by the Arrow
+    kernel, which writes those rows or fails naming the problem.
+    """
+    columns = image_columns(column_types)
+    native = (collapse == NATIVE and native_collapse(spark) and len(columns) <= NATIVE_COLUMN_LIMIT
+              and plain_column_names(columns))
+    if native:
+        collapsed = _collapse_natively(staged, window, basis, column_types, partitions)
+        collapsed, observation = _counted_by_table(collapsed, tables, flagged=True)
+        collapsed.write.mode("overwrite").partitionBy(TABLE_PARTITION_COLUMN).parquet(changeset)
+        flagged = int(observation.get[NEEDS_KERNEL])
+        if not flagged:
+            return _written_rows(observation, tables)
+        log(f"window {window}: {flagged} key(s) need the Arrow kernel (an image Spark's JSON writes "
+            "otherwise, or changes the collapse refuses); collapsing the window with it")
+    collapsed = _collapse(staged, window, basis, column_types, partitions)
+    collapsed, observation = _counted_by_table(collapsed, tables)
+    collapsed.write.mode("overwrite").partitionBy(TABLE_PARTITION_COLUMN).parquet(changeset)
+    return _written_rows(observation, tables)
 
 
 def change_set_manifest(
@@ -441,7 +521,7 @@ def merge_staging(
     spark: Any, window: Window, staging: str, changeset: str, files: HadoopFiles, *,
     claims: Mapping[str, str] | None = None, source: str | None = None,
     inputs: Sequence[str] | None = None, details: Mapping[str, Any] | None = None,
-    basis: str = COMMIT_TIME,
+    basis: str = COMMIT_TIME, collapse: str = KERNEL,
 ) -> dict[str, Any]:
     """Merge ``staging`` into ``changeset`` (both reachable by Spark); return the manifest, unwritten.
 
@@ -453,6 +533,7 @@ def merge_staging(
     :param details: further manifest entries (the epoch, the previous windows of the tables).
     :param basis: which staged rows are the window's (``COMMIT_TIME`` or ``ARRIVAL``; see
         :mod:`airflow_provider_cdc.core.contract.staged_rows`).
+    :param collapse: :data:`KERNEL` or :data:`NATIVE` (see :func:`_write_change_set`).
     """
     began = time.monotonic()
     source = staging if source is None else source
@@ -487,10 +568,8 @@ def merge_staging(
         for table in stats
         if table.window_rows
     }
-    collapsed = _collapse(staged, window, basis, column_types, partitions)
-    collapsed, observation = _counted_by_table(collapsed, changed)
-    collapsed.write.mode("overwrite").partitionBy(TABLE_PARTITION_COLUMN).parquet(changeset)
-    written = _written_rows(observation, changed)
+    written = _write_change_set(spark, staged, window, basis, column_types, partitions, changeset, changed,
+                                collapse)
     tables = {
         table.table_name: {"rows": int(written.get(table.table_name, 0)), "source_changes": table.window_rows}
         for table in stats

@@ -220,6 +220,12 @@ def _enable_wal(dbapi_connection: Any, busy_timeout: float) -> None:
                 if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
                     # Where WAL is impossible SQLite answers with the mode it keeps; that is accepted.
                     cursor.execute("PRAGMA journal_mode=WAL").fetchall()
+                if str(cursor.execute("PRAGMA journal_mode").fetchone()[0]).lower() == "wal":
+                    # In WAL mode NORMAL syncs at checkpoints, not at every commit: a commit still
+                    # survives the process that made it being killed (the failures the steps are
+                    # built for) and the file stays consistent; only a power loss can roll back
+                    # the last commits, which re-running their windows repairs.
+                    cursor.execute("PRAGMA synchronous=NORMAL").fetchall()
                 return
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) and "busy" not in str(exc):

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_cdc._compat import Context
 from airflow_provider_cdc.core.timestamps import coerce_timestamp
 from airflow_provider_cdc.core.window import Window
+from airflow_provider_cdc.operators._window import WINDOW_END
 from airflow_provider_cdc.sensors.window_complete import WindowCompleteSensor
 from airflow_provider_cdc.sources.spanner.connection import (
     ChangeStreamConnectionMixin,
@@ -27,13 +28,15 @@ class SpannerChangeStreamPartitionsDrainedSensor(ChangeStreamConnectionMixin, Wi
     Used twice per window: with ``timestamp`` = the window start before reading (every parent
     partition drained to the start), and with ``timestamp`` = the window end and ``window_start``/
     ``window_end`` set before merging (every partition of the window read to its end). While waiting
-    it logs which partition tokens hold it back and how far behind they are. ``deferrable=True``
-    hands the wait to the triggerer; by default it follows Airflow's ``[operators] default_deferrable``.
+    it logs which partition tokens hold it back and how far behind they are. It defers by default
+    (``deferrable=False`` pokes from a worker) and, deferrable on Airflow 3.3+, starts in the triggerer
+    (``start_from_trigger``, see :class:`~airflow_provider_cdc.sensors.window_complete.WindowCompleteSensor`).
     The check before merging is :class:`~airflow_provider_cdc.sensors.window_complete.WindowCompleteSensor`'s,
     which any source uses without its connection; this sensor adds the retention check.
 
-    With ``pipeline_id`` it first requires the run's window (``window_start``/``window_end``, else the
-    run's data interval) to be able to apply: the pipeline's window before it must be applied. A
+    With ``pipeline_id`` it first requires the run's window (``window_start``/``window_end``, else
+    ``[timestamp, interval_end)``, ``interval_end`` defaulting to the run's data interval end) to be able
+    to apply: the pipeline's window before it must be applied. A
     window run before its predecessor fails at once, naming the window it waits for and its state,
     instead of waiting for partitions nobody reads (and holding a run slot); when that window was
     never run the failure skips retries.
@@ -53,6 +56,7 @@ class SpannerChangeStreamPartitionsDrainedSensor(ChangeStreamConnectionMixin, Wi
         "window_start",
         "window_end",
         "pipeline_id",
+        "interval_end",
     )
     done_status = PartitionsDrainedTrigger.done_status
 
@@ -63,8 +67,10 @@ class SpannerChangeStreamPartitionsDrainedSensor(ChangeStreamConnectionMixin, Wi
         timestamp: Any = "{{ data_interval_start }}",
         window_start: Any = None,
         window_end: Any = None,
-        deferrable: bool | None = None,
+        deferrable: bool = True,
         pipeline_id: str | None = None,
+        interval_end: Any = WINDOW_END,
+        start_from_trigger: bool | None = None,
         **kwargs: Any,
     ) -> None:
         # The stream's key needs its project resolved: the hook gives it (see lagging).
@@ -75,8 +81,11 @@ class SpannerChangeStreamPartitionsDrainedSensor(ChangeStreamConnectionMixin, Wi
             window_end=window_end,
             deferrable=deferrable,
             pipeline_id=pipeline_id,
+            start_from_trigger=False,  # decided below, once the connection fields are set
             **kwargs,
         )
+        self.interval_end = interval_end
+        self._start_in_triggerer(start_from_trigger)
 
     def _window(self) -> Window | None:
         if self.window_start is None and self.window_end is None:
@@ -84,9 +93,25 @@ class SpannerChangeStreamPartitionsDrainedSensor(ChangeStreamConnectionMixin, Wi
         return Window(coerce_timestamp(self.window_start), coerce_timestamp(self.window_end))
 
     def _checked_window(self, context: Context) -> Window:
-        return self._window() or Window(
-            coerce_timestamp(self.timestamp), coerce_timestamp(context["data_interval_end"])
-        )
+        end = self.interval_end if self.interval_end not in (None, "") else context["data_interval_end"]
+        return self._window() or Window(coerce_timestamp(self.timestamp), coerce_timestamp(end))
+
+    def start_trigger_class(self) -> type:
+        return PartitionsDrainedTrigger
+
+    def start_trigger_kwargs(self) -> dict[str, Any]:
+        connection = self.connection.arguments()
+        if isinstance(connection["impersonation_chain"], tuple):
+            connection["impersonation_chain"] = list(connection["impersonation_chain"])
+        return {
+            **connection,
+            "timestamp": self.timestamp,
+            "window_start": self.window_start,
+            "window_end": self.window_end,
+            "pipeline_id": self.pipeline_id,
+            "interval_end": self.interval_end,
+            "poll_interval": float(self.poke_interval),
+        }
 
     def _timestamp(self) -> datetime:
         return coerce_timestamp(self.timestamp)
@@ -117,8 +142,5 @@ class SpannerChangeStreamPartitionsDrainedSensor(ChangeStreamConnectionMixin, Wi
         )
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> None:
-        from airflow_provider_cdc._errors import DrainWaitError
-
-        if event.get("status") != self.done_status:
-            raise DrainWaitError(f"waiting for drained partitions failed: {event.get('message')}")
+        self.raise_for_event(event)
         self.log.info("Every partition alive at %s is drained to it", event.get("timestamp"))

@@ -1,4 +1,13 @@
-"""Sensor: every unit of a window of a source is staged, checked in the metastore alone."""
+"""Sensor: every unit of a window of a source is staged, checked in the metastore alone.
+
+The pipeline's sensors defer by default, and a satisfied wait never holds a worker slot: ``execute``
+checks once and returns at once when the condition already holds. On Airflow 3.3 and later (where the
+triggerer renders a task's templated fields) a deferrable sensor whose arguments read no XCom starts in
+the triggerer (``start_from_trigger``): its first check, every poll and a satisfied end run there, and
+only a failed wait resumes the task on a worker, to fail it with the trigger's message. The triggerer
+cannot serve an XCom read while rendering (Airflow 3.3 refuses the request and the trigger never
+starts), so a sensor whose ``source_key`` comes from the open task's window handle defers from a worker.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +15,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_cdc._compat import BaseSensorOperator, Context, default_deferrable
+from airflow_provider_cdc._compat import AirflowFailException, BaseSensorOperator, Context
 from airflow_provider_cdc._errors import DrainWaitError, metastore_errors
 from airflow_provider_cdc.core.timestamps import coerce_timestamp, format_timestamp
 from airflow_provider_cdc.core.window import Window
@@ -17,6 +26,32 @@ from airflow_provider_cdc.triggers.window_complete import WindowCompleteTrigger
 
 if TYPE_CHECKING:
     from airflow_provider_cdc.sources.completion import LaggingPartition
+
+
+def _triggerer_renders_templates() -> bool:
+    """Whether this Airflow renders a task's templated trigger arguments in the triggerer (3.3+)."""
+    from airflow import __version__
+    from packaging.version import Version
+
+    return Version(__version__).release >= (3, 3)
+
+
+#: Whether a deferrable sensor starts in the triggerer by default (Airflow 3.3+).
+TRIGGERER_RENDERS_TEMPLATES = _triggerer_renders_templates()
+#: What in a template reads the task instance (its XComs): the triggerer cannot serve those reads.
+_TASK_INSTANCE_READS = ("xcom", "ti.", "task_instance")
+
+
+def _renders_in_triggerer(value: Any) -> bool:
+    """Whether the triggerer can render ``value``: plain values and templates of the run's context
+    (params, data interval, macros), not an XComArg nor a template that pulls XComs."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return True
+    if isinstance(value, str):
+        return not any(read in value for read in _TASK_INSTANCE_READS)
+    if isinstance(value, (list, tuple)):
+        return all(_renders_in_triggerer(item) for item in value)
+    return False
 
 
 class WindowCompleteSensor(FailsPermanentErrors, BaseSensorOperator):
@@ -34,8 +69,12 @@ class WindowCompleteSensor(FailsPermanentErrors, BaseSensorOperator):
     :param metastore_conn_id: the metastore's connection.
     :param timestamp: every unit of the source alive at this time must be read up to it (default the
         window's end).
-    :param deferrable: hand the wait to the triggerer (default Airflow's ``[operators]
-        default_deferrable``).
+    :param deferrable: hand the wait to the triggerer (default ``True``; ``False`` pokes from a worker,
+        as ``mode`` says).
+    :param start_from_trigger: start the task in the triggerer, without a worker, and end it there when
+        the wait is satisfied (default: when deferrable, on Airflow 3.3+, and no argument reads XComs;
+        refused on earlier versions, whose triggerer cannot render templated fields, and for arguments
+        that read XComs, which the triggerer cannot serve).
 
     While waiting it logs which units hold it back and why (a reader that stopped reporting is named).
     """
@@ -61,7 +100,8 @@ class WindowCompleteSensor(FailsPermanentErrors, BaseSensorOperator):
         pipeline_id: str | None = None,
         metastore_conn_id: str = CdcMetastoreHook.default_conn_name,
         timestamp: Any = None,
-        deferrable: bool | None = None,
+        deferrable: bool = True,
+        start_from_trigger: bool | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("poke_interval", 5.0)
@@ -72,7 +112,57 @@ class WindowCompleteSensor(FailsPermanentErrors, BaseSensorOperator):
         self.pipeline_id = pipeline_id
         self.metastore_conn_id = metastore_conn_id
         self.timestamp = timestamp
-        self.deferrable = default_deferrable() if deferrable is None else deferrable
+        self.deferrable = True if deferrable is None else bool(deferrable)  # None: the default
+        self._start_in_triggerer(start_from_trigger)
+
+    def _start_in_triggerer(self, wanted: bool | None) -> None:
+        """Set ``start_from_trigger`` and the trigger it starts with (its arguments still templates)."""
+        if wanted is False:
+            return
+        kwargs = self.start_trigger_kwargs()
+        reads_xcom = [name for name, value in kwargs.items() if not _renders_in_triggerer(value)]
+        if wanted is None:
+            wanted = self.deferrable and TRIGGERER_RENDERS_TEMPLATES and not reads_xcom
+        if wanted and not (self.deferrable and TRIGGERER_RENDERS_TEMPLATES):
+            raise ValueError(
+                f"{type(self).__name__} {self.task_id!r}: start_from_trigger needs deferrable=True and "
+                "Airflow 3.3 or later (the triggerer renders the templated fields)"
+            )
+        if wanted and reads_xcom:
+            raise ValueError(
+                f"{type(self).__name__} {self.task_id!r}: start_from_trigger cannot render "
+                f"{', '.join(reads_xcom)}: the triggerer does not serve XCom reads (a task instance's or an "
+                "XComArg); leave start_from_trigger unset and the sensor defers from a worker"
+            )
+        if not wanted:
+            return
+        from airflow.triggers.base import StartTriggerArgs
+
+        trigger = self.start_trigger_class()
+        self.start_trigger_args = StartTriggerArgs(
+            trigger_cls=f"{trigger.__module__}.{trigger.__qualname__}",
+            trigger_kwargs={**kwargs, "end_from_trigger": True},
+            next_method="execute_complete",
+            timeout=timedelta(seconds=float(self.timeout)),
+        )
+        self.start_from_trigger = True
+
+    def start_trigger_class(self) -> type:
+        """The trigger class the sensor defers to."""
+        return WindowCompleteTrigger
+
+    def start_trigger_kwargs(self) -> dict[str, Any]:
+        """The trigger's arguments as given (templates): the triggerer renders those whose names are
+        template fields of this sensor."""
+        return {
+            "source_key": self.source_key,
+            "window_start": self.window_start,
+            "window_end": self.window_end,
+            "metastore_conn_id": self.metastore_conn_id,
+            "timestamp": self.timestamp,
+            "pipeline_id": self.pipeline_id,
+            "poll_interval": float(self.poke_interval),
+        }
 
     # ----- what is waited for ---------------------------------------------------------------------
     def _window(self) -> Window | None:
@@ -124,6 +214,7 @@ class WindowCompleteSensor(FailsPermanentErrors, BaseSensorOperator):
         self.log.info("Every unit of %s is staged", self.waited_for())
 
     def execute(self, context: Context) -> Any:
+        """Poke from the worker; or, deferrable, check once and defer only when the wait is not over."""
         if not self.deferrable:
             return super().execute(context)
         if self.poke(context):
@@ -147,7 +238,16 @@ class WindowCompleteSensor(FailsPermanentErrors, BaseSensorOperator):
             poll_interval=float(self.poke_interval),
         )
 
+    def raise_for_event(self, event: dict[str, Any]) -> None:
+        """Fail the task unless ``event`` is the trigger's satisfied wait: a window run before its
+        predecessor ran fails without retries, naming the window it waits for."""
+        if event.get("status") == self.done_status:
+            return
+        message = f"waiting for {self.waited_for()} failed: {event.get('message')}"
+        if event.get("never_run"):
+            raise AirflowFailException(message)
+        raise DrainWaitError(message)
+
     def execute_complete(self, context: Context, event: dict[str, Any]) -> None:
-        if event.get("status") != self.done_status:
-            raise DrainWaitError(f"waiting for {self.waited_for()} failed: {event.get('message')}")
+        self.raise_for_event(event)
         self.log.info("Every unit of %s is staged", self.waited_for())

@@ -5,8 +5,11 @@ roots, Spark, the window's time and the source, before anything is recorded), th
 (its first window), refuses a window whose predecessor was never run, opens the window through the
 source's hook and pushes the opening's epoch (XCom ``epoch``) and
 its :class:`~airflow_provider_cdc.core.contract.window_handle.WindowHandle` (XCom ``window``); it returns
-``list(range(readers))`` for mapped readers to ``expand`` over. Reading maps the reader over the window
-and returns the reader's summary with its ``reader_index``.
+``list(range(readers))`` for mapped readers to ``expand`` over. An open step given the initial snapshot's
+first tasks (``snapshot_task_ids``, directly downstream of it) is the DAG's branch: it follows them only in
+the pipeline's first window after the snapshot and skips them in every other run, so the snapshot's
+tasks never start a task process there. Reading maps the reader over the window and returns the
+reader's summary with its ``reader_index``.
 
 A source's operators derive from :class:`OpenWindowOperatorBase` / :class:`ReadWindowOperatorBase`
 (after its connection fields' mixin) and implement :meth:`OpenWindowOperatorBase.open` (one hook call).
@@ -24,7 +27,7 @@ from airflow_provider_cdc import metrics
 from airflow_provider_cdc._compat import AirflowFailException, BaseOperator, Context
 from airflow_provider_cdc._errors import metastore_errors, require_absolute
 from airflow_provider_cdc.core.contract.window_handle import WINDOW_XCOM_KEY, WindowHandle
-from airflow_provider_cdc.core.timestamps import coerce_timestamp
+from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, coerce_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.failures import FailsPermanentErrors
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
@@ -37,6 +40,11 @@ from airflow_provider_cdc.operators._window import (
     window_of,
     xcom_pull_expression,
 )
+
+try:  # Airflow 3
+    from airflow.sdk.bases.branch import BranchMixIn
+except ImportError:  # Airflow 2.11
+    from airflow.operators.branch import BranchMixIn  # type: ignore[no-redef]
 
 if TYPE_CHECKING:
     from airflow_provider_cdc.core.findings import Finding
@@ -159,22 +167,39 @@ class SourceWindowOperator(ObservedStep, FailsPermanentErrors, BaseOperator):
         return self.to_hook()  # type: ignore[attr-defined,no-any-return]
 
 
-class OpenWindowOperatorBase(SourceWindowOperator):
+class OpenWindowOperatorBase(SourceWindowOperator, BranchMixIn):
     """Opens a window of a source: runs the preflight (:meth:`preflight`), records the pipeline, refuses
     a window whose predecessor was never run, opens the window (:meth:`open`) and pushes the epoch and
     the window handle.
 
     ``first_window_start``: the pipeline's first window start (default this window's start), recorded
     by the first window opened for the pipeline; windows apply in order from there.
+
+    ``snapshot_task_ids``: the initial snapshot's first tasks, directly downstream of this one (the
+    snapshot window ``[T - 1µs, T)`` with ``first_window_start`` = ``T - 1µs``). The open step follows
+    them only when its window is the pipeline's first after the snapshot (it starts at ``T`` and the
+    pipeline is recorded as starting at ``T - 1µs``): its predecessor, the snapshot, is then applied by
+    this run, not refused as never run. In every other run it skips them, and Airflow skips the rest of
+    the snapshot without starting a task.
     """
 
     template_fields: Sequence[str] = (*WINDOW_FIELDS, "readers", "first_window_start")
     cdc_step = "open"
+    #: the open step may skip the snapshot's tasks: Airflow keeps them skipped when they are cleared
+    inherits_from_skipmixin = True
 
-    def __init__(self, *, readers: int | str = 1, first_window_start: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        readers: int | str = 1,
+        first_window_start: Any = None,
+        snapshot_task_ids: Sequence[str] = (),
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.readers = readers
         self.first_window_start = first_window_start
+        self.snapshot_task_ids = tuple(snapshot_task_ids)
 
     def preflight(self, context: Context) -> None:
         """Check the pipeline's settings before anything is recorded (:mod:`airflow_provider_cdc.
@@ -220,6 +245,34 @@ class OpenWindowOperatorBase(SourceWindowOperator):
             self.first_start(window),
         )
 
+    def follows_snapshot(self, recorded: PipelineRecord, window: Window) -> bool:
+        """Whether this run applies the initial snapshot before ``window``: the open step has the
+        snapshot's tasks, it was told the pipeline starts with the snapshot (``first_window_start`` =
+        ``window.start - 1µs``) and the pipeline is recorded so."""
+        if not self.snapshot_task_ids or not self.first_window_start:
+            return False
+        snapshot_start = window.start - ONE_MICROSECOND
+        told = coerce_timestamp(self.first_window_start) == snapshot_start
+        return told and coerce_timestamp(recorded.first_window_start) == snapshot_start
+
+    def choose_snapshot(self, context: Context, snapshot: bool, readers: list[int]) -> None:
+        """Follow the snapshot's tasks (``snapshot``) or skip them; every other downstream task is
+        followed. Nothing to do without snapshot tasks."""
+        if not self.snapshot_task_ids:
+            return
+        if snapshot:
+            self.log.info("Window %s is the pipeline's first after the initial snapshot: running it",
+                          self.window())  # fmt: skip
+            return
+        self.log.info(
+            "Window %s is not the pipeline's first after the initial snapshot: skipping its tasks %s",
+            self.window(), list(self.snapshot_task_ids),
+        )  # fmt: skip
+        follow = [task_id for task_id in self.downstream_task_ids if task_id not in self.snapshot_task_ids]
+        # Airflow 3 ends the task on a skip without pushing its return value: push it first.
+        context["ti"].xcom_push(key="return_value", value=readers)
+        self.do_branch(context, follow)
+
     def push_opened(self, context: Context, handle: WindowHandle) -> None:
         """Push the opening's epoch (XCom ``epoch``) and its window handle (XCom ``window``)."""
         self.note_source(handle.source_key)
@@ -245,8 +298,11 @@ class OpenWindowOperatorBase(SourceWindowOperator):
         self.log.info(
             "Pipeline %s starts with the window at %s", self.pipeline(context), recorded.first_window_start
         )
-        refuse_never_run(error)
+        snapshot = self.follows_snapshot(recorded, window)
+        if not snapshot:  # the snapshot before this window is this run's: its later steps wait for it
+            refuse_never_run(error)
         self.push_opened(context, self.open(context, window, self.pipeline(context)))
+        self.choose_snapshot(context, snapshot, list(range(readers)))
         return list(range(readers))
 
 

@@ -85,6 +85,45 @@ def _array(values: list[Any], field: pa.Field) -> pa.Array:
     return pa.Array.from_buffers(type_, count, [None, pa.py_buffer(buffer)])
 
 
+def text_batch(
+    unit: str,
+    commit_micros: list[int],
+    table: str,
+    operations: list[str],
+    keys: list[str],
+    afters: list[str],
+    column_types: list[str],
+    source_metadata: list[str],
+    sequence_numbers: list[str],
+) -> pa.RecordBatch:
+    """Staged rows of one unit and table without transactions or before images (a table read's
+    shard), commit times given in microseconds, as a record batch of ``STAGED_CHANGE_SCHEMA``."""
+    count = len(commit_micros)
+    given = {
+        "unit": [unit] * count,
+        "table_name": [table] * count,
+        "operation": operations,
+        "keys_json": keys,
+        "after_json": afters,
+        "column_types_json": column_types,
+        "source_metadata_json": source_metadata,
+        "change_sequence_number": sequence_numbers,
+    }
+    arrays = []
+    for field in STAGED_CHANGE_SCHEMA:
+        if field.name == "commit_timestamp":
+            buffer = pa.py_buffer(array("q", commit_micros))
+            arrays.append(pa.Array.from_buffers(field.type, count, [None, buffer]))
+        elif field.name in given:
+            values = given[field.name]
+            if len(values) != count:
+                raise ValueError("staged change columns differ in length")
+            arrays.append(_array(values, field))
+        else:
+            arrays.append(pa.nulls(count, field.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=STAGED_CHANGE_SCHEMA)
+
+
 _PLACEHOLDERS = {pa.string(): "", pa.int32(): 0, pa.int64(): 0, pa.bool_(): False}
 
 

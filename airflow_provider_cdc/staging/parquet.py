@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -41,6 +42,7 @@ from airflow_provider_cdc.core.contract.staged_rows import (
     staged_change_schema,
 )
 from airflow_provider_cdc.core.identifiers import validate_identifier
+from airflow_provider_cdc.core.timestamps import from_micros
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.sources.spanner.change_row import change_rows
 from airflow_provider_cdc.sources.spanner.records import DataChangeRecord
@@ -62,6 +64,7 @@ from airflow_provider_cdc.staging.reading import (
     staged_files,
 )
 
+_TIMESTAMP_INDEX = STAGED_CHANGE_COLUMNS.index("commit_timestamp")
 _TYPES: dict[str, pa.DataType] = {name: arrow_type(kind) for name, kind, _ in STAGED_CHANGE_FIELDS}
 
 #: Arrow schema of a staged change row (only ``NULLABLE_COLUMNS`` may be null).
@@ -83,12 +86,22 @@ DEFAULT_ROWS_PER_FILE = 50_000
 #: Rows buffered as Python values before they become an Arrow record batch (and, on a local file
 #: system, a row group): a reader's peak memory grows by about 4 KB per row of a batch.
 BATCH_ROWS = 4_096
-# Columns with few distinct values get dictionary encoding; the per-change ones (keys, images,
-# sequence numbers) rarely repeat, so a dictionary for them is built only to be discarded.
+# Columns with few distinct values get dictionary encoding; the per-change ones (commit times,
+# transactions, keys, images, a change's source metadata, sequence numbers) rarely repeat, so a
+# dictionary for them is built only to be discarded.
 _DICTIONARY_COLUMNS = [
     name
     for name in STAGED_CHANGE_COLUMNS
-    if name not in ("keys_json", "after_json", "before_json", "change_sequence_number")
+    if name
+    not in (
+        "commit_timestamp",
+        "transaction_id",
+        "keys_json",
+        "after_json",
+        "before_json",
+        "source_metadata_json",
+        "change_sequence_number",
+    )
 ]
 
 
@@ -273,6 +286,38 @@ class StagingWriter:
             self._added(take)
         return count
 
+    def write_batch(self, batch: pa.RecordBatch) -> int:
+        """Stage rows given as an Arrow record batch with the staged-change columns (a columnar
+        decoder's output; cast to ``STAGED_CHANGE_SCHEMA``); returns the number of rows added. Rows
+        held as Python values are sealed first, so rows keep the order they were given in."""
+        self._require_open()
+        if batch.schema.names != list(STAGED_CHANGE_COLUMNS):
+            raise ValueError(f"expected the columns {list(STAGED_CHANGE_COLUMNS)}, got {batch.schema.names}")
+        if not batch.schema.equals(STAGED_CHANGE_SCHEMA):
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    column.cast(field.type)
+                    for column, field in zip(batch.columns, STAGED_CHANGE_SCHEMA, strict=True)
+                ],
+                schema=STAGED_CHANGE_SCHEMA,
+            )
+        for column, field in zip(batch.columns, STAGED_CHANGE_SCHEMA):  # noqa: B905 - one schema
+            if column.null_count and not field.nullable:
+                raise ValueError(f"staged change column {field.name!r} must not be null")
+        count = batch.num_rows
+        self._seal()
+        done = 0
+        while done < count:
+            take = min(count - done, self.rows_per_file - self._buffered)
+            part = batch if take == count else batch.slice(done, take)
+            bounds = pc.min_max(part.column(_TIMESTAMP_INDEX))
+            self._append(part, from_micros(bounds["min"].value), from_micros(bounds["max"].value))
+            done += take
+            self._buffered += take
+            if self._buffered >= self.rows_per_file:
+                self.flush()
+        return count
+
     def write_row(self, row: Mapping[str, Any]) -> None:
         """Stage one row with exactly the staged-change columns."""
         self._require_open()
@@ -320,13 +365,17 @@ class StagingWriter:
             low = high = timestamps[0]
         else:
             low, high = min(timestamps), max(timestamps)
+        for values in self._column_lists:
+            values.clear()
+        self._pending = 0
+        self._append(batch, low, high)
+
+    def _append(self, batch: pa.RecordBatch, low: datetime, high: datetime) -> None:
+        """Add a sealed batch (commit timestamps from ``low`` to ``high``) to the file being written."""
         if self._min_timestamp is None or low < self._min_timestamp:
             self._min_timestamp = low
         if self._max_timestamp is None or high > self._max_timestamp:
             self._max_timestamp = high
-        for values in self._column_lists:
-            values.clear()
-        self._pending = 0
         if not self._local:
             self._batches.append(batch)
             return

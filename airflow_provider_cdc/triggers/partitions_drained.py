@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_cdc.core.timestamps import coerce_timestamp
+from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.sources.spanner.connection import (
     ChangeStreamConnectionMixin,
     connection_arguments,
@@ -23,7 +24,8 @@ class PartitionsDrainedTrigger(ChangeStreamConnectionMixin, WindowCompleteTrigge
     (:class:`~airflow_provider_cdc.sources.spanner.connection.ChangeStreamConnection`, every one of them
     serialized); the window is optional. ``retention`` (seconds or Spanner duration text; default the
     stream's ``retention_period``) makes it fire an error when the partitions lag and the window is older
-    than that.
+    than that. With ``pipeline_id`` and no window, the window whose predecessor is checked is
+    ``[timestamp, interval_end)``.
     """
 
     done_status = "drained"
@@ -36,6 +38,7 @@ class PartitionsDrainedTrigger(ChangeStreamConnectionMixin, WindowCompleteTrigge
         window_start: str | None = None,
         window_end: str | None = None,
         poll_interval: float = 5.0,
+        interval_end: str | None = None,
         **kwargs: Any,
     ) -> None:
         # The stream's key needs its project resolved: the hook gives it (see _check).
@@ -47,21 +50,23 @@ class PartitionsDrainedTrigger(ChangeStreamConnectionMixin, WindowCompleteTrigge
             poll_interval=poll_interval,
             **kwargs,
         )
+        self.interval_end = interval_end
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                **self.connection.serialize(),
-                "timestamp": self.timestamp,
-                "window_start": self.window_start,
-                "window_end": self.window_end,
-                "poll_interval": self.poll_interval,
-            },
+            {**self.connection.serialize(), **self.wait_arguments(), "interval_end": self.interval_end},
         )
 
     def waited_for(self) -> str:
         return f"{self.timestamp} to be drained"
+
+    def checked_window(self) -> Window | None:
+        window = self.window()
+        if window is None and self.interval_end:
+            start = coerce_timestamp(str(self.timestamp))
+            window = Window(start, coerce_timestamp(str(self.interval_end)))
+        return window
 
     def _check(self) -> list[LaggingPartition]:
         hook = self.to_hook()  # one client, metastore and retention lookup for every poll

@@ -241,7 +241,7 @@ print(json.dumps(report))
         "tablestore_stream_to_bigquery", "tablestore_stream_to_lake",
     ]  # fmt: skip
     tasks = ["wait_parents", "open_window", "read", "drained", "merge", "upsert", "commit"]
-    snapshot = ["is_first_window", "open", "read", "merge", "upsert", "commit"]
+    snapshot = ["open", "read", "merge", "upsert", "commit"]
     assert report["tasks"] == sorted([*tasks, *(f"initial_snapshot.{t}" for t in snapshot)])
     assert report["timetable"] == "DeltaDataIntervalTimetable"
 

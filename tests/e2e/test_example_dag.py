@@ -45,10 +45,9 @@ BACKFILLED = range(5, 10)
 KILLED_WINDOW = 10
 RACED_WINDOW = 11
 ALL_TASKS = {"wait_parents", "open_window", "read[0]", "read[1]", "drained", "merge", "upsert", "commit"}
-#: The initial snapshot's tasks: they run in the first window's run; later runs skip all but the first.
+#: The initial snapshot's tasks: they run in the first window's run; open_window skips them in later runs.
 SNAPSHOT = "initial_snapshot"
 SNAPSHOT_TASKS = {f"{SNAPSHOT}.{t}" for t in ("open", "read", "merge", "upsert", "commit")}
-SNAPSHOT_GATE = f"{SNAPSHOT}.is_first_window"
 
 
 def is_snapshot_task(name: str) -> bool:
@@ -254,14 +253,14 @@ class RunReport:
         return sorted({*tries, (current["try_number"], current["state"])})
 
     def assert_succeeded(self) -> None:
-        """The run succeeded: every window task and the snapshot's gate succeeded; the snapshot's tasks
-        succeeded in the first window's run and were skipped in every other."""
+        """The run succeeded: every window task succeeded; the snapshot's tasks succeeded in the first
+        window's run and were skipped in every other."""
         first_run = self.data_interval[0] == FIRST_WINDOW_START
         snapshot = {name: t["state"] for name, t in self.tasks.items() if is_snapshot_task(name)}
         window = {name: t["state"] for name, t in self.tasks.items() if name not in snapshot}
         failed = {name: state for name, state in window.items() if state != "success"}
         assert self.state == "success" and not failed, f"run {self.run_id} is {self.state}; tasks: {failed}"
-        assert set(window) == {*ALL_TASKS, SNAPSHOT_GATE}, f"run {self.run_id} has tasks {sorted(self.tasks)}"
+        assert set(window) == ALL_TASKS, f"run {self.run_id} has tasks {sorted(self.tasks)}"
         assert {name.split("[")[0] for name in snapshot} == SNAPSHOT_TASKS, sorted(self.tasks)
         expected = "success" if first_run else "skipped"
         assert set(snapshot.values()) == {expected}, f"run {self.run_id}: snapshot tasks {snapshot}"
@@ -669,6 +668,8 @@ def test_backfill_over_five_windows_run_by_the_scheduler_changes_nothing(pipelin
     home = pipeline.home
 
     api_server = _start_daemon(pipeline, "api-server", "--port", str(home.api_port), name="api-server")
+    # the sensors defer by default: the triggerer runs their waits
+    triggerer = _start_daemon(pipeline, "triggerer", name="triggerer")
     scheduler = None
     try:
         home.airflow("dags", "unpause", DAG_ID, log=pipeline.log_path("dags-unpause"))
@@ -682,12 +683,12 @@ def test_backfill_over_five_windows_run_by_the_scheduler_changes_nothing(pipelin
         scheduler = _start_daemon(pipeline, "scheduler", name="scheduler")
         deadline = time.monotonic() + 1500
         while not _query(pipeline, "SELECT completed_at FROM backfill WHERE id = ?", backfill_id)[0][0]:
-            for daemon in (scheduler, api_server):
+            for daemon in (scheduler, api_server, triggerer):
                 assert daemon.process.poll() is None, f"{daemon.name} exited:\n{_tail(daemon.log)}"
             assert time.monotonic() < deadline, "the backfill did not complete in time"
             time.sleep(2)
     finally:
-        for daemon in (scheduler, api_server):
+        for daemon in (scheduler, triggerer, api_server):
             if daemon is not None:
                 daemon.stop()
 
@@ -713,7 +714,7 @@ def test_backfill_over_five_windows_run_by_the_scheduler_changes_nothing(pipelin
         window = {name: state for name, state in states.items() if not is_snapshot_task(name)}
         skipped = {name: state for name, state in states.items() if name not in window}
         # the window's tasks ran; a later window's run skips the initial snapshot
-        assert set(window) == {*ALL_TASKS, SNAPSHOT_GATE}, (run_id, states)
+        assert set(window) == ALL_TASKS, (run_id, states)
         assert set(window.values()) == {"success"} and set(skipped.values()) == {"skipped"}, (run_id, states)
     # Each re-run upsert found its window applied and left the tables alone.
     logs = home.airflow_home / "logs" / f"dag_id={DAG_ID}"

@@ -154,7 +154,8 @@ print(json.dumps(report))
         "on_late_rows": "fail",
     }
     assert report["mode"] == "commit_timestamp"
-    assert report["stream_key"].endswith("/databases/{{ params.database_id }}/{{ params.source }}")
+    # the source's key as the opening recorded it: projects/…/databases/{database_id}/{source}
+    assert report["stream_key"] == "{{ ti.xcom_pull(task_ids='open_window', key='window')['source_key'] }}"
 
 
 def _assert_lake_equals(dag: LedgerDag, expected: dict[str, list[dict[str, Any]]], when: str) -> None:

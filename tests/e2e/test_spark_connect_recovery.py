@@ -18,7 +18,7 @@ from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.merge.files import ArrowFiles
 from airflow_provider_cdc.spark_connect.server import LocalSparkConnectServer, free_port
 from airflow_provider_cdc.spark_connect.session import SparkConnectUnavailableError
-from tests.adapters.test_merge_job import (
+from tests.pipeline.spark.test_merge_job import (
     END,
     START,
     WINDOW_ID,

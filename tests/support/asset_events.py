@@ -1,6 +1,6 @@
 """A window applied to a Delta lake and open in a metastore, ready for the commit, and a DAG folder
 whose commit task emits the tables' asset events beside the example consumer DAG: the asset event
-tests on Airflow 3 (tests/airflow/test_asset_events.py) and 2.11 (tests/e2e/test_asset_events_airflow2.py).
+tests on Airflow 3 (tests/pipeline/test_asset_events.py) and 2.11 (tests/e2e/test_asset_events_airflow2.py).
 """
 
 from __future__ import annotations

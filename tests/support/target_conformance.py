@@ -2,7 +2,7 @@
 
 A :class:`TargetHarness` opens the target under test on its own storage and reads its tables back as a
 user would. Each ``check_*`` function takes a harness and a folder for change sets; a test module runs
-every check in :data:`CHECKS` for each harness (see tests/adapters/test_target_conformance.py).
+every check in :data:`CHECKS` for each harness (see tests/targets/test_target_conformance.py).
 
 The windows change the Orders table of tests/support/change_sets.py: each window's change set is
 written with the change-set writer, the way the merge writes it.

@@ -4,8 +4,9 @@ The files of a window are its units (recorded when it was opened, see
 :mod:`~airflow_provider_cdc.sources.datastream.hook`); readers claim them with leases through
 :class:`~airflow_provider_cdc.sources.claimed_reader.ClaimedWindowReader`, which retries a file from its
 start after a transient storage error and records the claim that completed it. A file is read
-streaming (Avro with its own writer schema, JSONL with optional gzip), so memory stays flat in the
-file's and the window's size.
+streaming (Avro with its own writer schema, JSONL with optional gzip, parsed columnar a chunk of lines
+at a time) and staged as Arrow record batches, so memory stays flat in the file's and the window's
+size.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from airflow_provider_cdc.sources.claimed_reader import (
     WindowReadError,
     collector_paused,
 )
-from airflow_provider_cdc.sources.datastream.files import read_file_change_columns
+from airflow_provider_cdc.sources.datastream import jsonl_arrow  # noqa: F401 - imported with the reader
+from airflow_provider_cdc.sources.datastream.files import read_file_change_batches
 from airflow_provider_cdc.sources.datastream.listing import StreamFiles, split_token
 from airflow_provider_cdc.sources.datastream.names import parse_file_name
 from airflow_provider_cdc.sources.datastream.settings import DatastreamSettings
@@ -93,8 +95,8 @@ class DatastreamWindowReader(ClaimedWindowReader):
         file = parse_file_name(name)
         started, logged = time.monotonic(), time.monotonic()
         with collector_paused(), self.files.open(token) as stream:
-            for columns in read_file_change_columns(stream, file, token, self.settings):
-                read.rows += writer.write_columns(columns)
+            for batch in read_file_change_batches(stream, file, token, self.settings):
+                read.rows += writer.write_batch(batch)
                 if time.monotonic() - logged >= self.progress_seconds:
                     logged = time.monotonic()
                     self.renew(window, token)

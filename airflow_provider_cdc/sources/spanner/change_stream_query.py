@@ -11,6 +11,7 @@ from google.cloud.spanner_v1 import param_types
 from airflow_provider_cdc.core.identifiers import validate_identifier
 from airflow_provider_cdc.sources.spanner.record_parser import parse_change_record_row
 from airflow_provider_cdc.sources.spanner.records import ChangeStreamRecord
+from airflow_provider_cdc.sources.spanner.result_batches import RowBatch, row_batches
 
 MIN_HEARTBEAT_MS, MAX_HEARTBEAT_MS = 1000, 300_000
 
@@ -69,6 +70,18 @@ class ChangeStreamQuery:
             decode_row = results.decode_row
             for row in results:
                 yield row, decode_row
+
+    def row_batches(
+        self, token: str | None, start: datetime, end: datetime | None, timeout: float | None = None
+    ) -> Iterator[RowBatch]:
+        """Undecoded rows of one query a ``PartialResultSet`` at a time, as they arrive
+        (:func:`~airflow_provider_cdc.sources.spanner.result_batches.row_batches`)."""
+        params = {"start": start, "end": end, "token": token, "heartbeat": self.heartbeat_ms}
+        with self.database.snapshot() as snapshot:
+            kwargs: dict[str, Any] = {"params": params, "param_types": _PARAM_TYPES, "lazy_decode": True}
+            if timeout is not None:
+                kwargs["timeout"] = timeout
+            yield from row_batches(snapshot.execute_sql(self.sql, **kwargs))
 
     def records(
         self, token: str | None, start: datetime, end: datetime | None, timeout: float | None = None

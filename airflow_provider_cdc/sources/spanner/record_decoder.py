@@ -1,37 +1,59 @@
 """Decoding change-stream rows straight from protobuf into staged change rows (the read hot path).
 
 The client is asked for undecoded rows (``execute_sql(..., lazy_decode=True)``, a public option of
-``google-cloud-spanner``); data change records, nearly all of a busy stream, are turned into staged
-rows here in one pass, column-wise, without building intermediate Python objects. The mods' JSON
-texts are staged in canonical form: a record whose texts already are canonical (what Spanner sends)
-is recognised with one ``msgspec`` round trip of its texts (``msgspec`` comes with Airflow), where
-``msgspec``'s sorted compact encoding is byte for byte the standard ``json`` module's (ASCII, no
-floats), and its texts are staged as sent; any other record's texts are parsed and re-encoded with
-the C scanner and encoder of the standard ``json`` module, called directly. Anything that does not
-have the expected shape, and every heartbeat or child-partitions record, goes through the client's
+``google-cloud-spanner``), a ``PartialResultSet`` at a time (:mod:`.result_batches`).
+:meth:`ChangeRecordDecoder.decode_batch` reads a batch's data change records, nearly all of a busy
+stream, without touching their values one by one in Python: the batch's bytes are parsed with the
+merging views of :mod:`.merged_values`, which hand every record's fields, and every mod's texts, out
+as one list per kind, built in C; the lists are checked as a whole (shapes, counts, mod and capture
+types, record sequences, counts of records and partitions) and turned into staged columns with list
+operations, one :class:`DataRecordRun` per run of consecutive data change records. The mods' JSON
+texts are staged in canonical form: texts that already are canonical (what Spanner sends) are
+recognised with one ``msgspec`` round trip (``msgspec`` comes with Airflow), where ``msgspec``'s
+sorted compact encoding is byte for byte the standard ``json`` module's (ASCII, no floats), and are
+staged as sent; otherwise the texts are parsed and re-encoded with the C scanner and encoder of the
+standard ``json`` module, called directly. A run that does not pass the checks, and every heartbeat
+or child-partitions record, is decoded record by record (:meth:`ChangeRecordDecoder.decode`: the
+same in Python over the protobuf values, and for anything without the expected shape the client's
 own decoder and
 :func:`airflow_provider_cdc.sources.spanner.record_parser.parse_change_record_row`, which also
-produces the precise error for a malformed record. Tests check both paths stage identical rows.
+produces the precise error for a malformed record). Tests check every path stages identical rows.
 
 A record's column types carry no nullability; given a ``nullability`` lookup (table → ``{column: is
-nullable}``, e.g. :meth:`~airflow_provider_cdc.sources.spanner.table_schema.ColumnNullability.of`), both
+nullable}``, e.g. :meth:`~airflow_provider_cdc.sources.spanner.table_schema.ColumnNullability.of`), all
 paths add each column's ``is_nullable`` from it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
+from itertools import accumulate, chain, compress, repeat
 from json.decoder import JSONDecoder
+from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
+
+from google.cloud.spanner_v1 import TypeCode
+from google.protobuf.message import DecodeError
+from google.protobuf.struct_pb2 import ListValue, Value
 
 from airflow_provider_cdc.core.columns import ColumnType
 from airflow_provider_cdc.core.contract.staged_rows import STAGED_CHANGE_COLUMNS
 from airflow_provider_cdc.core.sequence_number import fingerprint64
 from airflow_provider_cdc.core.timestamps import parse_timestamp, to_micros
 from airflow_provider_cdc.sources.spanner.change_row import source_metadata_json
+from airflow_provider_cdc.sources.spanner.merged_values import (
+    EMPTY_ARRAY,
+    NULL,
+    CountView,
+    KindsView,
+    ModsView,
+    RecordsView,
+    change_record_value,
+    unexpected,
+)
 from airflow_provider_cdc.sources.spanner.record_parser import parse_change_record_row
 from airflow_provider_cdc.sources.spanner.records import (
     ChangeStreamRecord,
@@ -39,6 +61,7 @@ from airflow_provider_cdc.sources.spanner.records import (
     ModType,
     ValueCaptureType,
 )
+from airflow_provider_cdc.sources.spanner.result_batches import RowBatch
 
 try:
     import msgspec
@@ -108,6 +131,7 @@ def _make_round_trip() -> tuple[Callable[[str], Any], Callable[[Any], bytes]] | 
 
 
 _ROUND_TRIP = _make_round_trip()
+_NOT_EMPTY = "{}".__ne__
 
 
 def _keys_text(text: str) -> str:
@@ -140,9 +164,131 @@ class DataRecordRows(NamedTuple):
         return list(zip(*self.columns, strict=True))
 
 
+class DataRecordRun(NamedTuple):
+    """Consecutive data change records of one partition decoded together: their staged rows held
+    column-wise in ``columns`` (as :class:`DataRecordRows`), and per record (in order) what the read
+    loop needs: commit timestamp, transaction, record sequence, whether it is the transaction's last
+    record in the partition, the transaction's partition count, and how many staged rows it has."""
+
+    commit_timestamps: list[datetime]
+    server_transaction_ids: list[str]
+    record_sequences: list[str]
+    is_last_record_in_transaction_in_partition: list[bool]
+    number_of_partitions_in_transaction: list[int]
+    counts: list[int]
+    columns: list[Sequence[Any]]
+
+    @classmethod
+    def of(cls, record: DataRecordRows) -> DataRecordRun:
+        """A run of one record."""
+        return cls(
+            [record.commit_timestamp],
+            [record.server_transaction_id],
+            [record.record_sequence],
+            [record.is_last_record_in_transaction_in_partition],
+            [record.number_of_partitions_in_transaction],
+            [len(record.columns[0])],
+            record.columns,
+        )
+
+    @property
+    def rows(self) -> list[tuple]:
+        """The staged rows as tuples in ``STAGED_CHANGE_COLUMNS`` order."""
+        return list(zip(*self.columns, strict=True))
+
+    def select(self, keep: list[bool]) -> DataRecordRun:
+        """The run of the records whose ``keep`` flag is set."""
+        if all(keep):
+            return self
+        ends = list(accumulate(self.counts))
+        spans = [(end - count, end) for end, count in compress(zip(ends, self.counts, strict=True), keep)]
+        return DataRecordRun(
+            *(list(compress(values, keep)) for values in self[:6]),
+            [[value for start, end in spans for value in column[start:end]] for column in self.columns],
+        )
+
+
 _MAX_SEQUENCE = (1 << 64) - 1  # a record sequence is an unsigned 64-bit number
 _new_tuple = tuple.__new__  # a NamedTuple made without its Python-level __new__
 _MOD_INDEXES = [f"{index:016X}" for index in range(256)]  # the last section of a sequence number
+
+
+_DATA_FIELDS = (
+    ("commit_timestamp", TypeCode.TIMESTAMP),
+    ("record_sequence", TypeCode.STRING),
+    ("server_transaction_id", TypeCode.STRING),
+    ("is_last_record_in_transaction_in_partition", TypeCode.BOOL),
+    ("table_name", TypeCode.STRING),
+    ("column_types", TypeCode.ARRAY),
+    ("mods", TypeCode.ARRAY),
+    ("mod_type", TypeCode.STRING),
+    ("value_capture_type", TypeCode.STRING),
+    ("number_of_records_in_transaction", TypeCode.INT64),
+    ("number_of_partitions_in_transaction", TypeCode.INT64),
+    ("transaction_tag", TypeCode.STRING),
+    ("is_system_transaction", TypeCode.BOOL),
+)
+_REQUIRED_FIELDS = 11  # servers before transaction tags send the first eleven fields only
+_KINDS = ("data_change_record", "heartbeat_record", "child_partitions_record")
+_MOD_FIELDS = (("keys", TypeCode.JSON), ("new_values", TypeCode.JSON), ("old_values", TypeCode.JSON))
+# how a value of each type travels: a string, a bool or a list; numbers (FLOAT) may be either
+_BOOLS = frozenset({TypeCode.BOOL})
+_LISTS = frozenset({TypeCode.ARRAY, TypeCode.STRUCT})
+_NUMBERS = frozenset({TypeCode.FLOAT32, TypeCode.FLOAT64})
+
+
+class _Layout(NamedTuple):
+    """Where a data change record's fields land when its values merge (:mod:`.merged_values`):
+    how many strings, bools and lists a record has, and each field's place among them."""
+
+    strings: int
+    bools: int
+    lists: int
+    places: dict[str, int]
+
+
+def _struct_fields(type_: Any) -> list[tuple[str, int]] | None:
+    """The fields of an ``ARRAY<STRUCT>`` type, or ``None`` for another type."""
+    if type_.code != TypeCode.ARRAY or type_.array_element_type.code != TypeCode.STRUCT:
+        return None
+    return [(field.name, field.type_.code) for field in type_.array_element_type.struct_type.fields]
+
+
+def _record_layout(metadata: Any) -> _Layout | None:
+    """The layout of the data change records of a change-stream query's rows, from the result set's
+    metadata; ``None`` when the rows are not what this decoder reads in batches."""
+    if metadata is None or len(metadata.row_type.fields) != 1:
+        return None
+    column = metadata.row_type.fields[0].type_
+    if _struct_fields(column) is None:
+        return None
+    kinds = column.array_element_type.struct_type.fields
+    if [kind.name for kind in kinds] != list(_KINDS) or any(_struct_fields(k.type_) is None for k in kinds):
+        return None
+    record = kinds[0].type_.array_element_type.struct_type.fields
+    fields = [(field.name, field.type_.code) for field in record]
+    known = min(len(fields), len(_DATA_FIELDS))
+    if known < _REQUIRED_FIELDS or fields[:known] != list(_DATA_FIELDS[:known]):
+        return None
+    types = {field.name: field.type_ for field in record}
+    if _struct_fields(types["mods"]) != list(_MOD_FIELDS) or _struct_fields(types["column_types"]) is None:
+        return None
+    counts = {"strings": 0, "bools": 0, "lists": 0}
+    places: dict[str, int] = {}
+    for name, code in fields:
+        if code in _NUMBERS:
+            return None
+        bucket = "bools" if code in _BOOLS else "lists" if code in _LISTS else "strings"
+        places[name] = counts[bucket]
+        counts[bucket] += 1
+    return _Layout(counts["strings"], counts["bools"], counts["lists"], places)
+
+
+_values = attrgetter("values")
+_count_view = CountView.FromString
+_format_prefix = "{}{:016X}/".format
+_ABSENT = (EMPTY_ARRAY, NULL)
+_SMALLEST_SPLIT = 8  # runs of at most this many records that fail the checks go record by record
 
 
 #: A table's columns' nullability: ``{column: is nullable}`` (a column not named is unknown).
@@ -163,6 +309,207 @@ class ChangeRecordDecoder:
         self._column_types: dict[tuple[str, bytes], str] = {}
         # per transaction: its commit timestamp (µs) and the first two sections of its sequence numbers
         self._heads: dict[str, tuple[int, str]] = {}
+        # batches: commit timestamps by text, and the layout of the query's records (by metadata)
+        self._timestamps: dict[str, tuple[datetime, int]] = {}
+        self._layout: tuple[Any, _Layout | None] = (None, None)
+
+    # ----- batches ---------------------------------------------------------------------------------
+    def decode_batch(self, batch: RowBatch) -> list[DataRecordRun | ChangeStreamRecord]:
+        """The records of a batch of rows, in order: consecutive data change records as one
+        :class:`DataRecordRun`, any other record as the general parser gives it.
+
+        The batch's bytes are parsed a few times with the views of :mod:`.merged_values`, which read
+        every record's fields, and every mod's texts, into one list per kind in C; the lists are
+        checked as a whole and turned into staged columns by list operations. Whatever does not
+        pass the checks is decoded record by record (:meth:`decode`), which also raises the
+        precise error for a malformed record.
+        """
+        layout = self._layout_of(batch.metadata)
+        kinds = None if layout is None else _record_kinds(batch.serialized)
+        if kinds is None:
+            return self._rows(batch.rows, batch.decode_row)
+        data, beats, children = kinds[0::3], kinds[1::3], kinds[2::3]
+        count = len(data)
+        items: list[DataRecordRun | ChangeStreamRecord] = []
+        if (
+            beats.count(EMPTY_ARRAY) + beats.count(NULL) == count
+            and children.count(EMPTY_ARRAY) + children.count(NULL) == count
+            and EMPTY_ARRAY not in data
+            and NULL not in data
+        ):
+            self._add_run(items, kinds, 0, count, layout, batch.decode_row)
+            return items
+        start = None
+        for index in range(count):
+            if data[index] not in _ABSENT and beats[index] in _ABSENT and children[index] in _ABSENT:
+                if start is None:
+                    start = index
+                continue
+            if start is not None:
+                self._add_run(items, kinds, start, index, layout, batch.decode_row)
+                start = None
+            items.extend(self._element(kinds, index, batch.decode_row))
+        if start is not None:
+            self._add_run(items, kinds, start, count, layout, batch.decode_row)
+        return items
+
+    def _layout_of(self, metadata: Any) -> _Layout | None:
+        if metadata is None:
+            return None
+        if self._layout[0] is not metadata:
+            self._layout = (metadata, _record_layout(metadata))
+        return self._layout[1]
+
+    def _rows(
+        self, rows: list[list[Any]], decode_row: Callable[[list[Any]], list[Any]]
+    ) -> list[DataRecordRun | ChangeStreamRecord]:
+        items: list[DataRecordRun | ChangeStreamRecord] = []
+        for row in rows:
+            decoded = self.decode(row, decode_row)
+            if type(decoded) is DataRecordRows:
+                items.append(DataRecordRun.of(decoded))
+            else:
+                items.extend(decoded)  # type: ignore[arg-type]
+        return items
+
+    def _element(
+        self, kinds: list[bytes], index: int, decode_row: Callable[[list[Any]], list[Any]]
+    ) -> list[DataRecordRun | ChangeStreamRecord]:
+        """The records of one ``ChangeRecord`` element, decoded on its own."""
+        value = Value.FromString(change_record_value(tuple(kinds[3 * index : 3 * index + 3])))
+        return self._rows([[value]], decode_row)
+
+    def _add_run(
+        self,
+        items: list[DataRecordRun | ChangeStreamRecord],
+        kinds: list[bytes],
+        start: int,
+        stop: int,
+        layout: _Layout,
+        decode_row: Callable[[list[Any]], list[Any]],
+    ) -> None:
+        """Data change records ``start`` to ``stop`` as a run; a run that does not pass the checks
+        is halved until the records that do not are decoded on their own."""
+        try:
+            items.append(self._run(kinds[3 * start : 3 * stop : 3], layout))
+        except _NotFast:
+            if stop - start > _SMALLEST_SPLIT:
+                middle = (start + stop) // 2
+                self._add_run(items, kinds, start, middle, layout, decode_row)
+                self._add_run(items, kinds, middle, stop, layout, decode_row)
+                return
+            for index in range(start, stop):
+                items.extend(self._element(kinds, index, decode_row))
+
+    def _run(self, arrays: list[bytes], layout: _Layout) -> DataRecordRun:
+        """Data change records (each its one-element ARRAY's bytes) as one run."""
+        try:
+            return self._checked_run(arrays, layout)
+        except (ValueError, IndexError, TypeError, OverflowError, DecodeError) as exc:
+            raise _NotFast from exc
+
+    def _checked_run(self, arrays: list[bytes], layout: _Layout) -> DataRecordRun:
+        records = len(arrays)
+        view = RecordsView.FromString(b"".join(arrays))
+        structs = view.list_value.values
+        leaf = structs.list_value.values
+        if unexpected(view) or unexpected(structs) or leaf.null_value or leaf.number_value:
+            raise _NotFast
+        if leaf.struct_value:
+            raise _NotFast
+        strings, bools, lists = list(leaf.string_value), list(leaf.bool_value), list(leaf.list_value)
+        if (
+            len(strings) != records * layout.strings
+            or len(bools) != records * layout.bools
+            or len(lists) != records * layout.lists
+        ):
+            raise _NotFast  # a NULL field, or a record array of several records
+        step, places = layout.strings, layout.places
+        timestamp_texts = strings[places["commit_timestamp"] :: step]
+        sequences = strings[places["record_sequence"] :: step]
+        transactions = strings[places["server_transaction_id"] :: step]
+        tables = strings[places["table_name"] :: step]
+        mod_types = strings[places["mod_type"] :: step]
+        captures = strings[places["value_capture_type"] :: step]
+        records_in_transaction = list(map(int, strings[places["number_of_records_in_transaction"] :: step]))
+        partitions = list(map(int, strings[places["number_of_partitions_in_transaction"] :: step]))
+        lasts = bools[places["is_last_record_in_transaction_in_partition"] :: layout.bools]
+        column_types = lists[places["column_types"] :: layout.lists]
+        mods = lists[places["mods"] :: layout.lists]
+        digits = "".join(sequences)
+        if (
+            "" in transactions
+            or "" in tables
+            or "" in sequences
+            or not _MOD_TYPES.issuperset(mod_types)
+            or not _CAPTURE_TYPES.issuperset(captures)
+            or min(records_in_transaction) < 1
+            or min(partitions) < 1
+            or not (digits.isascii() and digits.isdigit())
+        ):
+            raise _NotFast
+        record_numbers = list(map(int, sequences))
+        if max(record_numbers) > _MAX_SEQUENCE:
+            raise _NotFast
+        counts = list(map(len, map(_values, map(_count_view, mods))))
+        if 0 in counts:
+            raise _NotFast
+        total = sum(counts)
+        texts = _mod_texts(mods, total)
+        keys, new_values, old_values = texts[0::3], texts[1::3], texts[2::3]
+        if "" in new_values or "" in old_values:
+            raise _NotFast  # a NULL image (the record path stages {}) or an empty text
+        if not _all_canonical(keys, new_values, old_values):
+            keys = [_keys_text(text) for text in keys]
+            new_values = [_object_text(text) for text in new_values]
+            old_values = [_object_text(text) for text in old_values]
+
+        timestamps = self._timestamps
+        if len(timestamps) > 4096:
+            timestamps.clear()
+        for text in dict.fromkeys(timestamp_texts):
+            if text not in timestamps:
+                value = parse_timestamp(text)
+                timestamps[text] = (value, to_micros(value))
+        commit_timestamps = [timestamps[text][0] for text in timestamp_texts]
+        heads = self._heads
+        if len(heads) > 4096:
+            heads.clear()
+        for transaction, text in dict.fromkeys(zip(transactions, timestamp_texts, strict=True)):
+            micros = timestamps[text][1]
+            head = heads.get(transaction)
+            if head is None or head[0] != micros:
+                heads[transaction] = (micros, f"{micros:016X}/{fingerprint64(transaction):016X}/")
+        prefixes = list(map(_format_prefix, [heads[t][1] for t in transactions], record_numbers))
+        cached = self._column_types
+        column_types_json = list(map(cached.get, zip(tables, column_types, strict=True)))
+        if None in column_types_json:
+            found = {
+                (table, items): self._column_types_json(items, table)
+                for table, items in dict.fromkeys(zip(tables, column_types, strict=True))
+            }
+            column_types_json = list(map(found.__getitem__, zip(tables, column_types, strict=True)))
+        metadata = list(map(source_metadata_json, captures, partitions, lasts))
+
+        if total == records:
+            per_mod: Callable[[list[Any]], Any] = list
+            indexes = [_MOD_INDEXES[0]] * total
+        else:
+            # each record's values repeated for its mods: one C call per column
+            per_mod = itemgetter(*chain.from_iterable(map(repeat, range(records), counts)))
+            if max(counts) <= len(_MOD_INDEXES):
+                indexes = list(chain.from_iterable(map(_MOD_INDEXES.__getitem__, map(slice, counts))))
+            else:
+                indexes = [f"{index:016X}" for count in counts for index in range(count)]
+        columns = [
+            [self.partition_token] * total, per_mod(commit_timestamps), per_mod(transactions),
+            per_mod(sequences), per_mod(records_in_transaction), per_mod(tables), per_mod(mod_types),
+            keys, new_values, old_values, per_mod(column_types_json), per_mod(metadata),
+            list(map(str.__add__, per_mod(prefixes), indexes)),
+        ]  # fmt: skip
+        return DataRecordRun(commit_timestamps, transactions, sequences, lasts, partitions, counts, columns)
+
+    # ----- one row at a time -----------------------------------------------------------------------
 
     def decode(
         self, row: list[Any], decode_row: Callable[[list[Any]], list[Any]]
@@ -222,7 +569,7 @@ class ChangeRecordDecoder:
                 commit_timestamp, micros = self._timestamp  # type: ignore[misc]
             else:
                 commit_timestamp, micros = self._commit_timestamp(timestamp_text)
-            column_types_json = self._column_types_json(f[5], table)
+            column_types_json = self._column_types_json(f[5].list_value.SerializeToString(), table)
             mods = f[6].list_value.values
             count = len(mods)
             if not count:
@@ -284,13 +631,15 @@ class ChangeRecordDecoder:
             self._timestamp_text, self._timestamp = text, (value, to_micros(value))
         return self._timestamp
 
-    def _column_types_json(self, value: Any, table: str) -> str:
-        key = (table, value.SerializeToString())
+    def _column_types_json(self, items: bytes, table: str) -> str:
+        """The staged column types of a record of ``table`` whose ``column_types`` list is
+        ``items`` (its serialized ``ListValue``)."""
+        key = (table, items)
         cached = self._column_types.get(key)
         if cached is None:
             known = self.nullability(table) if self.nullability is not None else {}
             columns = []
-            for item in value.list_value.values:
+            for item in ListValue.FromString(items).values:
                 name, type_, is_key, ordinal = item.list_value.values
                 type_json = _loads(type_.string_value)
                 if (
@@ -306,8 +655,44 @@ class ChangeRecordDecoder:
                 columns.append(column.to_json_dict())
             if not columns:
                 raise _NotFast
+            if len(self._column_types) > 4096:
+                self._column_types.clear()
             cached = self._column_types[key] = _dumps(columns)
         return cached
+
+
+def _record_kinds(serialized: bytes) -> list[bytes] | None:
+    """Each ``ChangeRecord`` element's three record arrays (serialized ``Value``s, in order) of a
+    batch's rows; ``None`` when a row or element is not a list (the rows go one by one)."""
+    try:
+        view = KindsView.FromString(serialized)
+    except DecodeError:
+        return None
+    rows = view.values
+    elements = rows.list_value.values
+    if unexpected(rows) or unexpected(elements):
+        return None
+    kinds = list(elements.list_value.values)
+    return None if len(kinds) % 3 else kinds
+
+
+def _mod_texts(mods: list[bytes], total: int) -> list[str]:
+    """The JSON texts (keys, new values, old values) of ``total`` mods in records' ``mods`` lists."""
+    view = ModsView.FromString(b"".join(mods)).values
+    leaf = view.list_value.values
+    if (
+        unexpected(view)
+        or leaf.null_value
+        or leaf.number_value
+        or leaf.bool_value
+        or leaf.struct_value
+        or leaf.list_value
+    ):
+        raise _NotFast
+    texts = list(leaf.string_value)
+    if len(texts) != 3 * total:
+        raise _NotFast
+    return texts
 
 
 def _null_object(value: Any) -> str:
@@ -330,11 +715,8 @@ def _all_canonical(keys: list[str], new_values: list[str], old_values: list[str]
     """
     if _ROUND_TRIP is None:  # pragma: no cover - msgspec comes with Airflow
         return False
-    texts = keys
-    for images in (new_values, old_values):
-        if images.count("{}") != len(images):  # an INSERT's old or a DELETE's new images are all {}
-            texts = texts + images
-    joined = "".join(texts)
+    texts = keys + [*filter(_NOT_EMPTY, new_values), *filter(_NOT_EMPTY, old_values)]  # {} is canonical
+    joined = ",".join(texts)
     if not joined.isascii() or "\x7f" in joined or max(map(len, texts)) >= 4000:
         return False
     decode, encode = _ROUND_TRIP
@@ -342,12 +724,12 @@ def _all_canonical(keys: list[str], new_values: list[str], old_values: list[str]
         values = list(map(decode, texts))
     except ValueError:
         return False
-    # Each text holds one JSON object, which ends where its encoding ends: equal concatenations
-    # mean equal texts.
+    # Each text holds one JSON value (a text with surrounding whitespace differs from its encoding),
+    # which ends where its encoding ends: equal comma-joined lists mean equal texts.
     return (
         set(map(type, values)) == {dict}
         and all(values[: len(keys)])
-        and b"".join(map(encode, values)) == joined.encode("ascii")
+        and encode(values) == f"[{joined}]".encode("ascii")
     )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import compress
 from typing import Any
 
 from google.api_core import exceptions as gexc
@@ -26,7 +27,7 @@ from airflow_provider_cdc.sources.spanner.claimed_reader import (
     SpannerClaimedReader,
     describe_error,
 )
-from airflow_provider_cdc.sources.spanner.record_decoder import ChangeRecordDecoder, DataRecordRows
+from airflow_provider_cdc.sources.spanner.record_decoder import ChangeRecordDecoder, DataRecordRun
 from airflow_provider_cdc.sources.spanner.records import (
     ChildPartition,
     ChildPartitionsRecord,
@@ -273,20 +274,43 @@ class WindowReader(SpannerClaimedReader):
         decoder = ChangeRecordDecoder(token, nullability.of)
         while True:
             try:
-                rows = self.query.lazy_rows(token, resume_at, window.query_end, self.query_timeout)
-                for row, decode_row in rows:
-                    decoded = decoder.decode(row, decode_row)
-                    records = (decoded,) if type(decoded) is DataRecordRows else decoded
-                    for record in records:
-                        if isinstance(record, (DataRecordRows, DataChangeRecord)):
+                batches = self.query.row_batches(token, resume_at, window.query_end, self.query_timeout)
+                for batch in batches:
+                    at: datetime | None = None
+                    for record in decoder.decode_batch(batch):
+                        if type(record) is DataRecordRun:
+                            record = _after_resume(record, resume_at, seen_at_resume)
+                            timestamps = record.commit_timestamps
+                            if not timestamps:
+                                continue
+                            result.rows += writer.write_columns(record.columns)
+                            result.data_records += len(timestamps)
+                            result.transactions += sum(
+                                1.0 / count
+                                for count in compress(
+                                    record.number_of_partitions_in_transaction,
+                                    record.is_last_record_in_transaction_in_partition,
+                                )
+                            )
+                            at = timestamps[-1]
+                            first = len(timestamps) - 1
+                            while first and timestamps[first - 1] == at:
+                                first -= 1
+                            if first or at != last_ts:
+                                last_ts, seen_at_last = at, set()
+                            seen_at_last.update(
+                                zip(
+                                    record.server_transaction_ids[first:],
+                                    record.record_sequences[first:],
+                                    strict=True,
+                                )
+                            )
+                        elif isinstance(record, DataChangeRecord):
                             ts = record.commit_timestamp
                             ident = (record.server_transaction_id, record.record_sequence)
                             if ts < resume_at or (ts == resume_at and ident in seen_at_resume):
                                 continue  # delivered before the resume
-                            if isinstance(record, DataRecordRows):
-                                result.rows += writer.write_columns(record.columns)
-                            else:
-                                result.rows += writer.write_record(record)
+                            result.rows += writer.write_record(record)
                             result.data_records += 1
                             if record.is_last_record_in_transaction_in_partition:
                                 result.transactions += 1.0 / record.number_of_partitions_in_transaction
@@ -301,10 +325,10 @@ class WindowReader(SpannerClaimedReader):
                             at = record.timestamp
                         else:  # pragma: no cover - closed union
                             raise ChangeStreamReadError(window, token, f"unexpected record {record!r}")
-                        now = time.monotonic()
-                        if now - last_log >= self.progress_seconds:
-                            last_log = now
-                            self._progress(window, token, at, result, now - began)
+                    now = time.monotonic()
+                    if at is not None and now - last_log >= self.progress_seconds:
+                        last_log = now
+                        self._progress(window, token, at, result, now - began)
                 return
             except gexc.GoogleAPICallError as exc:
                 result.retries += 1
@@ -337,3 +361,18 @@ class WindowReader(SpannerClaimedReader):
             format_timestamp(at),
             max(lag, 0.0),
         )
+
+
+def _after_resume(run: DataRecordRun, resume_at: datetime, seen: set[tuple[str, str]]) -> DataRecordRun:
+    """The records of ``run`` not delivered before a resume at ``resume_at`` (those committed
+    earlier, or then and among ``seen``)."""
+    earliest = min(run.commit_timestamps)
+    if earliest > resume_at or (earliest == resume_at and not seen):
+        return run
+    idents = zip(run.server_transaction_ids, run.record_sequences, strict=True)
+    return run.select(
+        [
+            not (ts < resume_at or (ts == resume_at and ident in seen))
+            for ts, ident in zip(run.commit_timestamps, idents, strict=True)
+        ]
+    )

@@ -64,8 +64,8 @@ __all__ = [
 
 #: Records asked for per ``GetStreamRecord`` call.
 DEFAULT_BATCH_LIMIT = 100
-#: Staged rows handed to the staging writer at once (column-wise).
-_WRITE_ROWS = 512
+#: Records staged at once (one Arrow batch handed to the staging writer).
+_WRITE_ROWS = 2_048
 #: How far before a window's start the first sight of a shard seeks (clock steps between machines).
 DEFAULT_SEEK_MARGIN_US = 10 * 60 * 1_000_000
 
@@ -328,21 +328,21 @@ class TablestoreWindowReader(ClaimedWindowReader):
         writer: StagingWriter,
         read: UnitRead,
     ) -> None:
-        """Stage the shard's records of the window, :data:`_WRITE_ROWS` rows at a time."""
+        """Stage the shard's records of the window, :data:`_WRITE_ROWS` records at a time (each
+        group one Arrow batch, so memory is bounded by the group, not the window)."""
         logged = time.monotonic()
-        staged: list[tuple[Any, ...]] = []
-        row = rows.row
+        records: list[StreamRecord] = []
         for record in reading.records():
-            staged.append(row(record))
-            if len(staged) >= _WRITE_ROWS:
-                read.rows += writer.write_columns(list(zip(*staged)))  # noqa: B905 - one row length
-                staged.clear()
+            records.append(record)
+            if len(records) >= _WRITE_ROWS:
+                read.rows += writer.write_batch(rows.batch(records))
+                records.clear()
                 if time.monotonic() - logged >= self.progress_seconds:
                     logged = time.monotonic()
                     self.renew(window, shard)
                     self.log.info("Shard %s of window %s: %d records staged", shard, window, read.rows)
-        if staged:
-            read.rows += writer.write_columns(list(zip(*staged)))  # noqa: B905 - one row length
+        if records:
+            read.rows += writer.write_batch(rows.batch(records))
 
     def _finish(self, window: Window, shard: str, checkpoint: Checkpoint, consumed: int) -> None:
         """Record the shard's checkpoint at the window's end (the first reading's wins) and move its

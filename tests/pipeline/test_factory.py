@@ -1,0 +1,272 @@
+"""One declaration of a pipeline: each source × target pair built in a few lines parses in a real DagBag
+and carries the rules the window steps rely on, as the scheduler sees the serialized DAG."""
+
+from __future__ import annotations
+
+import textwrap
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pendulum
+import pytest
+
+from airflow_provider_cdc.pipeline import (
+    BigQueryCdc,
+    DatastreamFiles,
+    DeltaLake,
+    Locations,
+    PipelineSpecError,
+    SpannerChangeStream,
+    SpannerTables,
+    TablestoreStream,
+    cdc_pipeline,
+)
+
+T = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+SOURCES = {
+    "change_stream": 'SpannerChangeStream(instance_id="prod", database_id="shop", stream="Orders")',
+    "tables": 'SpannerTables(instance_id="prod", database_id="ledger", source="ledger",'
+    ' tables=[{"table": "Payments", "timestamp_column": "Ts"}])',
+    "datastream": 'DatastreamFiles(stream_root="gs://bucket/stream", source="mysql_orders")',
+    "tablestore": 'TablestoreStream(table="orders")',
+}
+TARGETS = {
+    "delta": "[DeltaLake()]",
+    "bigquery": '[BigQueryCdc(project_id="p", dataset="cdc")]',
+    "both": '[DeltaLake(), BigQueryCdc(dataset="{{ params.dataset }}")]',
+}
+#: A user's own pipeline: the whole DAG file.
+USER_DAG = textwrap.dedent(
+    """
+    from datetime import datetime, timedelta, timezone
+
+    from airflow.sdk import DAG
+    from airflow.timetables.interval import DeltaDataIntervalTimetable
+
+    from airflow_provider_cdc.pipeline import *
+
+    START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    with DAG("{dag_id}", start_date=START, schedule=DeltaDataIntervalTimetable(timedelta(minutes=10)),
+             catchup=True, max_active_runs=1, params={{"dataset": "cdc", "initial_snapshot": True}}):
+        cdc_pipeline(
+            source={source},
+            targets={targets},
+            locations=Locations(staging_root="gs://b/staging", changeset_root="gs://b/changesets",
+                                lake_root="gs://b/lake"),
+            readers=3,
+            {snapshot}
+        )
+    """
+)
+
+
+def scheduled_dag(tmp_path: Path, source: str, targets: str, snapshot: str = "") -> Any:
+    """The DAG as the scheduler gets it: parsed by a DagBag, serialized and read back."""
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    dag_id = f"{source}_to_{targets}"
+    path = tmp_path / f"{dag_id}.py"
+    path.write_text(
+        USER_DAG.format(dag_id=dag_id, source=SOURCES[source], targets=TARGETS[targets], snapshot=snapshot)
+    )
+    bag = DagBag(str(path))
+    assert bag.import_errors == {}
+    return DagSerialization.from_dict(DagSerialization.to_dict(bag.dags[dag_id]))
+
+
+def downstream(dag: Any, task_id: str) -> set[str]:
+    return set(dag.get_task(task_id).downstream_task_ids)
+
+
+def render(dag: Any, template: str, **context: Any) -> str:
+    """``template`` rendered as a task renders it (the DAG's Jinja environment, Airflow's filters)."""
+    from airflow.sdk import DAG
+
+    env = DAG("render", schedule=None).get_template_env()
+    return env.from_string(template).render(**context)
+
+
+FIRST = {"change_stream": "wait_parents", "datastream": "wait_for_files"}
+COMPLETE = {"change_stream": "drained", "datastream": "complete", "tablestore": "complete"}
+APPLY = {"delta": ["upsert"], "bigquery": ["to_bigquery"], "both": ["upsert", "to_bigquery"]}
+
+
+@pytest.mark.parametrize("targets", list(TARGETS))
+@pytest.mark.parametrize("source", list(SOURCES))
+def test_every_source_and_target_builds_one_window_in_order(
+    tmp_path: Path, source: str, targets: str
+) -> None:
+    dag = scheduled_dag(tmp_path, source, targets)
+    chain = [
+        FIRST.get(source),
+        "open_window",
+        "read",
+        COMPLETE.get(source),
+        "merge",
+        *APPLY[targets],
+        "commit",
+    ]
+    chain = [task for task in chain if task]
+    assert set(dag.task_ids) == set(chain)
+    for before, after in zip(chain, chain[1:], strict=False):
+        assert after in downstream(dag, before), (before, after)
+    # the commit takes the readers' summaries, and BigQuery's watermarks when it applies to BigQuery
+    assert set(dag.get_task("commit").upstream_task_ids) == {"read", chain[-2]}
+    # every step after the open belongs to this opening of the window (its epoch) and its source key
+    pulled = "{{ ti.xcom_pull(task_ids='open_window', key='epoch') }}"
+    for step in ("merge", *APPLY[targets], "commit"):
+        assert dag.get_task(step).epoch == pulled, step
+    assert (
+        dag.get_task("merge").stream_key
+        == "{{ ti.xcom_pull(task_ids='open_window', key='window')['source_key'] }}"
+    )
+    # readers mapped over a fixed list (Airflow 2's backfill expands no task mapped over a task's output)
+    read = dag.get_task("read")
+    assert read.expand_input.value == {"reader_index": [0, 1, 2]}
+    assert dag.get_task("open_window").readers == 3
+    # no snapshot: every task runs when the one before it succeeded
+    assert {dag.get_task(t).trigger_rule for t in chain} == {"all_success"}
+    if targets != "delta":
+        assert dag.get_task("to_bigquery").dataset in ("cdc", "{{ params.dataset }}")
+
+
+SNAPSHOT = 'initial_snapshot="{{ params.initial_snapshot }}", first_window_start=START,'
+
+
+@pytest.mark.parametrize("targets", ["delta", "both"])
+def test_a_change_stream_with_a_snapshot_branches_to_it_from_the_open_step(
+    tmp_path: Path, targets: str
+) -> None:
+    dag = scheduled_dag(tmp_path, "change_stream", targets, SNAPSHOT)
+    snapshot = ["open", "read", "merge", *APPLY[targets], "commit"]
+    assert {t for t in dag.task_ids if t.startswith("initial_snapshot.")} == {
+        f"initial_snapshot.{t}" for t in snapshot
+    }
+    for before, after in zip(snapshot, snapshot[1:], strict=False):
+        assert f"initial_snapshot.{after}" in downstream(dag, f"initial_snapshot.{before}")
+    # open_window is the branch: the snapshot's first task is directly after it, and nothing else starts it
+    opened = dag.get_task("open_window")
+    assert downstream(dag, "open_window") == {"read", "initial_snapshot.open"}
+    assert set(dag.get_task("initial_snapshot.open").upstream_task_ids) == {"open_window"}
+    assert opened.inherits_from_skipmixin  # a cleared skipped snapshot stays skipped
+    # the window's merge waits for the snapshot's commit, and runs when the snapshot was skipped
+    assert downstream(dag, "initial_snapshot.commit") == {"merge"}
+    assert dag.get_task("merge").trigger_rule == "none_failed"
+    assert "none_failed" not in {dag.get_task(t).trigger_rule for t in dag.task_ids if t != "merge"}
+    # the snapshot window [T - 1µs, T) is the pipeline's first when the param is on
+    params = {"params": {"initial_snapshot": True}}
+    assert render(dag, opened.first_window_start, **params) == "2025-12-31T23:59:59.999999Z"
+    assert render(dag, opened.first_window_start, params={"initial_snapshot": False}) == T.isoformat()
+    assert (
+        dag.get_task("initial_snapshot.open").window_start,
+        dag.get_task("initial_snapshot.open").window_end,
+    ) == (
+        "2025-12-31T23:59:59.999999Z",
+        "2026-01-01T00:00:00.000000Z",
+    )
+    # wait_parents checks the window before is applied, except at T: there it is this run's snapshot
+    waits = dag.get_task("wait_parents").pipeline_id
+    assert render(dag, waits, data_interval_start=pendulum.instance(T)) == ""
+    later = pendulum.datetime(2026, 1, 1, 0, 10, tz="UTC")
+    assert render(dag, waits, data_interval_start=later) == "change_stream_to_" + targets
+
+
+def test_a_source_without_a_snapshot_refuses_one_naming_the_field() -> None:
+    with pytest.raises(PipelineSpecError, match="initial_snapshot: a Table Store stream takes no snapshot"):
+        cdc_pipeline(
+            source=TablestoreStream(table="orders"),
+            targets=[DeltaLake()],
+            locations=Locations(staging_root="/s", changeset_root="/c", lake_root="/l"),
+            pipeline_id="p",
+            initial_snapshot=True,
+            first_window_start=T,
+        )
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: SpannerChangeStream(instance_id="i", database_id="d", stream="Orders-2"),
+         r"SpannerChangeStream\.stream: invalid change stream name 'Orders-2'"),
+        (lambda: Locations(staging_root="staging", changeset_root="/c"),
+         r"Locations\.staging_root: 'staging' is a relative path .* use an absolute path"),
+        (lambda: DatastreamFiles(stream_root="stream", source="s"),
+         r"DatastreamFiles\.stream_root: 'stream'"),
+        (lambda: SpannerTables(instance_id="i", database_id="d", source="s", tables=[{"table": "T"}]),
+         r"SpannerTables\.tables\[0\]: lacks \['timestamp_column'\]"),
+        (lambda: BigQueryCdc(dataset="my-dataset"), r"BigQueryCdc\.dataset: invalid dataset name"),
+    ],
+)  # fmt: skip
+def test_a_literal_that_cannot_work_fails_the_parse_naming_field_and_fix(build: Any, message: str) -> None:
+    with pytest.raises(PipelineSpecError, match=message):
+        build()
+
+
+def test_templates_are_left_to_the_task_and_a_missing_lake_root_is_named() -> None:
+    SpannerChangeStream(instance_id="{{ params.i }}", database_id="{{ params.d }}", stream="{{ params.s }}")
+    Locations(staging_root="{{ params.staging_root }}", changeset_root="{{ params.changeset_root }}")
+    with pytest.raises(
+        PipelineSpecError, match="locations.lake_root: missing; the DeltaLake target needs it"
+    ):
+        cdc_pipeline(
+            source=TablestoreStream(table="orders"),
+            targets=[DeltaLake()],
+            locations=Locations(staging_root="/s", changeset_root="/c"),
+            pipeline_id="p",
+        )
+    with pytest.raises(PipelineSpecError, match="readers: 0; give a positive number"):
+        cdc_pipeline(
+            source=TablestoreStream(table="orders"),
+            targets=[DeltaLake()],
+            locations=Locations(staging_root="/s", changeset_root="/c", lake_root="/l"),
+            pipeline_id="p",
+            readers=0,
+        )
+
+
+def test_two_pipelines_in_one_dag_each_wire_their_own_tasks() -> None:
+    from airflow.sdk import DAG
+
+    locations = Locations(staging_root="/s", changeset_root="/c", lake_root="/l")
+    with DAG("two", schedule=None, start_date=T) as dag:
+        for name in ("orders", "payments"):
+            cdc_pipeline(
+                source=SpannerChangeStream(instance_id="i", database_id="d", stream=name.title()),
+                targets=[DeltaLake()],
+                locations=locations,
+                pipeline_id=name,
+                initial_snapshot=True,
+                first_window_start=T,
+                group_id=name,
+            )
+    for name in ("orders", "payments"):
+        opened = dag.get_task(f"{name}.open_window")
+        assert opened.snapshot_task_ids == (f"{name}.initial_snapshot.open",)
+        assert opened.downstream_task_ids == {f"{name}.read", f"{name}.initial_snapshot.open"}
+        pulled = f"{{{{ ti.xcom_pull(task_ids='{name}.open_window', key='epoch') }}}}"
+        assert dag.get_task(f"{name}.commit").epoch == pulled
+        assert dag.get_task(f"{name}.initial_snapshot.open").source == f"{name}_snapshot"
+
+
+def test_the_commits_take_the_outlets_and_name_the_bigquery_dataset() -> None:
+    from airflow.sdk import DAG
+
+    from airflow_provider_cdc._compat import AssetAlias
+    from airflow_provider_cdc.assets import alias_name
+
+    with DAG("assets", schedule=None, start_date=T) as dag:
+        cdc_pipeline(
+            source=SpannerChangeStream(instance_id="i", database_id="d", stream="Orders"),
+            targets=[DeltaLake(), BigQueryCdc(project_id="p", dataset="cdc")],
+            locations=Locations(staging_root="/s", changeset_root="/c", lake_root="/l"),
+            pipeline_id="assets",
+            initial_snapshot=True,
+            first_window_start=T,
+            outlets=[AssetAlias(alias_name("assets"))],
+        )
+    for commit in ("commit", "initial_snapshot.commit"):
+        task = dag.get_task(commit)
+        assert task.outlets and task.bigquery_dataset == "p.cdc", commit
