@@ -67,7 +67,25 @@ def fenced_blocks(page: Path) -> list[Block]:
     return blocks
 
 
+#: the line before a fence that shows a file verbatim (where an include cannot render: the README on GitHub)
+COPY = re.compile(r"^<!-- a copy of (\S+), checked by the documentation's tests -->$")
+
+
+def copy_of(block: Block) -> str | None:
+    """The file a block says it is a verbatim copy of (the line before its fence), if any."""
+    lines = block.page.read_text().splitlines()
+    match = COPY.match(lines[block.line - 2].strip()) if block.line >= 2 else None
+    return match.group(1) if match else None
+
+
 def problems(block: Block) -> list[str]:
+    copied = copy_of(block)
+    if copied is not None:
+        if not copied.startswith(INCLUDE_ROOTS) or not (ROOT / copied).is_file():
+            return [f"says it is a copy of {copied}, which is not a file the tests run"]
+        if "\n".join(block.lines).strip() != (ROOT / copied).read_text().strip():
+            return [f"differs from {copied}, of which it says it is a copy"]
+        return []
     content = [line for line in block.lines if line.strip()]
     includes = [INCLUDE.match(line) for line in content]
     if content and all(includes):
@@ -116,6 +134,9 @@ def test_included_files_exist() -> None:
     assert not missing, missing
 
 
+COPIED = "docs/snippets/shop_pipeline.py"
+
+
 @pytest.mark.parametrize(
     ("text", "wrong"),
     [
@@ -126,6 +147,10 @@ def test_included_files_exist() -> None:
         ('```bash\n--8<-- "/etc/passwd"\n```\n', True),
         ("```text\nWindow [a, b) of pipeline shop: FAILED\n```\n", False),
         ("```sql\nSELECT 1;\n```\n", False),
+        (f"<!-- a copy of {COPIED}, checked by the documentation's tests -->\n```python\n"
+         f"{(ROOT / COPIED).read_text()}```\n", False),
+        (f"<!-- a copy of {COPIED}, checked by the documentation's tests -->\n```python\n"
+         "with DAG('x') as dag:\n    pass\n```\n", True),
     ],
 )
 def test_the_check_itself(tmp_path: Path, text: str, wrong: bool) -> None:
