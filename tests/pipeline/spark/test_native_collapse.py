@@ -48,13 +48,15 @@ def spark() -> Any:
 
     from airflow_provider_cdc.merge.job import configure_session
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the kernel's workers need pyarrow
-    session = (
-        SparkSession.builder.master("local[2]").appName("native-collapse-tests")
-        .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate()
-    )
-    yield configure_session(session)
-    session.stop()
+    with pytest.MonkeyPatch.context() as patch:  # no environment left for the tests after these
+        if "PYSPARK_PYTHON" not in os.environ:
+            patch.setenv("PYSPARK_PYTHON", sys.executable)  # the kernel's workers need pyarrow
+        session = (
+            SparkSession.builder.master("local[2]").appName("native-collapse-tests")
+            .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate()
+        )
+        yield configure_session(session)
+        session.stop()
 
 
 def image(rng: random.Random, columns: list[str], unsafe: bool) -> str:

@@ -51,6 +51,7 @@ def test_spark_defaults_apply_to_local_masters_only_and_restore_the_operator(
     monkeypatch, host: str | None, local: bool
 ) -> None:
     conn_id = "spark_default" if host is None else "spark_under_test"
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)  # the worker's own Python is the default
     if host is None:
         monkeypatch.delenv(f"AIRFLOW_CONN_{conn_id.upper()}", raising=False)
     else:
