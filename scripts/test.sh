@@ -31,9 +31,11 @@ mkdir -p "$AIRFLOW_HOME"
 # Each process reports its slowest tests and how long it took.
 groups=(
   # the Airflow 2.11 backfill tests (cold spark-submit merges, as on Cloud Composer 2), with the BigQuery
-  # and commit-timestamp example DAGs'
+  # and commit-timestamp example DAGs', and the documentation's commands (a whole own-pipeline window and
+  # the Spark Connect commands among them)
   "airflow2: tests/e2e/test_airflow2.py tests/e2e/test_example_dag_bigquery.py
-    tests/e2e/test_example_dag_commit_timestamp.py tests/e2e/test_asset_events_airflow2.py"
+    tests/e2e/test_example_dag_commit_timestamp.py tests/e2e/test_asset_events_airflow2.py
+    tests/docs/test_snippets.py"
   # against Google's Cloud Spanner emulator (mostly waiting for real-time windows; they skip, naming the
   # reason, where it is not installed), the change-stream example DAG (here and on the Dataproc fake) and
   # the merge job's Spark tests (one spark-submit and one Spark Connect run of every scenario)
