@@ -28,6 +28,11 @@ except ImportError:  # Airflow 2.11
     )
 
 try:  # Airflow 3
+    from airflow.sdk.bases.branch import BranchMixIn
+except ImportError:  # Airflow 2.11
+    from airflow.operators.branch import BranchMixIn  # type: ignore[no-redef]
+
+try:  # Airflow 3
     from airflow.sdk.log import mask_secret
 except ImportError:  # Airflow 2.11
     from airflow.utils.log.secrets_masker import mask_secret  # type: ignore[no-redef]
@@ -103,6 +108,7 @@ def redact_secrets(text: str) -> str:
 
 
 __all__ = [
+    "BranchMixIn",
     "AirflowException",
     "AirflowFailException",
     "AirflowNotFoundException",

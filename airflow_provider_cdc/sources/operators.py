@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_cdc import metrics
-from airflow_provider_cdc._compat import AirflowFailException, BaseOperator, Context
+from airflow_provider_cdc._compat import AirflowFailException, BaseOperator, BranchMixIn, Context
 from airflow_provider_cdc._errors import metastore_errors, require_absolute
 from airflow_provider_cdc.core.contract.window_handle import WINDOW_XCOM_KEY, WindowHandle
 from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, coerce_timestamp
@@ -40,11 +40,6 @@ from airflow_provider_cdc.operators._window import (
     window_of,
     xcom_pull_expression,
 )
-
-try:  # Airflow 3
-    from airflow.sdk.bases.branch import BranchMixIn
-except ImportError:  # Airflow 2.11
-    from airflow.operators.branch import BranchMixIn  # type: ignore[no-redef]
 
 if TYPE_CHECKING:
     from airflow_provider_cdc.core.findings import Finding

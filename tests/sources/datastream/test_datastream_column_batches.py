@@ -17,6 +17,7 @@ from airflow_provider_cdc.sources.datastream.names import parse_file_name
 from airflow_provider_cdc.sources.datastream.settings import DatastreamSettings
 from airflow_provider_cdc.testing.datastream.scenario import DatastreamScenario
 from airflow_provider_cdc.testing.datastream.writer import LocalFolderSink
+from tests.support.datastream_scenarios import SCENARIOS
 
 
 def written_files(tmp_path: Path, scenario: DatastreamScenario) -> list[str]:
@@ -40,16 +41,7 @@ def staged(root: Path, path: str, settings: DatastreamSettings) -> list[tuple[An
 
 
 @pytest.mark.parametrize("file_format", ["avro", "jsonl", "jsonl.gz"])
-@pytest.mark.parametrize(
-    ("database", "options"),
-    [
-        ("mysql", {}),
-        ("mysql", {"mysql_gtid": True}),
-        ("oracle", {}),
-        ("postgresql", {}),
-        ("sqlserver", {"source_timestamps_with_zone": True}),
-    ],
-)
+@SCENARIOS
 def test_batches_give_the_rows_of_the_event_by_event_conversion(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database: str, options: dict, file_format: str
 ) -> None:

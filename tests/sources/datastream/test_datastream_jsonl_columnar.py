@@ -22,6 +22,7 @@ from airflow_provider_cdc.sources.datastream.settings import DatastreamSettings
 from airflow_provider_cdc.staging.batches import record_batch
 from airflow_provider_cdc.testing.datastream.scenario import DatastreamScenario
 from airflow_provider_cdc.testing.datastream.writer import LocalFolderSink
+from tests.support.datastream_scenarios import SCENARIOS
 
 PATH = "shop_orders/2024/05/09/06/00/" + "a" * 40 + "_mysql-cdc-binlog_1_0_0.jsonl"
 
@@ -69,16 +70,7 @@ class _Paths:
 
 
 @pytest.mark.parametrize("file_format", ["jsonl", "jsonl.gz"])
-@pytest.mark.parametrize(
-    ("database", "options"),
-    [
-        ("mysql", {}),
-        ("mysql", {"mysql_gtid": True}),
-        ("oracle", {}),
-        ("postgresql", {}),
-        ("sqlserver", {"source_timestamps_with_zone": True}),
-    ],
-)
+@SCENARIOS
 def test_scenario_files_stage_the_rows_of_the_event_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, database: str, options: dict, file_format: str
 ) -> None:
