@@ -84,7 +84,7 @@ def get_provider_info() -> dict:
             },
             {
                 "integration-name": "Google Cloud Dataproc (CDC jobs)",
-                "python-modules": ["airflow_provider_cdc.hooks.dataproc"],
+                "python-modules": ["airflow_provider_cdc.placement.dataproc.hook"],
             },
         ],
         "operators": [
@@ -117,7 +117,7 @@ def get_provider_info() -> dict:
         "sensors": [
             {
                 "integration-name": "Google Cloud Spanner change streams",
-                "python-modules": ["airflow_provider_cdc.sensors.partitions_drained"],
+                "python-modules": ["airflow_provider_cdc.sources.spanner.sensors"],
             },
             {
                 "integration-name": "CDC metastore",
@@ -131,7 +131,7 @@ def get_provider_info() -> dict:
         "triggers": [
             {
                 "integration-name": "Google Cloud Spanner change streams",
-                "python-modules": ["airflow_provider_cdc.triggers.partitions_drained"],
+                "python-modules": ["airflow_provider_cdc.sources.spanner.triggers"],
             },
             {
                 "integration-name": "CDC metastore",

@@ -1,10 +1,11 @@
-"""The provider's errors, which carry their context: local paths, metastore failures, change streams.
+"""The provider's errors, which carry their context: local paths, metastore failures, waits.
 
 They derive from :class:`CdcError`; Airflow retries them like any other task failure. Errors a retry
 cannot heal are ``permanent`` and derive from ``AirflowFailException`` too, so a task fails on them at
 once wherever they are raised: a setting that cannot work (:class:`ConfigurationError`), a relative
-path, an undefined connection, a window outside its stream's retention. Errors of the services (a
-database that does not exist, permission denied) are judged in :mod:`airflow_provider_cdc.failures`.
+path, an undefined connection. A source's own errors live in its folder and derive from these. Errors
+of the services (a database that does not exist, permission denied) are judged in
+:mod:`airflow_provider_cdc.failures`.
 """
 
 from __future__ import annotations
@@ -38,23 +39,8 @@ class InvalidSettingError(ConfigurationError, ValueError):
     """A task argument with a value it cannot take (a window bound, a root's key, an epoch)."""
 
 
-class ChangeStreamConfigError(ConfigurationError):
-    """A change stream setting is invalid: a Spanner id, the stream name, a retention, the project."""
-
-
-class ChangeStreamError(CdcError):
-    """Spanner or the metastore refused a step of reading a change stream; the original error is the
-    cause."""
-
-
-class RetentionExpiredError(AirflowFailException, CdcError):
-    """A window starts outside its change stream's retention period: its changes can no longer be read."""
-
-    permanent = True
-
-
 class DrainWaitError(CdcError):
-    """The deferred wait for drained partitions ended with an error reported by the trigger."""
+    """A deferred wait (a window's units read, or drained) ended with an error reported by its trigger."""
 
 
 class MetastoreUnavailableError(CdcError):

@@ -7,12 +7,15 @@ it can judge:
   Google API error saying something does not exist (a database, an instance, a table, a bucket: 404),
   that access is refused (401, 403), that a request is invalid (400, out of range) or not implemented;
   missing Application Default Credentials; the provider's own errors marked ``permanent`` (invalid
-  settings, a window outside its source's retention; :class:`~airflow_provider_cdc._errors.CdcError`)
-  any other error whose ``permanent`` attribute is true (a Table Store error with such a code), and
+  settings, a window outside its source's retention; :class:`~airflow_provider_cdc._errors.CdcError`),
+  any other error whose ``permanent`` attribute is true (a source's client error with such a code), and
   one that fails a task without retries already (``AirflowFailException``);
 * **transient** (retried as Airflow retries any failure): 5xx answers, ``UNAVAILABLE``,
   ``DEADLINE_EXCEEDED``, ``ABORTED``, too many requests, a session that expired;
 * anything else is retried too.
+
+A source whose service answers in a way only it can read (an expired session reported as "not found")
+registers a judge for it with :func:`register_verdict` from its own folder; the judges are asked first.
 
 :class:`FailsPermanentErrors` gives a task class's ``execute`` that judgement: a permanent error becomes
 an ``AirflowFailException`` (the task fails for good, the message saying why), others pass unchanged.
@@ -28,11 +31,28 @@ from typing import Any, TypeVar
 
 from airflow_provider_cdc._compat import AirflowFailException, AirflowNotFoundException
 
-__all__ = ["FailsPermanentErrors", "PermanentFailure", "fail_permanent_errors", "permanent_reason"]
+__all__ = [
+    "TRANSIENT",
+    "FailsPermanentErrors",
+    "PermanentFailure",
+    "fail_permanent_errors",
+    "permanent_reason",
+    "register_verdict",
+]
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 _MAX_CHAIN = 12
-_TRANSIENT = object()
+#: a judge's answer for an error a retry may heal
+TRANSIENT = object()
+#: what a judge returns: a reason (permanent), :data:`TRANSIENT`, or ``None`` (not an error it judges)
+Verdict = Callable[[BaseException], "object | str | None"]
+_REGISTERED: list[Verdict] = []
+
+
+def register_verdict(judge: Verdict) -> None:
+    """Ask ``judge`` about every error before the provider's own rules (once per judge)."""
+    if judge not in _REGISTERED:
+        _REGISTERED.append(judge)
 
 
 class PermanentFailure(AirflowFailException):
@@ -40,34 +60,35 @@ class PermanentFailure(AirflowFailException):
 
 
 def _google_verdict(error: BaseException) -> object | str | None:
-    """A reason (permanent), :data:`_TRANSIENT`, or ``None`` (not a Google error this module judges)."""
+    """A reason (permanent), :data:`TRANSIENT`, or ``None`` (not a Google error this module judges)."""
     try:
         from google.api_core import exceptions as gexc
     except ImportError:  # pragma: no cover - the google provider brings it
         return None
     if not isinstance(error, gexc.GoogleAPICallError):
         return None
-    message = str(getattr(error, "message", "") or error)
     if isinstance(error, gexc.MethodNotImplemented):
         return "the service does not offer this call (501)"
     if isinstance(error, (gexc.ServerError, gexc.TooManyRequests, gexc.Aborted, gexc.Cancelled)):
-        return _TRANSIENT
+        return TRANSIENT
     if isinstance(error, gexc.NotFound):
-        if "session not found" in message.lower():
-            return _TRANSIENT  # an expired session: a new client opens another
         return "it does not exist (404): check the names the task was given"
     if isinstance(error, (gexc.PermissionDenied, gexc.Forbidden)):
         return "permission denied (403): grant the connection's identity access"
     if isinstance(error, (gexc.Unauthenticated, gexc.Unauthorized)):
         return "the credentials were refused (401): check the connection's key"
     if isinstance(error, gexc.FailedPrecondition):
-        return None  # Spanner and BigQuery use it for transient states as well
+        return None  # services use it for transient states as well
     if isinstance(error, gexc.BadRequest):  # InvalidArgument, OutOfRange
         return "the request is invalid (400): check the settings it was built from"
     return None
 
 
 def _verdict(error: BaseException) -> object | str | None:
+    for judge in _REGISTERED:
+        found = judge(error)
+        if found is not None:
+            return found
     if isinstance(error, AirflowNotFoundException):
         return "a connection it names is not defined"
     if getattr(error, "permanent", False) is True or isinstance(error, AirflowFailException):
@@ -91,7 +112,7 @@ def permanent_reason(error: BaseException) -> str | None:
     while current is not None and id(current) not in seen and len(seen) < _MAX_CHAIN:
         seen.add(id(current))
         verdict = _verdict(current)
-        if verdict is _TRANSIENT:
+        if verdict is TRANSIENT:
             return None
         if isinstance(verdict, str):
             return verdict

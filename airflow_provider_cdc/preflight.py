@@ -72,7 +72,7 @@ def _connections() -> dict[str, tuple[str, str, Callable[[], str] | None]]:
     if not CONNECTIONS:
         from airflow_provider_cdc.hooks.metastore import DEFAULT_METASTORE_CONN_ID, default_metastore_path
         from airflow_provider_cdc.hooks.storage import DEFAULT_GCP_CONN_ID
-        from airflow_provider_cdc.spark_connect.session import DEFAULT_SPARK_CONN_ID
+        from airflow_provider_cdc.placement.connect.session import DEFAULT_SPARK_CONN_ID
 
         def google() -> str:
             if os.environ.get("SPANNER_EMULATOR_HOST"):

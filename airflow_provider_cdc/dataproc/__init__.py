@@ -1,1 +1,1 @@
-"""Running the merge and upsert jobs on Dataproc: cluster jobs or Serverless batches."""
+"""Moved to :mod:`airflow_provider_cdc.placement.dataproc`; ``dataproc.placement`` keeps its old path."""

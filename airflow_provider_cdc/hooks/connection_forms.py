@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_cdc.dataproc.placement import DATAPROC_CONNECTION_TYPE
+from airflow_provider_cdc.placement.dataproc.resources import DATAPROC_CONNECTION_TYPE
 
 _KINDS = ("string", "password", "integer")
 

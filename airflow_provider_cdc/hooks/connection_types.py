@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_provider_cdc.hooks.connection_forms import DATAPROC_FORM, METASTORE_FORM, TABLESTORE_FORM
-from airflow_provider_cdc.hooks.dataproc import DataprocJobsHook
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+from airflow_provider_cdc.placement.dataproc.hook import DataprocJobsHook
 from airflow_provider_cdc.sources.tablestore.connection import TablestoreHook
 
 
@@ -37,7 +37,7 @@ class TablestoreConnectionHook(TablestoreHook):
 
 
 class DataprocConnectionHook(DataprocJobsHook):
-    """:class:`~airflow_provider_cdc.hooks.dataproc.DataprocJobsHook` with its connection form."""
+    """:class:`~airflow_provider_cdc.placement.dataproc.hook.DataprocJobsHook` with its connection form."""
 
     @classmethod
     def get_connection_form_widgets(cls) -> dict[str, Any]:

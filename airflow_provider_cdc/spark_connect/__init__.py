@@ -1,2 +1,1 @@
-"""Spark Connect: run the provider's Spark jobs in an already-running Spark (a local server or a
-cluster's), instead of starting a JVM per window with ``spark-submit``."""
+"""Moved to :mod:`airflow_provider_cdc.placement.connect`; its modules keep their old import paths."""

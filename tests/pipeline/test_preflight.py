@@ -226,8 +226,8 @@ def test_a_missing_database_instance_or_stream_is_refused_at_once_with_what_exis
 def test_permanent_errors_are_told_from_transient_ones_through_their_causes() -> None:
     from google.api_core import exceptions as gexc
 
-    from airflow_provider_cdc._errors import ChangeStreamError
     from airflow_provider_cdc.failures import PermanentFailure, fail_permanent_errors, permanent_reason
+    from airflow_provider_cdc.sources.spanner.errors import ChangeStreamError
     from airflow_provider_cdc.sources.tablestore.client import TablestoreError
 
     def wrapped(cause: BaseException) -> BaseException:

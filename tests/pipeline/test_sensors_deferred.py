@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from airflow_provider_cdc._compat import AirflowFailException
-from airflow_provider_cdc.sensors.partitions_drained import SpannerChangeStreamPartitionsDrainedSensor
 from airflow_provider_cdc.sensors.window_complete import TRIGGERER_RENDERS_TEMPLATES, WindowCompleteSensor
-from airflow_provider_cdc.triggers.partitions_drained import PartitionsDrainedTrigger
+from airflow_provider_cdc.sources.spanner.sensors import SpannerChangeStreamPartitionsDrainedSensor
+from airflow_provider_cdc.sources.spanner.triggers import PartitionsDrainedTrigger
 from airflow_provider_cdc.triggers.window_complete import WindowCompleteTrigger
 from tests.sources.test_window_sources import SOURCE_KEY, WINDOW, DropHook, hook, metastore_conn  # noqa: F401
 
@@ -76,7 +76,7 @@ def test_the_start_trigger_takes_the_sensors_templates_and_ends_the_task_there()
         task_id="wait_parents", pipeline_id="{{ params.pipeline }}", poke_interval=3, timeout=600, **SPANNER
     )
     args = drained.start_trigger_args
-    assert args.trigger_cls == "airflow_provider_cdc.triggers.partitions_drained.PartitionsDrainedTrigger"
+    assert args.trigger_cls == "airflow_provider_cdc.sources.spanner.triggers.PartitionsDrainedTrigger"
     assert args.next_method == "execute_complete"
     assert args.timeout == timedelta(seconds=600)
     assert args.trigger_kwargs["project_id"] == "{{ params.project }}"
@@ -97,6 +97,20 @@ def test_the_start_trigger_takes_the_sensors_templates_and_ends_the_task_there()
     assert (trigger.project_id, trigger.pipeline_id) == ("p-1", "orders")
     assert trigger.checked_window() == WINDOW
     assert trigger.window() is None
+
+
+def test_a_trigger_deferred_under_its_old_classpath_still_resolves_and_new_ones_use_the_new_path() -> None:
+    """Tasks deferred before the drained trigger moved to the Spanner source are stored with the old
+    classpath; the triggerer imports it as it does any trigger's."""
+    import importlib
+
+    old = importlib.import_module("airflow_provider_cdc.triggers.partitions_drained").PartitionsDrainedTrigger
+    assert old is PartitionsDrainedTrigger
+    stored = PartitionsDrainedTrigger(**SPANNER, timestamp="2024-01-01T00:00:00+00:00", poll_interval=1.0)
+    classpath, kwargs = stored.serialize()
+    assert classpath == "airflow_provider_cdc.sources.spanner.triggers.PartitionsDrainedTrigger"
+    resumed = old(**kwargs)  # the triggerer rebuilds the trigger from what was stored
+    assert resumed.serialize() == (classpath, kwargs)
 
 
 @needs_3_3

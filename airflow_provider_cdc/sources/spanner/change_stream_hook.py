@@ -8,12 +8,7 @@ from datetime import datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from airflow_provider_cdc._errors import (
-    ChangeStreamConfigError,
-    ChangeStreamError,
-    RetentionExpiredError,
-    metastore_errors,
-)
+from airflow_provider_cdc._errors import metastore_errors
 from airflow_provider_cdc.core.findings import Finding, errors_of
 from airflow_provider_cdc.core.identifiers import InvalidIdentifierError, validate_identifier
 from airflow_provider_cdc.core.timestamps import ensure_utc, format_timestamp
@@ -34,6 +29,11 @@ from airflow_provider_cdc.sources.spanner.connection import (
 )
 from airflow_provider_cdc.sources.spanner.database import EMULATOR_ENV, SpannerDatabase
 from airflow_provider_cdc.sources.spanner.durations import format_duration
+from airflow_provider_cdc.sources.spanner.errors import (
+    ChangeStreamConfigError,
+    ChangeStreamError,
+    RetentionExpiredError,
+)
 
 if TYPE_CHECKING:  # imported where used: a DAG file that only names this hook stays quick to parse
     from airflow_provider_cdc.sources.spanner.change_stream_query import ChangeStreamQuery

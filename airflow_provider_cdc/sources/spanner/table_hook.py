@@ -17,7 +17,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_cdc._compat import AirflowFailException
-from airflow_provider_cdc._errors import CdcError, RetentionExpiredError
+from airflow_provider_cdc._errors import CdcError
 from airflow_provider_cdc.core.findings import Finding, did_you_mean, errors_of
 from airflow_provider_cdc.core.identifiers import InvalidIdentifierError, validate_identifier
 from airflow_provider_cdc.core.timestamps import format_timestamp
@@ -27,6 +27,7 @@ from airflow_provider_cdc.metastore import PartitionSpec, WindowNotFoundError
 from airflow_provider_cdc.sources.hook import WindowSourceHook
 from airflow_provider_cdc.sources.spanner.connection import DEFAULT_GCP_CONN_ID
 from airflow_provider_cdc.sources.spanner.database import SpannerDatabase
+from airflow_provider_cdc.sources.spanner.errors import RetentionExpiredError
 from airflow_provider_cdc.sources.spanner.table_rows import CommitTimestampTable, TableRowError
 
 if TYPE_CHECKING:

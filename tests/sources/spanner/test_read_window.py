@@ -398,15 +398,15 @@ def test_operators_open_and_read_a_window_through_their_fields(
     "stream", ["Orders; DROP TABLE Orders", "READ_x(", "1abc", "a b", "x" * 200, "Ünïcode"]
 )
 def test_hostile_stream_names_are_rejected_before_any_sql(stream: str, airflow_env: str) -> None:
-    from airflow_provider_cdc._errors import ChangeStreamConfigError
     from airflow_provider_cdc.sources.spanner.change_stream_hook import SpannerChangeStreamHook
+    from airflow_provider_cdc.sources.spanner.errors import ChangeStreamConfigError
 
     with pytest.raises(ChangeStreamConfigError, match="invalid change stream name"):
         SpannerChangeStreamHook(project_id="p", instance_id="test-instance", database_id="db1", stream=stream)
 
 
 def test_errors_name_the_window_token_and_cause(history: tuple, airflow_env: str, tmp_path: Path) -> None:
-    from airflow_provider_cdc._errors import ChangeStreamError
+    from airflow_provider_cdc.sources.spanner.errors import ChangeStreamError
 
     database, workload, begin = history
     hook = _hook(database, stream="NoSuchStream")

@@ -85,7 +85,7 @@ def test_a_two_day_old_window_of_a_seven_day_stream_is_read(
 def test_a_window_past_the_streams_retention_fails_naming_window_retention_and_source(
     emulator: Any, database: Any, airflow_env: str, tmp_path: Path
 ) -> None:
-    from airflow_provider_cdc._errors import RetentionExpiredError
+    from airflow_provider_cdc.sources.spanner.errors import RetentionExpiredError
 
     window = _committed_window(emulator, database)
     emulator.clock.set(window.start + timedelta(days=7, minutes=5))
@@ -114,7 +114,7 @@ def test_a_window_past_most_of_the_retention_logs_a_warning(
 def test_the_argument_overrides_the_streams_retention(
     emulator: Any, database: Any, airflow_env: str, tmp_path: Path
 ) -> None:
-    from airflow_provider_cdc._errors import RetentionExpiredError
+    from airflow_provider_cdc.sources.spanner.errors import RetentionExpiredError
 
     window = _committed_window(emulator, database)
     emulator.clock.set(window.start + timedelta(days=2))
@@ -150,7 +150,7 @@ def test_retention_accepts_timedelta_seconds_and_duration_text(value: Any, expec
 
 @pytest.mark.parametrize("value", ["7 days", "1w", "-3600", "0s", "", "h", True, [7], float("nan"), 1e300])
 def test_a_retention_that_is_not_a_duration_is_refused(value: Any, airflow_env: str) -> None:
-    from airflow_provider_cdc._errors import ChangeStreamConfigError
+    from airflow_provider_cdc.sources.spanner.errors import ChangeStreamConfigError
 
     if value == "":  # the empty text of an unset template means "discover it"
         assert _hook("anydb", retention=value).retention_argument is None
@@ -211,11 +211,11 @@ def test_google_emulator_reports_the_streams_retention(
 def test_operators_take_retention_as_a_templated_field(
     emulator: Any, database: Any, airflow_env: str, tmp_path: Path
 ) -> None:
-    from airflow_provider_cdc._errors import RetentionExpiredError
     from airflow_provider_cdc.sources.spanner.change_stream_operators import (
         SpannerChangeStreamOpenWindowOperator,
         SpannerChangeStreamReadWindowOperator,
     )
+    from airflow_provider_cdc.sources.spanner.errors import RetentionExpiredError
 
     window = _committed_window(emulator, database)
     emulator.clock.set(window.start + timedelta(days=2))
@@ -251,8 +251,9 @@ def test_sensor_and_trigger_carry_retention_and_fail_for_an_expired_window(
 ) -> None:
     from airflow.exceptions import TaskDeferred
 
-    from airflow_provider_cdc._errors import DrainWaitError, RetentionExpiredError
+    from airflow_provider_cdc._errors import DrainWaitError
     from airflow_provider_cdc.sensors.partitions_drained import SpannerChangeStreamPartitionsDrainedSensor
+    from airflow_provider_cdc.sources.spanner.errors import RetentionExpiredError
     from airflow_provider_cdc.triggers.partitions_drained import PartitionsDrainedTrigger
 
     window = _committed_window(emulator, database)

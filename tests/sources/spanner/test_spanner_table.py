@@ -245,7 +245,7 @@ def test_a_snapshot_task_killed_mid_way_and_retried_stages_each_row_once(
 def test_a_snapshot_older_than_the_version_retention_fails_naming_the_option(
     new_google_database: Any, google_env: str, tmp_path: Path
 ) -> None:
-    from airflow_provider_cdc._errors import RetentionExpiredError
+    from airflow_provider_cdc.sources.spanner.errors import RetentionExpiredError
     from airflow_provider_cdc.sources.spanner.snapshot import snapshot_window
 
     database = new_google_database(SNAPSHOT_DDL[:1], prefix="old")
