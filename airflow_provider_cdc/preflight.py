@@ -1,8 +1,8 @@
 """The preflight: a pipeline DAG's settings checked before a window is recorded.
 
-The open step runs it first (:meth:`~airflow_provider_cdc.sources.operators.OpenWindowOperatorBase.
-execute`) and ``python -m airflow_provider_cdc check --dag DAG_ID [--conf JSON]`` runs it from a shell;
-both gather the same :class:`~airflow_provider_cdc.core.findings.Finding` list:
+The open step runs it first (a task with what :class:`OpenStep` lists: the open operators' base)
+and ``python -m airflow_provider_cdc check --dag DAG_ID [--conf JSON]`` runs it from a shell; both
+gather the same :class:`~airflow_provider_cdc.core.findings.Finding` list:
 
 - **params**: every ``dag_run.conf`` key is a param of the DAG (a value of the wrong type is refused);
 - **connections**: every connection the provider's tasks name is defined; a default one may be missing,
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlparse
 
 from airflow_provider_cdc._compat import AirflowFailException
@@ -59,9 +59,12 @@ __all__ = [
     "window_findings",
 ]
 
-#: Connection arguments of the provider's tasks: attribute → (argument, default id, what a missing
-#: default means; ``None``: it must exist).
+#: Connection arguments every kind of step shares: attribute → (argument, default id, what a missing
+#: default means; ``None``: it must exist). A source's own connection (a templated ``*_conn_id``
+#: field of its steps) has no default meaning: it must be defined.
 CONNECTIONS: dict[str, tuple[str, str, Callable[[], str] | None]] = {}
+#: Environment variables whose ``…_EMULATOR_HOST`` points Google clients at an emulator.
+_EMULATOR_SUFFIX = "_EMULATOR_HOST"
 ROOTS = ("staging_root", "changeset_root", "lake_root")
 _PARAM_TEMPLATE = re.compile(r"^\{\{\s*params\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
 #: Seconds a TCP probe of a Spark server waits for an answer.
@@ -75,8 +78,9 @@ def _connections() -> dict[str, tuple[str, str, Callable[[], str] | None]]:
         from airflow_provider_cdc.placement.connect.session import DEFAULT_SPARK_CONN_ID
 
         def google() -> str:
-            if os.environ.get("SPANNER_EMULATOR_HOST"):
-                return "Google clients use Application Default Credentials (the Spanner emulator: anonymous)"
+            emulators = sorted(name for name in os.environ if name.endswith(_EMULATOR_SUFFIX))
+            if emulators:
+                return f"Google clients use Application Default Credentials ({emulators[0]}: anonymous)"
             return "Google clients use Application Default Credentials"
 
         CONNECTIONS.update(
@@ -87,9 +91,47 @@ def _connections() -> dict[str, tuple[str, str, Callable[[], str] | None]]:
                 lambda: f"the metastore is the SQLite file {default_metastore_path()} (this machine only)",
             ),
             spark_conn_id=("conn_id", DEFAULT_SPARK_CONN_ID, lambda: "Spark runs local[*] on the worker"),
-            tablestore_conn_id=("tablestore_conn_id", "tablestore_default", None),
         )
     return CONNECTIONS
+
+
+def _connection(attribute: str) -> tuple[str, str, Callable[[], str] | None]:
+    """What :data:`CONNECTIONS` says of ``attribute``; a source's own connection must be defined."""
+    return _connections().get(attribute) or (attribute, "", None)
+
+
+def _source_connections(task: Any) -> list[str]:
+    """The templated ``*_conn_id`` fields of ``task`` that are not shared ones (a source's own)."""
+    fields = getattr(_task_class(task), "template_fields", ()) or ()
+    return [name for name in fields if name.endswith("_conn_id") and name not in _connections()]
+
+
+@runtime_checkable
+class OpenStep(Protocol):
+    """What the preflight asks of a source's open step (the open operators' base has it all): its
+    rendered settings and window, its pipeline, its own findings and its source hook's options."""
+
+    task_id: str
+    pipeline_id: Any
+    metastore_conn_id: Any
+    window_start: Any
+    window_end: Any
+
+    def pipeline(self, context: Any) -> str:
+        """The pipeline the window belongs to."""
+        ...
+
+    def settings_findings(self) -> list[Finding]:
+        """The step's findings about its own settings."""
+        ...
+
+    def source_check_options(self) -> dict[str, Any]:
+        """What its hook's ``check_source`` is given besides the window."""
+        ...
+
+    def to_hook(self) -> Any:
+        """The source hook of the rendered settings."""
+        ...
 
 
 class PreflightFailure(AirflowFailException, CdcError):
@@ -153,11 +195,11 @@ class Preflight:
 
 # ----- single checks ----------------------------------------------------------------------------
 def check_connection(setting: str, attribute: str, conn_id: str) -> list[Finding]:
-    """The connection ``conn_id`` given as ``attribute`` (a key of :data:`CONNECTIONS`) is defined,
-    or is a default whose absence has a meaning."""
+    """The connection ``conn_id`` given as ``attribute`` (a key of :data:`CONNECTIONS`, or a source's
+    own connection) is defined, or is a default whose absence has a meaning."""
     from airflow_provider_cdc.hooks.connections import lookup_connection
 
-    argument, default, means = _connections()[attribute]
+    argument, default, means = _connection(attribute)
     if lookup_connection(conn_id) is not None:
         return [Finding(setting, f"connection {conn_id!r} is defined", level=OK)]
     if means is not None and conn_id == default:
@@ -261,11 +303,21 @@ def _check_object_root(
     except OSError as exc:
         detail = redact(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
         if _REFUSED.search(str(exc)):
-            return [Finding(setting, f"{root} is not writable with gcp_conn_id's identity: {detail}",
-                            "grant that identity write access to the bucket (roles/storage.objectAdmin)")]
+            return [
+                Finding(
+                    setting,
+                    f"{root} is not writable with gcp_conn_id's identity: {detail}",
+                    "grant that identity write access to the bucket (roles/storage.objectAdmin)",
+                )
+            ]
         if _MISSING.search(str(exc)):
-            return [Finding(setting, f"Cloud Storage bucket {bucket!r} does not exist ({detail})",
-                            "create it, or fix the root's bucket name")]
+            return [
+                Finding(
+                    setting,
+                    f"Cloud Storage bucket {bucket!r} does not exist ({detail})",
+                    "create it, or fix the root's bucket name",
+                )
+            ]
         return [Finding(setting, f"{root} could not be checked: {detail}", "try again", transient=True)]
     return [Finding(setting, f"{root} is writable", level=OK)]
 
@@ -422,15 +474,10 @@ def _task_class(task: Any) -> type | None:
 
 def _is_provider_task(task: Any) -> bool:
     """Whether ``task`` is one of the provider's steps (or built on their bases)."""
-    from airflow_provider_cdc.hooks.connection_fields import ConnectionFieldsMixin
-    from airflow_provider_cdc.sources.operators import SourceWindowOperator
-
     cls = _task_class(task)
     if cls is None:
         return False
-    return cls.__module__.startswith("airflow_provider_cdc.") or issubclass(
-        cls, (ConnectionFieldsMixin, SourceWindowOperator)
-    )
+    return any(base.__module__.startswith("airflow_provider_cdc.") for base in cls.__mro__)
 
 
 def _param_value(raw: Any, params: Mapping[str, Any]) -> Any:
@@ -494,12 +541,13 @@ def dag_findings(dag: Any, render: Callable[[Any, Any], Any]) -> list[Finding]:
         if not _is_provider_task(task):
             continue
         rendered: dict[str, Any] = {}
-        for attribute in (*_connections(), "impersonation_chain"):
+        own = _source_connections(task)
+        for attribute in (*_connections(), *own, "impersonation_chain"):
             value, template = _rendered(task, _argument(task, attribute), render)
             rendered[attribute] = value
             if attribute == "spark_conn_id":
                 note("spark", "conn_id", value, task, template)
-            elif attribute in _connections():
+            elif attribute != "impersonation_chain":
                 note("connection", attribute, value, task, template)
         gcp = rendered.get("gcp_conn_id")
         storage = {
@@ -617,11 +665,9 @@ def render_context(
     }
 
 
-def open_tasks(dag: Any) -> list[Any]:
+def open_tasks(dag: Any) -> list[OpenStep]:
     """The open steps of ``dag``."""
-    from airflow_provider_cdc.sources.operators import OpenWindowOperatorBase
-
-    return [task for task in dag.tasks if isinstance(task, OpenWindowOperatorBase)]
+    return [task for task in dag.tasks if isinstance(task, OpenStep)]
 
 
 def dag_params(dag: Any, conf: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -12,7 +12,7 @@ after de-duplication (a change is identified by table, key and sequence number):
   later value winning per column (``UPDATE → UPDATE`` = partial image, ``INSERT → UPDATE`` and
   ``DELETE → INSERT`` = full image). ``_full_image`` is true when the segment began with INSERT or
   follows a DELETE: after a DELETE the row starts empty, so ``DELETE → UPDATE`` (a source whose
-  update of an absent row inserts it, such as Table Store's UpdateRow) is a full image of the
+  update of an absent row inserts it, as a wide-column store's row update does) is a full image of the
   updated columns, the other non-key columns NULL.
 * ``_CHANGE_SEQUENCE_NUMBER`` and ``_commit_timestamp`` are those of the key's newest change.
 * ``_column_types_json`` is the table's column types in the window: the union of the

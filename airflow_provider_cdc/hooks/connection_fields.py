@@ -83,7 +83,7 @@ class ConnectionFieldsMixin:
     """
 
     connection_class: ClassVar[type[ConnectionFields]]
-    #: Copies of a task share its hook: Spanner and SQLAlchemy clients cannot be deep-copied.
+    #: Copies of a task share its hook: database clients (a source's, SQLAlchemy's) cannot be deep-copied.
     shallow_copy_attrs: Sequence[str] = ("_connection_hook",)
 
     def __init__(self, **kwargs: Any) -> None:
@@ -107,7 +107,7 @@ class ConnectionFieldsMixin:
 
     def to_hook(self) -> Any:
         """The hook for the fields' current values, built once and kept while they stay the same: every
-        poke of a sensor, or poll of a trigger, uses one Spanner client, metastore and retention lookup."""
+        poke of a sensor, or poll of a trigger, uses one source client, metastore and retention lookup."""
         connection = self.connection
         cached = getattr(self, "_connection_hook", None)
         if cached is None or cached[0] != connection:

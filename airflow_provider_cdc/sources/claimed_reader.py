@@ -133,8 +133,8 @@ class ClaimedWindowReader:
     """Claims, stages and completes the units of windows of one metastore ``key`` (a source's) under
     the staging folder ``folder``.
 
-    A source either reads each claimed unit itself (the Spanner readers, which resume from where a
-    failed read got to) or gives :meth:`read_units` a function that stages one unit: a failed try
+    A source either reads each claimed unit itself (readers that resume from where a failed read got
+    to) or gives :meth:`read_units` a function that stages one unit: a failed try
     is retried from the unit's start into a cleared claim folder. ``retryable`` (default: the class's
     :attr:`retryable`) lists the errors worth retrying; :meth:`describe` words an error. The staging
     root is opened with ``storage_options`` (object-store options, such as those of a Google

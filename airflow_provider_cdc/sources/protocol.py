@@ -44,8 +44,8 @@ class UnitReader(Protocol):
 
     def read(self, window: Window) -> ReadSummary:
         """Claim and stage units of ``window`` until every unit of it is done (shared with other
-        readers). :meth:`ClaimedWindowReader.read` does this with :meth:`StagesUnits.read_unit`; the
-        Spanner readers claim in the same way and resume a failed unit from its last record instead."""
+        readers). :meth:`ClaimedWindowReader.read` does this with :meth:`StagesUnits.read_unit`; a reader
+        that can resume may claim in the same way and resume a failed unit from its last record instead."""
         ...
 
 

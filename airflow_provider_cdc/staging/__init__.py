@@ -1,4 +1,4 @@
-"""Staging of change rows between the change-stream readers and the merge job (Parquet).
+"""Staging of change rows between the sources' readers and the merge job (Parquet).
 
 :mod:`.parquet` writes staged rows (:class:`StagingWriter`), :mod:`.reading` lists and reads them
 back; both open a staging root with an explicit filesystem or with ``storage_options``.

@@ -38,14 +38,13 @@ from airflow_provider_cdc.core.contract.staged_rows import (
     NULLABLE_COLUMNS,
     STAGED_CHANGE_COLUMNS,
     STAGED_CHANGE_FIELDS,
+    StagedChanges,
     arrow_type,
     staged_change_schema,
 )
 from airflow_provider_cdc.core.identifiers import validate_identifier
 from airflow_provider_cdc.core.timestamps import from_micros
 from airflow_provider_cdc.core.window import Window
-from airflow_provider_cdc.sources.spanner.change_row import change_rows
-from airflow_provider_cdc.sources.spanner.records import DataChangeRecord
 from airflow_provider_cdc.staging.batches import memory_pool, record_batch
 from airflow_provider_cdc.staging.files import (
     PART_FILE,
@@ -224,13 +223,10 @@ class StagingWriter:
         """Rows waiting for the next file."""
         return self._buffered
 
-    def write_record(self, record: DataChangeRecord) -> int:
-        """Stage every mod of a data change record; returns the number of rows added."""
-        count = 0
-        for row in change_rows(record, self.partition_token):
-            self.write_row(row)
-            count += 1
-        return count
+    def write_record(self, record: StagedChanges) -> int:
+        """Stage every change of a source's record (its staged rows for this writer's unit); returns
+        the number of rows added."""
+        return self.write_rows(record.staged_rows(self.partition_token))
 
     def write_rows(self, rows: Iterable[Mapping[str, Any]]) -> int:
         """Stage staged-change rows; returns how many were added."""

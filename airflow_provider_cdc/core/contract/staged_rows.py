@@ -25,8 +25,9 @@ every source: what only one source knows (e.g. a change stream's value capture t
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -62,8 +63,8 @@ DEDUPLICATION_KEY: tuple[str, ...] = ("table_name", "keys_json", "change_sequenc
 
 #: Which staged rows belong to a window (the merge's ``--window-basis``): by default those committed in
 #: ``[start, end)`` (change streams and tables read by commit time: a row outside is dropped and
-#: counted), or, for a source whose windows are the changes that *arrived* in them (files:
-#: Datastream), every row staged for the window, whatever its commit timestamp.
+#: counted), or, for a source whose windows are the changes that *arrived* in them (change files
+#: read by arrival), every row staged for the window, whatever its commit timestamp.
 COMMIT_TIME = "commit_time"
 ARRIVAL = "arrival"
 WINDOW_BASES: tuple[str, ...] = (COMMIT_TIME, ARRIVAL)
@@ -102,3 +103,13 @@ def staged_change_schema() -> pa.Schema:
 
     fields = [pa.field(name, arrow_type(kind), nullable) for name, kind, nullable in STAGED_CHANGE_FIELDS]
     return pa.schema(fields)
+
+
+class StagedChanges(Protocol):
+    """A source's record of changes, as the staging writer takes it: the record gives its staged
+    change rows (one per change of one key, as mappings of :data:`STAGED_CHANGE_COLUMNS`) for the unit
+    it was read from. Each source converts its own records in its folder."""
+
+    def staged_rows(self, unit: str) -> Iterable[Mapping[str, Any]]:
+        """The record's staged change rows, read from ``unit``."""
+        ...

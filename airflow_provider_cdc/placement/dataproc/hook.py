@@ -2,14 +2,15 @@
 batch, with the google provider's own operators.
 
 The connection (type ``dataproc``,
-:class:`~airflow_provider_cdc.placement.dataproc.resources.DataprocPlacement`) places the job. The
-job file and the job archive (the modules the jobs import, without Airflow) are staged to ``{staging_uri}/cdc-jobs/<content digest>/`` with the step's storage credentials; the job is
-labelled with its step and window, and any job or batch an earlier try of the same step and window
-left running (a task killed without cleanup: Dataproc runs it on) is cancelled and waited for before
-the new one is submitted, so two tries never write one window's output at once. The job itself is
-submitted and awaited by ``DataprocSubmitJobOperator`` (a cluster) or ``DataprocCreateBatchOperator``
-(Serverless), run inside the calling task; the driver's output is copied to the task log when the job
-ends. The job runs as the cluster's (or batch's) service account: no credentials are sent with it.
+:class:`~airflow_provider_cdc.placement.dataproc.resources.DataprocPlacement`) places the job. The job
+file and the job archive (the modules the jobs import, without Airflow) are staged to
+``{staging_uri}/cdc-jobs/<content digest>/`` with the step's storage credentials; the job is labelled
+with its step and window, and any job or batch an earlier try of the same step and window left running
+(a task killed without cleanup: Dataproc runs it on) is cancelled and waited for before the new one is
+submitted, so two tries never write one window's output at once. The job itself is submitted and awaited
+by ``DataprocSubmitJobOperator`` (a cluster) or ``DataprocCreateBatchOperator`` (Serverless), run inside
+the calling task; the driver's output is copied to the task log when the job ends. The job runs as the
+cluster's (or batch's) service account: no credentials are sent with it.
 """
 
 from __future__ import annotations
