@@ -56,12 +56,6 @@ from airflow_provider_cdc.staging.files import (
     partition_directories,
     window_directory,
 )
-from airflow_provider_cdc.staging.reading import (
-    discard_other_claims,
-    iter_staged_batches,
-    read_staged_changes,
-    staged_files,
-)
 
 _TIMESTAMP_INDEX = STAGED_CHANGE_COLUMNS.index("commit_timestamp")
 _TYPES: dict[str, pa.DataType] = {name: arrow_type(kind) for name, kind, _ in STAGED_CHANGE_FIELDS}
@@ -453,10 +447,6 @@ __all__ = [
     "STAGED_CHANGE_SCHEMA",
     "StagedFile",
     "StagingWriter",
-    "discard_other_claims",
-    "iter_staged_batches",
     "partition_key",
-    "read_staged_changes",
-    "staged_files",
     "window_location",
 ]

@@ -8,7 +8,7 @@ explicit ``filesystem``, or else with ``storage_options`` (:func:`.files.open_ro
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -35,7 +35,13 @@ from airflow_provider_cdc.staging.files import (
 if TYPE_CHECKING:  # pyarrow.dataset imports pandas: loaded only where staging is read back
     import pyarrow.dataset as ds
 
-    from airflow_provider_cdc.staging.parquet import StagingWriter
+
+class ClaimFolder(Protocol):
+    """Where one claim of a partition stages its files (a :class:`~.parquet.StagingWriter` is one)."""
+
+    filesystem: pafs.FileSystem
+    partition_directory: str
+    directory: str
 
 
 def staged_files(
@@ -81,7 +87,7 @@ RECORDED_MARKER = "_recorded"
 
 
 def discard_other_claims(
-    claim: StagingWriter | str,
+    claim: ClaimFolder | str,
     stream: str | None = None,
     window: Window | None = None,
     partition_token: str | None = None,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -48,6 +49,18 @@ def source_metadata_json(
             "is_last_record_in_transaction_in_partition": is_last_record_in_transaction_in_partition,
         }
     )
+
+
+@dataclass(frozen=True, slots=True)
+class StagedDataChange:
+    """A data change record as the staging writer takes it
+    (:class:`~airflow_provider_cdc.core.contract.staged_rows.StagedChanges`): one row per mod."""
+
+    record: DataChangeRecord
+
+    def staged_rows(self, unit: str) -> Iterator[dict[str, Any]]:
+        """The record's rows, read from the partition ``unit``."""
+        return change_rows(self.record, unit)
 
 
 def change_rows(record: DataChangeRecord, partition_token: str) -> Iterator[dict[str, Any]]:

@@ -11,7 +11,6 @@ query rows and JSON (:func:`parse_change_record_row`, :func:`parse_record_dict`,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
@@ -87,13 +86,6 @@ class DataChangeRecord:
     def timestamp(self) -> datetime:
         """The commit timestamp: the partition has delivered every change up to it."""
         return self.commit_timestamp
-
-    def staged_rows(self, unit: str) -> Iterator[dict[str, Any]]:
-        """One staged change row per mod, read from the partition ``unit`` (the staging writer's
-        :class:`~airflow_provider_cdc.core.contract.staged_rows.StagedChanges`)."""
-        from airflow_provider_cdc.sources.spanner.change_row import change_rows  # it imports this module
-
-        return change_rows(self, unit)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.metastore import Metastore, PartitionSpec
 from airflow_provider_cdc.sources.claimed_reader import WindowReadError
+from airflow_provider_cdc.sources.spanner.change_row import StagedDataChange
 from airflow_provider_cdc.sources.spanner.change_stream_query import ChangeStreamQuery
 from airflow_provider_cdc.sources.spanner.claimed_reader import (
     RETRYABLE,
@@ -310,7 +311,7 @@ class WindowReader(SpannerClaimedReader):
                             ident = (record.server_transaction_id, record.record_sequence)
                             if ts < resume_at or (ts == resume_at and ident in seen_at_resume):
                                 continue  # delivered before the resume
-                            result.rows += writer.write_record(record)
+                            result.rows += writer.write_record(StagedDataChange(record))
                             result.data_records += 1
                             if record.is_last_record_in_transaction_in_partition:
                                 result.transactions += 1.0 / record.number_of_partitions_in_transaction

@@ -15,7 +15,7 @@ import pytest
 from airflow_provider_cdc.core.identifiers import InvalidIdentifierError
 from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.core.window import Window
-from airflow_provider_cdc.sources.spanner.change_row import change_rows
+from airflow_provider_cdc.sources.spanner.change_row import StagedDataChange, change_rows
 from airflow_provider_cdc.sources.spanner.records import DataChangeRecord, parse_record_dict
 from airflow_provider_cdc.staging import (
     STAGED_CHANGE_SCHEMA,
@@ -118,7 +118,7 @@ def test_round_trip_with_deterministic_file_names(tmp_path):
         str(tmp_path), STREAM, WINDOW, "token-A", rows_per_file=5, on_file_written=written.append
     ) as w:
         for record in records:
-            w.write_record(record)
+            w.write_record(StagedDataChange(record))
             assert w.buffered_rows < 5  # a full buffer is written out at once
     directory = partition_dir(tmp_path, "token-A")
     assert file_names(directory) == [f"part-0000{n}.parquet" for n in range(5)]
@@ -137,9 +137,9 @@ def test_claims_write_folders_of_their_own_and_readers_read_the_recorded_one(tmp
     for claim, records in (("stale1", stale), ("winner1", winner)):
         with StagingWriter(str(tmp_path), STREAM, WINDOW, "token-A", claim_id=claim) as writer:
             for record in records:
-                writer.write_record(record)
+                writer.write_record(StagedDataChange(record))
     with StagingWriter(str(tmp_path), STREAM, WINDOW, "token-B", claim_id="b1") as other:
-        other.write_record(make_record(9))
+        other.write_record(StagedDataChange(make_record(9)))
     key = partition_key("token-A")
     assert writer.directory == f"{partition_dir(tmp_path, 'token-A')}/claim=winner1"
     claims = {"token-A": "winner1", "token-B": "b1"}
@@ -165,7 +165,7 @@ def test_the_recorded_output_of_an_earlier_opening_is_kept_when_a_later_claim_is
 
     def stage(claim: str, number: int) -> StagingWriter:
         with StagingWriter(str(tmp_path), STREAM, WINDOW, "token-A", claim_id=claim) as writer:
-            writer.write_record(make_record(number))
+            writer.write_record(StagedDataChange(make_record(number)))
         return writer
 
     first = stage("epoch1", 0)
@@ -189,7 +189,7 @@ def test_layout_and_partition_key(tmp_path):
         == f"gs://bucket/prefix/{STREAM}/{WINDOW.window_id}"
     )
     with StagingWriter(str(tmp_path), STREAM, WINDOW, "token-A") as writer:
-        writer.write_record(make_record(1))
+        writer.write_record(StagedDataChange(make_record(1)))
     assert writer.directory == str(partition_dir(tmp_path, "token-A"))
     assert staged_files(str(tmp_path), STREAM, WINDOW) == [f"{writer.directory}/part-00000.parquet"]
 
@@ -198,7 +198,7 @@ def test_column_types_match_the_contract(tmp_path):
     assert [(field.name, field.type) for field in STAGED_CHANGE_SCHEMA] == ARCHITECTURE_COLUMNS
     assert {field.name for field in STAGED_CHANGE_SCHEMA if field.nullable} == NULLABLE
     with StagingWriter(str(tmp_path), STREAM, WINDOW, "token-A") as writer:
-        writer.write_record(make_record(2, mod_type="DELETE"))
+        writer.write_record(StagedDataChange(make_record(2, mod_type="DELETE")))
     schema = pq.read_schema(writer.files[0].path)
     assert [(field.name, field.type) for field in schema] == ARCHITECTURE_COLUMNS
     row = pq.read_table(writer.files[0].path).to_pylist()[0]
@@ -216,10 +216,10 @@ def test_column_types_match_the_contract(tmp_path):
 def test_retried_writer_replaces_the_first_attempt(tmp_path):
     root = str(tmp_path)
     with StagingWriter(root, STREAM, WINDOW, "token-B", rows_per_file=4) as other:
-        other.write_record(make_record(50))
+        other.write_record(StagedDataChange(make_record(50)))
     with StagingWriter(root, STREAM, WINDOW, "token-A", rows_per_file=4) as first:
         for i in range(4):
-            first.write_record(make_record(i))  # 12 rows, 3 files
+            first.write_record(StagedDataChange(make_record(i)))  # 12 rows, 3 files
     assert file_names(partition_dir(tmp_path, "token-A")) == [
         "part-00000.parquet",
         "part-00001.parquet",
@@ -227,8 +227,8 @@ def test_retried_writer_replaces_the_first_attempt(tmp_path):
     ]
 
     with StagingWriter(root, STREAM, WINDOW, "token-A", rows_per_file=4) as retry:
-        retry.write_record(make_record(0))
-        retry.write_record(make_record(1))  # 6 rows, 2 files
+        retry.write_record(StagedDataChange(make_record(0)))
+        retry.write_record(StagedDataChange(make_record(1)))  # 6 rows, 2 files
     assert file_names(partition_dir(tmp_path, "token-A")) == ["part-00000.parquet", "part-00001.parquet"]
     rows = read_staged_changes(root, STREAM, WINDOW).to_table().to_pylist()
     expected = expected_rows([make_record(0), make_record(1)], "token-A") + expected_rows(
@@ -240,12 +240,12 @@ def test_retried_writer_replaces_the_first_attempt(tmp_path):
 def test_resume_keeps_files_and_continues_numbering(tmp_path):
     root = str(tmp_path)
     with StagingWriter(root, STREAM, WINDOW, "token-A", rows_per_file=3) as first:
-        first.write_record(make_record(0))
-        first.write_record(make_record(1))
+        first.write_record(StagedDataChange(make_record(0)))
+        first.write_record(StagedDataChange(make_record(1)))
     directory = partition_dir(tmp_path, "token-A")
     (directory / ".part-00002.parquet.tmp").write_bytes(b"half a file from a crashed write")
     with StagingWriter(root, STREAM, WINDOW, "token-A", rows_per_file=3, resume=True) as resumed:
-        resumed.write_record(make_record(2))
+        resumed.write_record(StagedDataChange(make_record(2)))
     assert file_names(directory) == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
     rows = read_staged_changes(root, STREAM, WINDOW).to_table().to_pylist()
     expected = expected_rows([make_record(i) for i in range(3)], "token-A")
@@ -255,8 +255,8 @@ def test_resume_keeps_files_and_continues_numbering(tmp_path):
 def test_failure_discards_unwritten_rows_and_keeps_written_files(tmp_path):
     with pytest.raises(RuntimeError, match="reader lost its partition"):
         with StagingWriter(str(tmp_path), STREAM, WINDOW, "token-A", rows_per_file=4) as writer:
-            writer.write_record(make_record(0))
-            writer.write_record(make_record(1))  # 6 rows: one file of 4, 2 buffered
+            writer.write_record(StagedDataChange(make_record(0)))
+            writer.write_record(StagedDataChange(make_record(1)))  # 6 rows: one file of 4, 2 buffered
             raise RuntimeError("reader lost its partition")
     assert file_names(partition_dir(tmp_path, "token-A")) == ["part-00000.parquet"]
     assert read_staged_changes(str(tmp_path), STREAM, WINDOW).count_rows() == 4
@@ -272,7 +272,7 @@ def test_empty_partition_writes_no_file(tmp_path):
     assert list(iter_staged_batches(root, STREAM, WINDOW)) == []
 
     with StagingWriter(root, STREAM, WINDOW, "token-A") as first:
-        first.write_record(make_record(0))
+        first.write_record(StagedDataChange(make_record(0)))
     with StagingWriter(root, STREAM, WINDOW, "token-A"):
         pass  # a retry that finds nothing replaces the earlier attempt's rows with none
     assert file_names(partition_dir(tmp_path, "token-A")) == []
@@ -284,10 +284,10 @@ def test_batches_cover_all_partitions_in_bounded_pieces(tmp_path):
     for token, first in (("token-A", 0), ("token-B", 10)):
         with StagingWriter(root, STREAM, WINDOW, token, rows_per_file=4) as writer:
             for i in range(first, first + 5):
-                writer.write_record(make_record(i))
+                writer.write_record(StagedDataChange(make_record(i)))
     other_window = Window(WINDOW.end, WINDOW.end + timedelta(hours=1))
     with StagingWriter(root, STREAM, other_window, "token-A") as writer:
-        writer.write_record(make_record(99))
+        writer.write_record(StagedDataChange(make_record(99)))
 
     batches = list(iter_staged_batches(root, STREAM, WINDOW, batch_size=3, columns=["unit", "keys_json"]))
     assert all(batch.num_rows <= 3 for batch in batches)
@@ -300,7 +300,7 @@ def test_batches_cover_all_partitions_in_bounded_pieces(tmp_path):
 def test_relative_root_and_file_uri(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with StagingWriter("staging", STREAM, WINDOW, "token-A") as writer:
-        writer.write_record(make_record(0))
+        writer.write_record(StagedDataChange(make_record(0)))
     assert writer.directory == str(partition_dir(tmp_path / "staging", "token-A"))
     assert read_staged_changes(f"file://{tmp_path}/staging", STREAM, WINDOW).count_rows() == 3
 
@@ -357,9 +357,9 @@ def test_a_root_opened_with_storage_options_uses_paths_relative_to_it(tmp_path, 
     root = "gs://bucket/cdc"
     key = partition_key("token-A")
     with StagingWriter(root, STREAM, WINDOW, "token-A", claim_id="a1", storage_options=options) as writer:
-        writer.write_record(make_record(0))
+        writer.write_record(StagedDataChange(make_record(0)))
     with StagingWriter(root, STREAM, WINDOW, "token-A", claim_id="a2", storage_options=options) as stale:
-        stale.write_record(make_record(1))
+        stale.write_record(StagedDataChange(make_record(1)))
     assert writer.directory == f"{STREAM}/{WINDOW.window_id}/partition={key}/claim=a1"
     assert staged_files(root, STREAM, WINDOW, claims={"token-A": "a1"}, storage_options=options) == [
         f"{writer.directory}/part-00000.parquet"
@@ -380,7 +380,7 @@ def test_an_explicit_filesystem_wins_over_storage_options(tmp_path, monkeypatch)
     monkeypatch.setattr(filesystems, "resolve", lambda *args: pytest.fail("the root must not be resolved"))
     root, local, options = str(tmp_path), pafs.LocalFileSystem(), {"a": "b"}
     with StagingWriter(root, STREAM, WINDOW, "token-A", filesystem=local, storage_options=options) as writer:
-        writer.write_record(make_record(0))
+        writer.write_record(StagedDataChange(make_record(0)))
     assert staged_files(root, STREAM, WINDOW, local, storage_options=options) == [
         f"{partition_dir(tmp_path, 'token-A')}/part-00000.parquet"
     ]
@@ -418,17 +418,17 @@ def test_gcs_round_trip_retry_and_resume(gcs):
     root = "gs://staging-bucket/cdc"
     with StagingWriter(root, STREAM, WINDOW, "token-A", rows_per_file=4, filesystem=gcs) as first:
         for i in range(3):
-            first.write_record(make_record(i))  # 9 rows: 3 objects
+            first.write_record(StagedDataChange(make_record(i)))  # 9 rows: 3 objects
     prefix = f"staging-bucket/cdc/{STREAM}/{WINDOW.window_id}/partition={partition_key('token-A')}"
     assert first.directory == prefix
     assert staged_files(root, STREAM, WINDOW, gcs) == [f"{prefix}/part-0000{n}.parquet" for n in range(3)]
 
     with StagingWriter(root, STREAM, WINDOW, "token-A", rows_per_file=4, filesystem=gcs) as retry:
-        retry.write_record(make_record(0))  # 3 rows: replaces all three objects
+        retry.write_record(StagedDataChange(make_record(0)))  # 3 rows: replaces all three objects
     with StagingWriter(
         root, STREAM, WINDOW, "token-A", rows_per_file=4, filesystem=gcs, resume=True
     ) as resumed:
-        resumed.write_record(make_record(1))
+        resumed.write_record(StagedDataChange(make_record(1)))
     assert staged_files(root, STREAM, WINDOW, gcs) == [
         f"{prefix}/part-00000.parquet",
         f"{prefix}/part-00001.parquet",
@@ -446,7 +446,7 @@ def test_gcs_root_without_a_filesystem_is_resolved_to_the_emulator(gcs_endpoint,
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://{gcs_endpoint}")
     root = "gs://staging-bucket/resolved"
     with StagingWriter(root, STREAM, WINDOW, "token-A", rows_per_file=4) as writer:
-        writer.write_record(make_record(0))
+        writer.write_record(StagedDataChange(make_record(0)))
     prefix = f"staging-bucket/resolved/{STREAM}/{WINDOW.window_id}/partition={partition_key('token-A')}"
     assert writer.directory == prefix
     assert staged_files(root, STREAM, WINDOW) == [f"{prefix}/part-00000.parquet"]
