@@ -114,8 +114,11 @@ class OpenStep(Protocol):
     task_id: str
     pipeline_id: Any
     metastore_conn_id: Any
-    window_start: Any
-    window_end: Any
+
+    def window(self) -> Window:
+        """The step's window from its rendered ``window_start``/``window_end`` (``ValueError``: they
+        are not one)."""
+        ...
 
     def pipeline(self, context: Any) -> str:
         """The pipeline the window belongs to."""
@@ -587,8 +590,6 @@ def dag_findings(dag: Any, render: Callable[[Any, Any], Any]) -> list[Finding]:
 def open_step_preflight(task: Any, context: Mapping[str, Any]) -> Preflight:
     """The preflight of an open step ``task`` (rendered) in its run's ``context``: the DAG's params and
     tasks, the window and the task's own source."""
-    from airflow_provider_cdc.operators._window import window_of
-
     dag = context.get("dag") or _dag_of(task)
     findings: list[Finding] = []
     if dag is not None:
@@ -602,7 +603,9 @@ def open_step_preflight(task: Any, context: Mapping[str, Any]) -> Preflight:
     own = task.settings_findings()
     findings += own
     try:
-        window: Window | None = window_of(task.window_start, task.window_end)
+        window: Window | None = task.window()
+    except RelativePathError:
+        window = None  # the root's own finding names it
     except ValueError as exc:
         window = None
         findings.append(
