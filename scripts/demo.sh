@@ -58,7 +58,7 @@ cleanups=()
 on_exit() { local c; for c in "${cleanups[@]}"; do eval "$c" || true; done; }
 trap on_exit EXIT
 if [ "${CDC_DEMO_SPARK:-connect}" = connect ]; then
-  spark_port=$(python -c "from airflow_provider_cdc.spark_connect.server import free_port; print(free_port())")
+  spark_port=$(python -c "from airflow_provider_cdc.placement.connect.server import free_port; print(free_port())")
   log "starting a local Spark Connect server on 127.0.0.1:$spark_port (the merge of every window runs in it)"
   export CDC_SPARK_CONNECT_HOME="$CDC_DEMO_HOME/spark-connect"
   cleanups+=("python -m airflow_provider_cdc spark-connect stop >/dev/null")
