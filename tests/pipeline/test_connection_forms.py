@@ -116,7 +116,7 @@ def test_a_table_store_connection_saved_with_its_fields_gives_the_client_those_f
 def test_a_dataproc_connection_saved_with_its_fields_places_the_jobs_there(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from airflow_provider_cdc.hooks.dataproc import DataprocJobsHook
+    from airflow_provider_cdc.placement.dataproc.hook import DataprocJobsHook
 
     fields = {
         "project_id": "my-project", "region": "europe-west1", "staging_uri": "gs://bucket/dataproc/",
@@ -142,7 +142,7 @@ def test_a_dataproc_connection_saved_with_its_fields_places_the_jobs_there(
 
 
 def test_a_malformed_key_value_field_names_the_field() -> None:
-    from airflow_provider_cdc.dataproc.placement import DataprocConnectionError, DataprocPlacement
+    from airflow_provider_cdc.placement.dataproc.resources import DataprocConnectionError, DataprocPlacement
 
     extras = {"project_id": "my-project", "region": "us-central1", "staging_uri": "gs://b/s"}
     extras["labels"] = "team"

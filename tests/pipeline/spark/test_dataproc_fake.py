@@ -91,7 +91,7 @@ def test_a_failed_job_ends_in_error_with_its_output_and_the_request_id_is_idempo
     assert dataproc.proxy.tunnelled and set(dataproc.proxy.tunnelled) == {
         f"{REGION}-dataproc.googleapis.com:443"
     }
-    from airflow_provider_cdc.hooks.dataproc import DataprocJobsHook
+    from airflow_provider_cdc.placement.dataproc.hook import DataprocJobsHook
 
     output = DataprocJobsHook().driver_output(done.driver_output_resource_uri, None)
     assert "staged rows checked: ['w1']" in output
@@ -102,7 +102,7 @@ def test_a_failed_job_ends_in_error_with_its_output_and_the_request_id_is_idempo
 def test_a_job_runs_on_the_clusters_master_and_one_that_picks_its_own_fails(dataproc_fake) -> None:
     """As on Dataproc, the master is the cluster's (``spark-defaults.conf``), not the job's command line;
     a driver that replaces it with a master of its own fails, naming both."""
-    from airflow_provider_cdc.hooks.dataproc import DataprocJobsHook
+    from airflow_provider_cdc.placement.dataproc.hook import DataprocJobsHook
     from airflow_provider_cdc.testing.dataproc_fake.workloads import DEFAULT_CLUSTER_MASTER
 
     dataproc, gcs, _ = dataproc_fake
@@ -173,8 +173,8 @@ def test_fencing_cancels_what_an_earlier_try_of_the_step_left_running(
 ) -> None:
     """A task killed without cleanup leaves its Dataproc job running; the next try of the same step and
     window cancels it and waits for its end before submitting; another window's job runs on."""
-    from airflow_provider_cdc.dataproc.placement import pyspark_batch, pyspark_job, workload_labels
-    from airflow_provider_cdc.hooks.dataproc import DataprocJobsHook
+    from airflow_provider_cdc.placement.dataproc.hook import DataprocJobsHook
+    from airflow_provider_cdc.placement.dataproc.resources import pyspark_batch, pyspark_job, workload_labels
 
     dataproc, gcs, _ = dataproc_fake
     monkeypatch.setenv("AIRFLOW_CONN_DATAPROC_JOBS", dataproc_connection(cluster))
@@ -258,8 +258,8 @@ def test_a_dataproc_step_refuses_local_locations_and_credentials_it_would_carry(
 def test_a_step_whose_batch_fails_raises_with_the_driver_outputs_last_lines(
     dataproc_fake, monkeypatch, tmp_path
 ) -> None:
-    from airflow_provider_cdc.dataproc.placement import workload_labels
-    from airflow_provider_cdc.hooks.dataproc import DataprocJobError, DataprocJobsHook
+    from airflow_provider_cdc.placement.dataproc.hook import DataprocJobError, DataprocJobsHook
+    from airflow_provider_cdc.placement.dataproc.resources import workload_labels
 
     dataproc, _, _ = dataproc_fake
     monkeypatch.setenv("AIRFLOW_CONN_DATAPROC_JOBS", dataproc_connection(None))
@@ -287,7 +287,7 @@ def test_job_files_are_staged_once_per_content_with_the_connections_key(
 ) -> None:
     """With a key in the step's Google connection the files go through delta-rs's object store (the XML
     API); a second staging of the same files writes nothing."""
-    from airflow_provider_cdc.hooks.dataproc import DataprocJobsHook
+    from airflow_provider_cdc.placement.dataproc.hook import DataprocJobsHook
 
     _, gcs, _ = dataproc_fake
     # as a worker with a key in its Google connection: the key names the endpoint, the environment none

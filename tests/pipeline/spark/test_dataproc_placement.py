@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from airflow_provider_cdc.dataproc.placement import (
+from airflow_provider_cdc.placement.dataproc.resources import (
     DataprocConnectionError,
     DataprocPlacement,
     pyspark_batch,

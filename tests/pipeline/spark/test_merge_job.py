@@ -815,7 +815,7 @@ def run_on_spark_connect(url: str, scenarios: dict[str, list[str]], workdir: Pat
     """The scenarios' merges on a Spark Connect server, as the merge operator runs them: results in
     the shape of :data:`HARNESS`'s, and the job's progress lines."""
     from airflow_provider_cdc.operators.merge import build_domain_zip
-    from airflow_provider_cdc.spark_connect.jobs import SparkConnectJobError, run_merge
+    from airflow_provider_cdc.placement.connect.jobs import SparkConnectJobError, run_merge
 
     log = LineLog()
     artifacts = [build_domain_zip(workdir)]
@@ -985,7 +985,7 @@ def harness_run(request, tmp_path_factory) -> dict[str, Any]:
             (root / "results.json").write_text(json.dumps(results))
             completed = subprocess.CompletedProcess([], 0, stdout, "")
         else:
-            from airflow_provider_cdc.operators._spark import LOCAL_SPARK_CONF
+            from airflow_provider_cdc.placement.spark_submit import LOCAL_SPARK_CONF
 
             completed = subprocess.run(
                 [spark_submit(), "--master", "local[2]",

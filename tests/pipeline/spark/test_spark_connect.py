@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from support.log_lines import LineLog
 
-from airflow_provider_cdc.spark_connect.jobs import on_this_machine
-from airflow_provider_cdc.spark_connect.server import (
+from airflow_provider_cdc.placement.connect.jobs import on_this_machine
+from airflow_provider_cdc.placement.connect.server import (
     LocalSparkConnectServer,
     SparkConnectServerError,
     free_port,
 )
-from airflow_provider_cdc.spark_connect.session import (
+from airflow_provider_cdc.placement.connect.session import (
     SparkConnectUnavailableError,
     connect_url,
     redacted,
@@ -57,7 +57,7 @@ def test_only_a_loopback_server_shares_this_disk() -> None:
 
 
 def test_the_upsert_runs_with_the_workers_python_beside_a_spark_connect_server(monkeypatch) -> None:
-    from airflow_provider_cdc.operators._spark import connection_master, is_connect
+    from airflow_provider_cdc.placement.spark_submit import connection_master, is_connect
     from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
 
     warm = _connection(monkeypatch, "spark_warm", conn_type="spark_connect", host="127.0.0.1", port=15002)
@@ -119,7 +119,7 @@ def test_a_stale_server_record_is_dropped(tmp_path: Path) -> None:
 def test_jobs_with_the_same_artifacts_share_one_session_id_and_the_url_keeps_its_parameters(
     tmp_path: Path,
 ) -> None:
-    from airflow_provider_cdc.spark_connect.session import _with_session_id, shared_session_id
+    from airflow_provider_cdc.placement.connect.session import _with_session_id, shared_session_id
 
     first, second = tmp_path / "a.zip", tmp_path / "b.zip"
     first.write_bytes(b"domain v1")
@@ -154,7 +154,7 @@ def test_a_shared_session_the_server_closed_is_followed_by_the_next_id(
     spark_connect_server, tmp_path: Path
 ) -> None:
     """An idle timeout (here: a release) ends a shared session for good; the next job takes the next id."""
-    from airflow_provider_cdc.spark_connect.session import (
+    from airflow_provider_cdc.placement.connect.session import (
         _connect_mode,
         _session,
         _with_session_id,
@@ -188,8 +188,8 @@ def test_a_retry_interrupts_what_a_killed_try_of_its_merge_left_running_on_the_s
     import threading
 
     from airflow_provider_cdc.operators.merge import build_domain_zip
-    from airflow_provider_cdc.spark_connect.jobs import merge_tag, run_merge
-    from airflow_provider_cdc.spark_connect.session import remote_session
+    from airflow_provider_cdc.placement.connect.jobs import merge_tag, run_merge
+    from airflow_provider_cdc.placement.connect.session import remote_session
 
     artifacts = [str(build_domain_zip(tmp_path))]
     changeset = str(tmp_path / "changesets" / "1717243200000000-1717243800000000")

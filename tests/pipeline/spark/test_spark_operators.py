@@ -19,7 +19,7 @@ from support.change_sets import interval_context as _context
 from support.log_lines import LineLog
 
 from airflow_provider_cdc.core.timestamps import to_micros
-from airflow_provider_cdc.operators._spark import (
+from airflow_provider_cdc.placement.spark_submit import (
     LOCAL_SPARK_CONF,
     LocalPythonJob,
     SparkJobError,
@@ -77,7 +77,7 @@ def test_spark_defaults_apply_to_local_masters_only_and_restore_the_operator(
 
 
 def test_spark_defaults_take_a_master_already_looked_up(monkeypatch) -> None:
-    from airflow_provider_cdc.operators import _spark
+    from airflow_provider_cdc.placement import spark_submit as _spark
 
     looked_up: list[str] = []
     monkeypatch.setattr(_spark, "connection_master", lambda conn_id: looked_up.append(conn_id) or "yarn")
@@ -156,7 +156,7 @@ def test_local_python_job_kill_stops_a_running_job(tmp_path: Path) -> None:
 
 
 def test_upsert_operator_runs_locally_wherever_its_driver_would_run_here(monkeypatch) -> None:
-    from airflow_provider_cdc.operators._spark import connection_master
+    from airflow_provider_cdc.placement.spark_submit import connection_master
     from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
 
     def operator(conn_id: str, **kwargs: object) -> SparkUpsertWindowOperator:
@@ -183,7 +183,7 @@ def test_upsert_operator_runs_locally_wherever_its_driver_would_run_here(monkeyp
 
 def test_a_named_spark_connection_that_is_not_defined_fails_at_once(monkeypatch) -> None:
     from airflow_provider_cdc._compat import AirflowFailException
-    from airflow_provider_cdc.operators._spark import connection_master
+    from airflow_provider_cdc.placement.spark_submit import connection_master
 
     monkeypatch.delenv("AIRFLOW_CONN_SPARK_NOWHERE", raising=False)
     with pytest.raises(AirflowFailException, match="'spark_nowhere'.*not defined.*spark://HOST:7077"):
@@ -191,7 +191,7 @@ def test_a_named_spark_connection_that_is_not_defined_fails_at_once(monkeypatch)
 
 
 def test_the_master_is_resolved_as_spark_submit_resolves_it(monkeypatch) -> None:
-    from airflow_provider_cdc.operators._spark import connection_master
+    from airflow_provider_cdc.placement.spark_submit import connection_master
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_PORTED", json.dumps(
         {"conn_type": "spark", "host": "spark://127.0.0.1", "port": 7077}
@@ -229,3 +229,32 @@ def test_upsert_operator_applies_a_window_without_spark_submit(tmp_path: Path, m
     op.execute(_context())  # the applied window again: no new Delta commit
     assert DeltaTable(str(lake / "Orders")).version() == version
     assert DeltaTable(str(lake / "Orders")).transaction_version(APP_ID_PREFIX + "shop") == to_micros(END)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("airflow_provider_cdc.operators._spark", "airflow_provider_cdc.placement.spark_submit"),
+        ("airflow_provider_cdc.operators._dataproc", "airflow_provider_cdc.placement.dataproc.run"),
+        ("airflow_provider_cdc.spark_connect.session", "airflow_provider_cdc.placement.connect.session"),
+        ("airflow_provider_cdc.spark_connect.jobs", "airflow_provider_cdc.placement.connect.jobs"),
+        ("airflow_provider_cdc.spark_connect.server", "airflow_provider_cdc.placement.connect.server"),
+        ("airflow_provider_cdc.dataproc.placement", "airflow_provider_cdc.placement.dataproc.resources"),
+        ("airflow_provider_cdc.hooks.dataproc", "airflow_provider_cdc.placement.dataproc.hook"),
+        ("airflow_provider_cdc.job_archive", "airflow_provider_cdc.placement.job_archive"),
+    ],
+)
+def test_the_old_import_paths_of_the_placement_modules_are_those_modules(old: str, new: str) -> None:
+    """DAGs, plugins and patches that name an old path reach the very module that moved (its private
+    names and its patched attributes too)."""
+    import importlib
+
+    assert importlib.import_module(old) is importlib.import_module(new)
+
+
+def test_the_job_archive_still_ships_the_packages_modules() -> None:
+    from airflow_provider_cdc.placement.job_archive import PACKAGE_DIR, job_modules, shipped_modules
+
+    assert (PACKAGE_DIR / "core" / "window.py") in shipped_modules()
+    assert (PACKAGE_DIR / "targets" / "delta" / "upsert_job.py") in job_modules()
+    assert all(path.is_file() for path in job_modules())
