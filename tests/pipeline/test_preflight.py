@@ -384,6 +384,53 @@ def test_a_dags_pipeline_is_its_pipeline_id_param_or_its_id() -> None:
     assert dag_pipeline_id(plain) == "plain_dag"
 
 
+def test_a_sources_own_connection_must_be_defined_and_the_open_step_is_found_by_what_it_offers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The preflight names no source: a source's ``*_conn_id`` field is a connection that must exist,
+    and its open step is any task that offers what the preflight asks (``OpenStep``)."""
+    from airflow_provider_cdc.preflight import OpenStep, dag_findings, open_tasks
+    from airflow_provider_cdc.sources.tablestore.operators import (
+        TablestoreOpenWindowOperator,
+        TablestoreReadWindowOperator,
+    )
+
+    try:  # Airflow 3
+        from airflow.sdk import DAG
+    except ImportError:  # Airflow 2.11
+        from airflow import DAG  # type: ignore[no-redef]
+
+    monkeypatch.delenv("AIRFLOW_CONN_TABLESTORE_ORDERS", raising=False)
+    with DAG("tablestore_dag", start_date=T0, schedule=None) as dag:
+        opened = TablestoreOpenWindowOperator(
+            task_id="open", table="orders", staging_root="/s", tablestore_conn_id="tablestore_orders"
+        )
+        TablestoreReadWindowOperator(
+            task_id="read", table="orders", staging_root="/s", tablestore_conn_id="tablestore_orders"
+        )
+    assert open_tasks(dag) == [opened] and isinstance(opened, OpenStep)
+    found = [f for f in dag_findings(dag, lambda task, value: value) if "tablestore_orders" in f.problem]
+    assert len(found) == 1 and found[0].level == "error", found
+    assert "tablestore_conn_id of tasks open, read" in found[0].setting
+    assert "is not defined" in found[0].problem and "AIRFLOW_CONN_TABLESTORE_ORDERS" in found[0].fix
+
+
+def test_a_source_registers_a_judge_of_its_services_answers_that_is_asked_first() -> None:
+    from airflow_provider_cdc.failures import TRANSIENT, permanent_reason, register_verdict
+
+    class ClusterBusy(Exception):
+        permanent = True  # what the error says of itself; the source's judge knows better
+
+    def judge(error: BaseException) -> object | None:
+        return TRANSIENT if isinstance(error, ClusterBusy) else None
+
+    assert permanent_reason(ClusterBusy("busy")) == "a retry meets the same setting"
+    register_verdict(judge)
+    register_verdict(judge)  # once per judge
+    assert permanent_reason(ClusterBusy("busy")) is None
+    assert permanent_reason(RuntimeError("x")) is None
+
+
 # ----- the window's time, and other sources' checks ----------------------------------------------
 def test_a_window_ending_in_the_future_names_the_last_applied_window_and_the_next(sqlite_url: str) -> None:
     from tests.support.clock import ManualClock
