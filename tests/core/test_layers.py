@@ -82,7 +82,7 @@ REEXPORTS: frozenset[str] = frozenset(
 )
 
 #: Upward imports not yet turned around: (importing module, imported module). Each line says why it is
-#: here; the list only shrinks.
+#: here; the list only shrinks (the test below fails when a pair is no longer imported).
 NOT_YET_DOWN: frozenset[tuple[str, str]] = frozenset(
     {
         # the commit step compares and reads the Delta target directly
@@ -147,7 +147,7 @@ def upward_imports() -> list[tuple[str, str]]:
     modules = _modules()
     found = []
     for module, path in modules.items():
-        if module.startswith("__init__") or module in REEXPORTS:
+        if module in REEXPORTS:
             continue
         own = layer_of(module)
         for imported in sorted(_imported(module, path, modules)):
