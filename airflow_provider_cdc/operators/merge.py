@@ -228,6 +228,7 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
 
     def _merge(self, context: Any) -> None:
         self._conn_id = self.spark_conn_id = str(self.spark_conn_id)  # as rendered
+        self.note_source(self.source_key())  # the metrics' source
         window, staging, changeset = self._window_and_folders()
         merge_input = None
         pipeline = self._pipeline(context)
