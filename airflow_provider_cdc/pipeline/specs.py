@@ -130,7 +130,7 @@ class SourceWindow:
     :param locations: the pipeline's roots.
     :param first_window_start: the open step's ``first_window_start`` (``None``: none).
     :param predecessor_pipeline: the pipeline whose previous window must be applied before this one is
-        read (a template in a pipeline that starts with the snapshot).
+        read (a template in a pipeline that starts with the snapshot; blank: ``pipeline``).
     :param metastore: the metastore connection argument of every task (empty: the default).
     :param poke_interval: seconds between the completion sensors' checks.
     :param snapshot_task_ids: the initial snapshot's first tasks, which the open step branches to.

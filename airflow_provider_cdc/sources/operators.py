@@ -85,7 +85,8 @@ def json_argument(name: str, value: Any, kind: str = "a list") -> Any:
 
 def window_template(open_task_id: str, field: str = "source_key") -> str:
     """The template of one field of the window handle the open task ``open_task_id`` pushed (its XCom
-    ``window``), e.g. the merge's ``stream_key=window_template(open.task_id)``."""
+    ``window``), for a task of your own that takes one field; the window steps take the handle whole
+    (``window=open.output``)."""
     if field not in WindowHandle.xcom_fields():
         raise ValueError(f"a window handle has no field {field!r}; it has {list(WindowHandle.xcom_fields())}")
     return f"{{{{ {xcom_pull_expression(open_task_id, WINDOW_XCOM_KEY)}['{field}'] }}}}"

@@ -5,8 +5,8 @@ and no Google connection read for a pipeline on local paths."""
 from __future__ import annotations
 
 import json
-import re
 import logging
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -310,7 +310,8 @@ def _handle(**changes: Any) -> Any:
     from airflow_provider_cdc.core.contract.window_handle import WindowHandle
     from airflow_provider_cdc.core.window import Window
 
-    window = Window(datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc), datetime(2026, 3, 1, 12, 10, tzinfo=timezone.utc))
+    start = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+    window = Window(start, start.replace(minute=10))
     fields = {
         "pipeline": "shop", "source_key": "projects/p/instances/i/databases/d/OrdersStream", "window": window,
         "staging_root": "/data/staging", "epoch": 4, "window_basis": "arrival",
@@ -354,7 +355,8 @@ def test_a_handle_and_a_different_explicit_argument_fail_without_retries_naming_
         ("pipeline_id", "payments", "'payments'"),
     ]:
         op = _step_with_handle(step, handle.to_dict(), **{name: value})
-        with pytest.raises(AirflowFailException, match=rf"{name} {re.escape(shown)} differs from the window han"):
+        differs = rf"{name} {re.escape(shown)} differs from the window handle's"
+        with pytest.raises(AirflowFailException, match=differs):
             op.render_template_fields(_context())
     # the same values agree
     same = _step_with_handle(step, handle.to_dict(), window_start="2026-03-01T12:00:00Z", epoch=4)
@@ -395,7 +397,8 @@ def test_the_completion_sensor_waits_for_the_handles_source_and_window() -> None
     other = WindowCompleteSensor(
         task_id="complete", window=handle.to_dict(), window_end="2026-03-01T12:20:00Z", deferrable=False
     )
-    with pytest.raises(AirflowFailException, match="window_end '2026-03-01T12:20:00Z' differs from the window handle's 2026-03-01T12:10:00"):
+    differs = "window_end '2026-03-01T12:20:00Z' differs from the window handle's 2026-03-01T12:10:00"
+    with pytest.raises(AirflowFailException, match=differs):
         other.render_template_fields(_context())
     with pytest.raises(TypeError, match="needs window"):
         WindowCompleteSensor(task_id="complete")

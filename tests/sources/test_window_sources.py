@@ -418,3 +418,11 @@ def test_the_window_complete_trigger_imports_no_source() -> None:
     assert "airflow_provider_cdc.triggers.window_complete" in modules
     sources = ("airflow_provider_cdc.sources", "google.cloud.")
     assert not [m for m in modules if m.startswith(sources)], modules
+
+
+def test_a_window_handle_rendered_by_a_plain_template_is_read_back() -> None:
+    handle = WindowHandle("pipe", SOURCE_KEY, WINDOW, "/staging", 2)
+    assert WindowHandle.from_dict(str(handle.to_dict())) == handle  # "{{ ti.xcom_pull('open') }}"
+    assert WindowHandle.of(handle) is handle
+    with pytest.raises(ValueError, match="neither JSON nor a mapping"):
+        WindowHandle.from_dict("open_window")

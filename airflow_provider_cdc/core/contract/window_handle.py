@@ -8,6 +8,7 @@ is staged, decided once by the open step (the source hook's rule). Later steps t
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -97,10 +98,11 @@ class WindowHandle:
 
     @classmethod
     def from_dict(cls, value: Mapping[str, Any] | str) -> WindowHandle:
-        """The handle of :meth:`to_dict`'s mapping, or of its JSON text (a rendered template). A mapping
-        without ``staging_location`` or ``window_basis`` takes their defaults."""
+        """The handle of :meth:`to_dict`'s mapping, or of its text (a rendered template: JSON, or the
+        mapping's Python form, as ``{{ ti.xcom_pull(…) }}`` renders it). A mapping without
+        ``staging_location`` or ``window_basis`` takes their defaults."""
         if isinstance(value, str):
-            value = json.loads(value)
+            value = _parsed_text(value)
         if not isinstance(value, Mapping):
             raise TypeError(f"a window handle is a mapping, got {type(value).__name__}")
         missing = [name for name in _FIELDS if name not in value and name not in _OPTIONAL]
@@ -121,3 +123,16 @@ class WindowHandle:
                 f"({handle.window_id!r})"
             )
         return handle
+
+
+def _parsed_text(text: str) -> Any:
+    """A rendered template's value: JSON text, or a Python literal (a dict rendered by Jinja)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    try:
+        return ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        problem = f"a window handle's text is neither JSON nor a mapping, got {text[:200]!r}"
+        raise ValueError(problem) from None
