@@ -17,10 +17,8 @@ from datetime import datetime
 from typing import Any
 
 from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, coerce_timestamp, format_timestamp
-from airflow_provider_cdc.operators._window import epoch_template
 from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
 from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
-from airflow_provider_cdc.sources.operators import window_template
 from airflow_provider_cdc.sources.spanner.table_operators import (
     SNAPSHOT,
     SpannerTableOpenWindowOperator,
@@ -34,7 +32,7 @@ try:  # Airflow 3
 except ImportError:  # Airflow 2.11
     from airflow.utils.task_group import TaskGroup  # type: ignore[no-redef]
 
-__all__ = ["epoch_template", "initial_snapshot", "snapshot_start", "window_template"]
+__all__ = ["initial_snapshot", "snapshot_start"]
 
 
 def snapshot_start(first_window_start: datetime | str) -> str:
@@ -66,7 +64,8 @@ def initial_snapshot(
 
         open ─► read (mapped) ─► merge ─► upsert [─► to_bigquery] ─► commit
 
-    The merge, the upserts and the commit carry the epoch ``open`` pushed (this opening of the window):
+    The merge, the upserts and the commit take the window handle ``open`` returns (this opening of the
+    window, ``window=open.output``):
     a run whose snapshot window was opened again since (a second run of the first window) changes
     nothing. Which runs take the snapshot is the stream's open step's choice (see the module).
 
@@ -111,22 +110,15 @@ def initial_snapshot(
         read = SpannerTableReadWindowOperator.partial(task_id="read", **table_source).expand(
             reader_index=list(range(readers))
         )
-        # The steps after the read belong to this opening of the snapshot window (its epoch).
-        epoch = epoch_template(open_snapshot.task_id)
+        # The steps after the read take the opening's window handle: the snapshot window, its source
+        # key and staging location, and this opening of it (its epoch).
         common = {
             "locations": locations,
             "pipeline_id": pipeline_id,
-            "epoch": epoch,
-            **bounds,
+            "window": open_snapshot.output,
             **step_connection,
         }
-        merge = SparkMergeWindowOperator(
-            task_id="merge",
-            # the source's metastore key as the opening recorded it (its window handle)
-            stream_key=window_template(open_snapshot.task_id, "source_key"),
-            conn_id=spark_conn_id,
-            **common,
-        )
+        merge = SparkMergeWindowOperator(task_id="merge", conn_id=spark_conn_id, **common)
         steps: list[Any] = [open_snapshot, read, merge]
         if delta:
             steps.append(SparkUpsertWindowOperator(task_id="upsert", conn_id=spark_conn_id, **common))

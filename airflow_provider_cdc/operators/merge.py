@@ -13,7 +13,6 @@ from airflow_provider_cdc._compat import AirflowFailException
 from airflow_provider_cdc.core.contract.staged_rows import COMMIT_TIME, WINDOW_BASES
 from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.core.window import Window
-from airflow_provider_cdc.hooks.connection_fields import connection_arguments_of
 from airflow_provider_cdc.hooks.pipeline import MergeInput, StaleEpochError, pending_manifest_name
 from airflow_provider_cdc.job_archive import PACKAGE_DIR, build_domain_zip
 from airflow_provider_cdc.lineage import StepLineage, location_dataset
@@ -32,6 +31,7 @@ from airflow_provider_cdc.operators.window_step import (
     WINDOW_STEP_FIELDS,
     LocatedWindowStepFields,
     WindowStepMixin,
+    window_step_arguments_of,
 )
 from airflow_provider_cdc.spark_connect.jobs import SparkConnectJobError, run_merge
 from airflow_provider_cdc.spark_connect.session import connect_url, redacted
@@ -71,12 +71,15 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
     :param locations: the pipeline's roots (templated): ``staging_root`` and ``changeset_root``
         (absolute local paths, ``file://`` or ``gs://`` URIs); the same argument as the upsert's and
         the commit's (see :class:`~airflow_provider_cdc.core.contract.locations.WindowLocations`).
-    :param stream_key: the stream as the metastore names it (``projects/…/databases/<db>/<stream>``;
-        templated); its last segment names the staging folder.
-    :param window_basis: which staged rows are the window's: ``commit_time`` (default: those committed
-        in the window) or ``arrival`` (every row staged for it: a source whose windows are the changes
-        that arrived in them, such as Datastream). Templated: take it from the open task's window
-        handle, ``window_template(open.task_id, "window_basis")``.
+    :param window: the open step's window handle (templated; its return value, e.g.
+        ``window=open_window.output``): the window, pipeline, epoch, source key, staging location and
+        window basis of this opening; ``stream_key`` and ``window_basis`` are then not needed, and an
+        explicit ``window_start``/``window_end``/``epoch``/``pipeline_id`` must agree with it.
+    :param stream_key: without ``window``: the stream as the metastore names it
+        (``projects/…/databases/<db>/<stream>``; templated); its last segment names the staging folder.
+    :param window_basis: without ``window``: which staged rows are the window's: ``commit_time``
+        (default: those committed in the window) or ``arrival`` (every row staged for it: a source whose
+        windows are the changes that arrived in them, such as Datastream). Templated.
     :param window_start: inclusive window start, RFC 3339 (templated; default the data interval start).
     :param window_end: exclusive window end, RFC 3339 (templated; default the data interval end).
     :param gcp_conn_id: Google Cloud connection (default ``google_cloud_default``) whose credentials
@@ -86,8 +89,8 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
         claim's files in the staging folder, for staging written without a metastore).
     :param pipeline_id: the pipeline whose window this is (templated; default none: no epoch check,
         unless ``epoch`` is given, then the DAG id).
-    :param epoch: the opening of the window this run merges (templated, e.g.
-        ``epoch_template(open_task.task_id)``); default the window's current epoch.
+    :param epoch: without ``window``: the opening of the window this run merges (templated, the open
+        task's ``epoch`` XCom); default the window's current epoch.
     :param conn_id: Spark connection (templated; default ``spark_default``; missing means ``local[*]``). A
         connection of type ``spark_connect`` runs the same job on that Spark Connect server (a warm
         Spark: no JVM start per window), with this task as the job's driver; the domain zip and
@@ -110,11 +113,11 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
     template_fields_renderers = {"locations": "json"}
     ui_color = "#f4a460"
 
-    @connection_arguments_of(LocatedWindowStepFields)
+    @window_step_arguments_of(LocatedWindowStepFields)
     def __init__(
         self,
         *,
-        stream_key: str,
+        stream_key: str | None = None,
         window_basis: str = COMMIT_TIME,
         conn_id: str = "spark_default",
         name: str = "cdc-merge-window",
@@ -122,6 +125,11 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
     ) -> None:
         if "application" in kwargs:
             raise TypeError("SparkMergeWindowOperator runs its bundled merge job; do not pass 'application'")
+        if stream_key is None and kwargs.get("window") is None:
+            raise TypeError(
+                "SparkMergeWindowOperator needs window (the open step's window handle, e.g. "
+                "window=open_window.output) or stream_key"
+            )
         super().__init__(application=MERGE_JOB_PATH, conn_id=conn_id, name=name, **kwargs)
         self.stream_key = stream_key
         self.window_basis = window_basis
@@ -131,15 +139,40 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
         #: the hook running the merge on Dataproc (None: none running)
         self._dataproc: Any = None
 
-    def _window_and_folders(self, epoch: int | None = None) -> tuple[Window, str, str]:
-        """The window, its staging folder and where this merge writes: the change set, or within it
-        the folder of the opening ``epoch`` (two runs of one window never write into one folder)."""
-        window = window_of(self.window_start, self.window_end)
-        locations = locations_of(self.locations, "staging_root", "changeset_root")
-        stream_key = str(self.stream_key or "").strip().rstrip("/")
+    def source_key(self) -> str:
+        """The source's metastore key: the window handle's, else ``stream_key``."""
+        handle = self.handle()
+        stream_key = handle.source_key if handle is not None else str(self.stream_key or "")
+        stream_key = stream_key.strip().rstrip("/")
         if not stream_key:
-            raise ValueError("stream_key must name the stream (projects/…/databases/<db>/<stream>)")
-        return window, locations.staging_of(stream_key, window), locations.change_set_data(window, epoch)
+            raise ValueError(
+                "stream_key must name the stream (projects/…/databases/<db>/<stream>); or give window, "
+                "the open step's window handle"
+            )
+        return stream_key
+
+    def merge_basis(self) -> str:
+        """Which staged rows are the window's: the window handle's basis, else ``window_basis``."""
+        handle = self.handle()
+        basis = handle.window_basis if handle is not None else str(self.window_basis or COMMIT_TIME).strip()
+        if basis not in WINDOW_BASES:
+            raise ValueError(f"window_basis must be one of {list(WINDOW_BASES)}, got {self.window_basis!r}")
+        return basis
+
+    def _window_and_folders(self, epoch: int | None = None) -> tuple[Window, str, str]:
+        """The window, its staging folder (the window handle's staging location, else the staging
+        folder of ``stream_key`` under ``staging_root``) and where this merge writes: the change set,
+        or within it the folder of the opening ``epoch`` (two runs of one window never write into one
+        folder)."""
+        handle = self.handle()
+        if handle is not None:
+            locations = locations_of(self.locations, "changeset_root")
+            window, staging = handle.window, handle.staging_location
+        else:
+            locations = locations_of(self.locations, "staging_root", "changeset_root")
+            window = window_of(self.window_start, self.window_end)
+            staging = locations.staging_of(self.source_key(), window)
+        return window, staging, locations.change_set_data(window, epoch)
 
     def merge_arguments(
         self, claims: Mapping[str, str] | None = None, *, merge_input: MergeInput | None = None
@@ -149,9 +182,7 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
         every unit as recorded, the epoch and the tables' previous windows."""
         epoch = merge_input.epoch if merge_input is not None else None
         window, staging, changeset = self._window_and_folders(epoch)
-        basis = str(self.window_basis or COMMIT_TIME).strip()
-        if basis not in WINDOW_BASES:
-            raise ValueError(f"window_basis must be one of {list(WINDOW_BASES)}, got {self.window_basis!r}")
+        basis = self.merge_basis()
         args = [
             "--staging",
             staging,
@@ -183,8 +214,9 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
         return args
 
     def _pipeline(self, context: Any) -> str | None:
-        """``pipeline_id``; without it the DAG id when ``epoch`` is given, else none (no epoch check)."""
-        if not self.pipeline_id and self.window_epoch() is None:
+        """The window handle's pipeline, else ``pipeline_id``; without it the DAG id when ``epoch`` is
+        given, else none (no epoch check)."""
+        if self.handle() is None and not self.pipeline_id and self.window_epoch() is None:
             return None
         return self.pipeline_of(context, required=False)
 
@@ -196,14 +228,13 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
 
     def _merge(self, context: Any) -> None:
         self._conn_id = self.spark_conn_id = str(self.spark_conn_id)  # as rendered
+        self.note_source(self.source_key())  # the metrics' source
         window, staging, changeset = self._window_and_folders()
         merge_input = None
         pipeline = self._pipeline(context)
         if self.metastore_conn_id:
             hook = self.pipeline_hook()
-            merge_input = hook.merge_input(
-                str(self.stream_key).rstrip("/"), window, pipeline, self.window_epoch()
-            )
+            merge_input = hook.merge_input(self.source_key(), window, pipeline, self.window_epoch())
             rows = hook.check_staging(staging, window, merge_input.units)
             self.log.info(
                 "Window %s%s: %d unit(s) hold the %d staged row(s) their readers recorded",

@@ -9,18 +9,30 @@
 :mod:`airflow_provider_cdc.hooks.connection_fields`, so ``default_args`` and ``partial()`` see the
 arguments) and adds only its own. All the common arguments are templated.
 
+Every step also takes ``window``: the open step's window handle (its return value, e.g.
+``window=open_window.output``; a mapping, its JSON text or a
+:class:`~airflow_provider_cdc.core.contract.window_handle.WindowHandle`), kept in the template field
+``window_handle``. Given one, the step's window, pipeline, epoch, source key, staging location and
+window basis are the handle's, parsed once per run of the step; an explicit ``window_start``,
+``window_end``, ``epoch`` or ``pipeline_id`` that differs from it fails without retries, naming both.
+Without it the separate arguments keep working.
+
 Google credentials reach storage only where a location needs them: the default connection is not
 read for a pipeline on local paths (:func:`~airflow_provider_cdc.hooks.storage.storage_connection`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from airflow_provider_cdc._errors import InvalidSettingError
 from airflow_provider_cdc.core.contract.locations import WindowLocations
+from airflow_provider_cdc.core.contract.window_handle import WindowHandle
 from airflow_provider_cdc.core.identifiers import validate_pipeline_id
+from airflow_provider_cdc.core.timestamps import coerce_timestamp, format_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.failures import FailsPermanentErrors
 from airflow_provider_cdc.hooks.connection_fields import (
@@ -48,8 +60,8 @@ class WindowStepFields(ConnectionFields):
     :param window_end: exclusive window end, RFC 3339 (default the data interval end).
     :param locations: the pipeline's roots: ``staging_root``, ``changeset_root``, ``lake_root``
         (absolute local paths or URIs; see :class:`WindowLocations`).
-    :param epoch: the opening of the window this run belongs to (the open task's ``epoch`` XCom,
-        see ``epoch_template``).
+    :param epoch: the opening of the window this run belongs to (the open task's ``epoch`` XCom);
+        with ``window`` the handle's.
     :param gcp_conn_id: Google Cloud connection whose credentials open object-store locations (the
         default connection is only read for those, and may be missing: Application Default
         Credentials).
@@ -100,11 +112,94 @@ class PipelineWindowStepFields(LocatedWindowStepFields):
     pipeline_id: str = field()
 
 
+#: The template field that holds a step's ``window`` argument (the open step's window handle).
+WINDOW_HANDLE_FIELD = "window_handle"
+
 #: The common arguments' names (each window step's ``template_fields`` include them).
-WINDOW_STEP_FIELDS: tuple[str, ...] = WindowStepFields.field_names()
+WINDOW_STEP_FIELDS: tuple[str, ...] = (*WindowStepFields.field_names(), WINDOW_HANDLE_FIELD)
+
+#: The arguments a window handle decides; given explicitly too, they must agree with it.
+_HANDLE_ARGUMENTS = ("window_start", "window_end", "epoch", "pipeline_id")
+
+_Init = TypeVar("_Init", bound=Callable[..., None])
+
+
+def window_step_arguments_of(fields: type[WindowStepFields]) -> Callable[[_Init], _Init]:
+    """Declares an ``__init__`` of a :class:`WindowStepMixin` class as taking ``fields`` and ``window``
+    (so ``default_args`` and ``partial()`` see them)."""
+    connection = connection_arguments_of(fields)
+
+    def declare(init: _Init) -> _Init:
+        init = connection(init)
+        signature = inspect.signature(init)
+        if "window" in signature.parameters:
+            return init
+        window = inspect.Parameter("window", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Any)
+        own = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        rest = [p for p in signature.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD]
+        init.__signature__ = signature.replace(parameters=[*own, window, *rest])  # type: ignore[attr-defined]
+        return init
+
+    return declare
+
 
 #: Declares an ``__init__`` of a :class:`WindowStepMixin` class as taking the common arguments.
-window_step_arguments = connection_arguments_of(WindowStepFields)
+window_step_arguments = window_step_arguments_of(WindowStepFields)
+
+
+def window_handle_of(value: Any) -> WindowHandle | None:
+    """The window handle of a rendered ``window`` argument (``None``: none given); one that is no
+    handle fails without retries (``InvalidSettingError``), naming ``window``."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    try:
+        return WindowHandle.of(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidSettingError(
+            f"window must be the open step's window handle (its return value, e.g. "
+            f"window=open_window.output), got {str(value)[:200]!r}: {exc}"
+        ) from None
+
+
+def _handle_value(handle: WindowHandle, name: str) -> Any:
+    return {
+        "window_start": handle.window.start,
+        "window_end": handle.window.end,
+        "epoch": handle.epoch,
+        "pipeline_id": handle.pipeline,
+    }[name]
+
+
+def _disagrees(name: str, given: Any, handle: WindowHandle) -> bool:
+    """Whether an explicit argument differs from what the handle says."""
+    expected = _handle_value(handle, name)
+    if name in ("window_start", "window_end"):
+        try:
+            return coerce_timestamp(given if not isinstance(given, str) else given.strip()) != expected
+        except (TypeError, ValueError):
+            return True
+    if name == "epoch":
+        try:
+            return epoch_of(given) != expected
+        except ValueError:
+            return True
+    return given not in (None, "") and str(given) != str(expected)
+
+
+def _shown(value: Any) -> str:
+    return format_timestamp(value) if hasattr(value, "tzinfo") else repr(value)
+
+
+def check_handle_agrees(handle: WindowHandle, given: Mapping[str, Any]) -> None:
+    """Fail without retries (``InvalidSettingError``) when an explicit ``window_start``,
+    ``window_end``, ``epoch`` or ``pipeline_id`` in ``given`` (rendered) differs from ``handle``."""
+    for name, value in given.items():
+        if _disagrees(name, value, handle):
+            raise InvalidSettingError(
+                f"{name} {_shown(value)} differs from the window handle's "
+                f"{_shown(_handle_value(handle, name))} (window {handle.window} of pipeline "
+                f"{handle.pipeline!r}, epoch {handle.epoch}); give window alone, or leave {name} out"
+            )
 
 
 class WindowStepMixin(ObservedStep, FailsPermanentErrors, ConnectionFieldsMixin):
@@ -114,6 +209,8 @@ class WindowStepMixin(ObservedStep, FailsPermanentErrors, ConnectionFieldsMixin)
     Its ``execute`` fails without retries on an error a retry cannot heal (:mod:`airflow_provider_cdc.
     failures`), and sends the step's metrics and keeps its failure on the window
     (:class:`~airflow_provider_cdc.operators._observed.ObservedStep`).
+
+    ``window`` (the template field ``window_handle``): the open step's window handle; see the module.
 
     Put it before the Airflow base class; start ``template_fields`` with :data:`WINDOW_STEP_FIELDS`.
     """
@@ -130,13 +227,49 @@ class WindowStepMixin(ObservedStep, FailsPermanentErrors, ConnectionFieldsMixin)
     gcp_conn_id: str
     impersonation_chain: str | Sequence[str] | None
     metastore_conn_id: str | None
+    window_handle: Any
 
     @window_step_arguments
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, window: Any = None, **kwargs: Any) -> None:
+        explicit = tuple(name for name in _HANDLE_ARGUMENTS if kwargs.get(name) is not None)
         super().__init__(**kwargs)
+        self.window_handle = window
+        #: the arguments given besides the handle (they must agree with it)
+        self._explicit_arguments = explicit
+        self._explicit_values: dict[str, Any] | None = None
+        #: the rendered ``window`` and its handle, parsed once
+        self._parsed_handle: tuple[Any, WindowHandle | None] | None = None
+
+    def handle(self) -> WindowHandle | None:
+        """The rendered ``window`` argument's handle (``None``: none given), parsed once: the step's
+        window, pipeline and epoch become the handle's. An explicit ``window_start``, ``window_end``,
+        ``epoch`` or ``pipeline_id`` that differs fails without retries, naming both values."""
+        value = self.window_handle
+        parsed = self._parsed_handle
+        if parsed is not None and parsed[0] is value:
+            return parsed[1]
+        handle = window_handle_of(value)
+        if handle is not None:
+            if self._explicit_values is None:
+                self._explicit_values = {name: getattr(self, name) for name in self._explicit_arguments}
+            check_handle_agrees(handle, self._explicit_values)
+            self.pipeline_id = handle.pipeline
+            self.window_start = format_timestamp(handle.window.start)
+            self.window_end = format_timestamp(handle.window.end)
+            self.epoch = handle.epoch
+        self._parsed_handle = (value, handle)
+        return handle
+
+    def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
+        """Render the fields, then take the window handle (the step's window, pipeline and epoch)."""
+        super().render_template_fields(context, jinja_env)  # type: ignore[misc]
+        self.handle()
 
     def window(self) -> Window:
-        """The window of the rendered ``window_start``/``window_end``."""
+        """The window of the handle, else of the rendered ``window_start``/``window_end``."""
+        handle = self.handle()
+        if handle is not None:
+            return handle.window
         return window_of(self.window_start, self.window_end)
 
     def window_locations(self, *required: str) -> WindowLocations:
@@ -144,12 +277,18 @@ class WindowStepMixin(ObservedStep, FailsPermanentErrors, ConnectionFieldsMixin)
         return locations_of(self.locations, *required)
 
     def window_epoch(self) -> int | None:
-        """The rendered ``epoch`` (``None``: none given)."""
+        """The handle's epoch, else the rendered ``epoch`` (``None``: none given)."""
+        handle = self.handle()
+        if handle is not None:
+            return handle.epoch
         return epoch_of(self.epoch)
 
     def pipeline_of(self, context: Any, *, required: bool = True) -> str | None:
-        """``pipeline_id``, else the id of the DAG running the task (checked); without either,
-        ``None`` unless ``required``."""
+        """The handle's pipeline, else ``pipeline_id``, else the id of the DAG running the task
+        (checked); without any, ``None`` unless ``required``."""
+        handle = self.handle()
+        if handle is not None:
+            return validate_pipeline_id(handle.pipeline)
         if self.pipeline_id:
             return validate_pipeline_id(str(self.pipeline_id))
         ti = context.get("ti") if isinstance(context, Mapping) else None

@@ -14,20 +14,33 @@ specs, with every rule the window steps rely on wired.
             first_window_start=START,
         )
 
-The operators stay public where they are; the specs only choose and wire them.
+The operators stay public where they are; the specs only choose and wire them. Each source's spec lives
+with its source (``sources/<name>/pipeline.py``) and is exported here too.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from airflow_provider_cdc.pipeline.factory import DEFAULT_GROUP_ID, cdc_pipeline
 from airflow_provider_cdc.pipeline.specs import (
     BigQueryCdc,
-    DatastreamFiles,
     DeltaLake,
     Locations,
     PipelineSpecError,
-    SpannerChangeStream,
-    SpannerTables,
-    TablestoreStream,
+    SourceSpec,
+    TargetSpec,
 )
+
+#: Each source's spec, by name → its module (imported when first asked for: a source's module imports
+#: this package's specs, so importing it here would be circular).
+_SOURCE_SPECS = {
+    "DatastreamFiles": "airflow_provider_cdc.sources.datastream.pipeline",
+    "SpannerChangeStream": "airflow_provider_cdc.sources.spanner.pipeline",
+    "SpannerTables": "airflow_provider_cdc.sources.spanner.pipeline",
+    "TablestoreStream": "airflow_provider_cdc.sources.tablestore.pipeline",
+}
 
 __all__ = [
     "DEFAULT_GROUP_ID",
@@ -36,8 +49,23 @@ __all__ = [
     "DeltaLake",
     "Locations",
     "PipelineSpecError",
+    "SourceSpec",
     "SpannerChangeStream",
     "SpannerTables",
     "TablestoreStream",
+    "TargetSpec",
     "cdc_pipeline",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _SOURCE_SPECS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_SOURCE_SPECS))

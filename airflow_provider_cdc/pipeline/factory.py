@@ -6,10 +6,14 @@ A window's tasks (each source adds only what it needs)::
     [wait_parents | wait_for_files] ─► open_window ─► read (mapped) ─► [drained | complete]
         ─► merge ─► upsert (Delta) ─► to_bigquery (BigQuery) ─► commit
 
-With ``initial_snapshot`` (a Spanner change stream) ``open_window`` is the branch of the snapshot task
-group: it follows ``initial_snapshot.open`` only in the pipeline's first window and skips it in every
-other, so the snapshot's tasks never start there; the merge waits for the snapshot's commit
-(``none_failed``: it runs when the snapshot was skipped).
+The source's tasks are its spec's (:meth:`~airflow_provider_cdc.pipeline.specs.SourceSpec.window_tasks`:
+each source is a plug-in in ``sources/<name>/pipeline.py``); the open step returns the window handle and
+every later step takes it whole (``window=open_window.output``).
+
+With ``initial_snapshot`` (a source that takes one builds it: ``SourceSpec.snapshot_tasks``)
+``open_window`` is the branch of the snapshot task group: it follows ``initial_snapshot.open`` only in
+the pipeline's first window and skips it in every other, so the snapshot's tasks never start there; the
+merge waits for the snapshot's commit (``none_failed``: it runs when the snapshot was skipped).
 """
 
 from __future__ import annotations
@@ -19,30 +23,22 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_cdc.core.identifiers import (
-    InvalidIdentifierError,
-    validate_identifier,
-    validate_pipeline_id,
-)
+from airflow_provider_cdc.core.identifiers import InvalidIdentifierError, validate_pipeline_id
 from airflow_provider_cdc.core.timestamps import coerce_timestamp
-from airflow_provider_cdc.operators._window import epoch_template
 from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
 from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
 from airflow_provider_cdc.pipeline.specs import (
     BigQueryCdc,
-    DatastreamFiles,
     DeltaLake,
     Locations,
     PipelineSpecError,
+    SnapshotWindow,
     SourceSpec,
-    SpannerChangeStream,
-    SpannerTables,
-    TablestoreStream,
+    SourceTasks,
+    SourceWindow,
     TargetSpec,
     is_template,
 )
-from airflow_provider_cdc.sources.operators import window_template
-from airflow_provider_cdc.task_groups import initial_snapshot as snapshot_group
 from airflow_provider_cdc.task_groups import snapshot_start
 
 try:  # Airflow 3
@@ -96,8 +92,8 @@ def _validate(
 ) -> None:
     if not isinstance(source, SourceSpec):
         raise PipelineSpecError(
-            f"cdc_pipeline source: {source!r} is no source spec; give SpannerChangeStream, SpannerTables, "
-            "DatastreamFiles or TablestoreStream"
+            f"cdc_pipeline source: {source!r} is no source spec; give a source's spec (a SourceSpec: "
+            "airflow_provider_cdc.pipeline exports every source's)"
         )
     if not targets or not all(isinstance(target, TargetSpec) for target in targets):
         raise PipelineSpecError(f"cdc_pipeline targets: {targets!r}; give DeltaLake() and/or BigQueryCdc(…)")
@@ -148,8 +144,8 @@ def cdc_pipeline(
 ) -> TaskGroup:
     """Build a pipeline's window (call it inside a DAG whose data intervals are the windows).
 
-    :param source: :class:`SpannerChangeStream`, :class:`SpannerTables`, :class:`DatastreamFiles` or
-        :class:`TablestoreStream`.
+    :param source: the source's spec (a :class:`~airflow_provider_cdc.pipeline.specs.SourceSpec`;
+        :mod:`airflow_provider_cdc.pipeline` exports every source's).
     :param targets: :class:`DeltaLake` and/or :class:`BigQueryCdc` (applied in that order: BigQuery
         completes partial rows from the Delta tables).
     :param locations: the roots (:class:`Locations`, or its fields as a mapping).
@@ -158,8 +154,8 @@ def cdc_pipeline(
         expands a task mapped over the output of a task that is not a root of the DAG).
     :param spark_conn_id: where the merge and the Delta upsert run (``spark``, ``spark_connect`` or
         ``dataproc`` connection; default the operators' ``spark_default``).
-    :param initial_snapshot: a Spanner change stream's pipeline starts with a snapshot of the watched
-        tables as of ``first_window_start - 1µs`` (``True``, or a template such as
+    :param initial_snapshot: the pipeline starts with a snapshot of the source's tables as of
+        ``first_window_start - 1µs``, for a source that takes one (``True``, or a template such as
         ``"{{ params.initial_snapshot }}"``).
     :param first_window_start: the pipeline's first window start (the DAG's start date); needed with
         ``initial_snapshot``. Without it the first window opened is the pipeline's first.
@@ -251,144 +247,38 @@ class _Builder:
     def build(self) -> None:
         source = self.source
         # The snapshot's tasks first: Airflow lists a DAG's tasks in the order they were made.
-        snapshot = self.snapshot_tasks(source) if self.snapshot is not False else None  # type: ignore[arg-type]
-        window = {"staging_root": self.locations.staging_root, "pipeline_id": self.pipeline, **self.metastore}
-        if isinstance(source, SpannerChangeStream):
-            snapshot_ids = [root.task_id for root in snapshot.roots] if snapshot is not None else []
-            first, open_window, read, complete = self.change_stream(source, window, snapshot_ids)
-        elif isinstance(source, SpannerTables):
-            first, open_window, read, complete = self.tables(source, window)
-        elif isinstance(source, DatastreamFiles):
-            first, open_window, read, complete = self.datastream(source, window)
-        elif isinstance(source, TablestoreStream):
-            first, open_window, read, complete = self.tablestore(source, window)
-        else:  # pragma: no cover - _validate refuses it
-            raise PipelineSpecError(f"cdc_pipeline source: no pipeline for {type(source).__name__}")
-        steps = self.window_steps(open_window.task_id, read)
-        chain = [task for task in (first, open_window, read, complete, *steps) if task is not None]
+        snapshot = self.snapshot_tasks() if self.snapshot is not False else None
+        snapshot_ids = [root.task_id for root in snapshot.roots] if snapshot is not None else []
+        tasks: SourceTasks = source.window_tasks(
+            SourceWindow(
+                pipeline=self.pipeline, readers=self.readers, locations=self.locations,
+                first_window_start=self.first_window_start(),
+                predecessor_pipeline=self.predecessor_pipeline(),
+                metastore=self.metastore, poke_interval=self.poke_interval, snapshot_task_ids=snapshot_ids,
+            )
+        )  # fmt: skip
+        steps = self.window_steps(tasks.open_window, tasks.read)
+        chain = [*tasks.chain(), *steps]
         for before, after in zip(chain, chain[1:], strict=False):
             before >> after
         if snapshot is not None:
-            open_window >> snapshot
+            tasks.open_window >> snapshot
             snapshot >> steps[0]
 
-    def change_stream(
-        self, source: SpannerChangeStream, window: dict[str, Any], snapshot_ids: list[str]
-    ) -> tuple[Any, ...]:
-        from airflow_provider_cdc.sensors.partitions_drained import SpannerChangeStreamPartitionsDrainedSensor
-        from airflow_provider_cdc.sources.spanner.change_stream_operators import (
-            SpannerChangeStreamOpenWindowOperator,
-            SpannerChangeStreamReadWindowOperator,
-        )
-
-        stream = source.connection()
-        timeout = source.drain_timeout
-        wait_parents = SpannerChangeStreamPartitionsDrainedSensor(
-            task_id="wait_parents",
-            timestamp="{{ data_interval_start }}",
-            # The window before this one must be applied: a window run out of order, or after a window
-            # that failed for good, fails here at once naming the window it waits for.
-            pipeline_id=self.predecessor_pipeline(),
-            poke_interval=5, timeout=timeout, **stream, **self.metastore,
-        )  # fmt: skip
-        open_window = SpannerChangeStreamOpenWindowOperator(
-            task_id="open_window", readers=self.readers, first_window_start=self.first_window_start(),
-            snapshot_task_ids=snapshot_ids, **stream, **window,
-        )  # fmt: skip
-        read = SpannerChangeStreamReadWindowOperator.partial(task_id="read", **stream, **window).expand(
-            reader_index=list(range(self.readers))
-        )
-        drained = SpannerChangeStreamPartitionsDrainedSensor(
-            task_id="drained",
-            timestamp="{{ data_interval_end }}",
-            window_start="{{ data_interval_start }}",
-            window_end="{{ data_interval_end }}",
-            poke_interval=self.poke_interval, timeout=timeout, **stream, **self.metastore,
-        )  # fmt: skip
-        return wait_parents, open_window, read, drained
-
-    def tables(self, source: SpannerTables, window: dict[str, Any]) -> tuple[Any, ...]:
-        from airflow_provider_cdc.sources.spanner.table_operators import (
-            COMMIT_TIMESTAMP,
-            SpannerTableOpenWindowOperator,
-            SpannerTableReadWindowOperator,
-        )
-
-        connection = source.connection()
-        open_window = SpannerTableOpenWindowOperator(
-            task_id="open_window", mode=COMMIT_TIMESTAMP, tables=source.tables, readers=self.readers,
-            first_window_start=self.first_window_start(), on_late_rows=source.on_late_rows,
-            page_rows=source.page_rows, **connection, **window,
-        )  # fmt: skip
-        read = SpannerTableReadWindowOperator.partial(task_id="read", **connection, **window).expand(
-            reader_index=list(range(self.readers))
-        )
-        return None, open_window, read, None
-
-    def datastream(self, source: DatastreamFiles, window: dict[str, Any]) -> tuple[Any, ...]:
-        from airflow_provider_cdc.sources.datastream.operators import (
-            DatastreamOpenWindowOperator,
-            DatastreamReadWindowOperator,
-            DatastreamWindowArrivedSensor,
-        )
-
-        stream = source.connection()
-        wait_for_files = DatastreamWindowArrivedSensor(
-            task_id="wait_for_files", timeout=source.wait_timeout, **stream, **self.metastore
-        )
-        open_window = DatastreamOpenWindowOperator(
-            task_id="open_window", readers=self.readers, first_window_start=self.first_window_start(),
-            **stream, **window,
-        )  # fmt: skip
-        read = DatastreamReadWindowOperator.partial(task_id="read", **stream, **window).expand(
-            reader_index=list(range(self.readers))
-        )
-        return wait_for_files, open_window, read, self.complete(open_window.task_id, source.wait_timeout)
-
-    def tablestore(self, source: TablestoreStream, window: dict[str, Any]) -> tuple[Any, ...]:
-        from airflow_provider_cdc.sources.tablestore.operators import (
-            TablestoreOpenWindowOperator,
-            TablestoreReadWindowOperator,
-        )
-
-        stream = source.connection()
-        open_window = TablestoreOpenWindowOperator(
-            task_id="open_window", readers=self.readers, first_window_start=self.first_window_start(),
-            **stream, **window,
-        )  # fmt: skip
-        read = TablestoreReadWindowOperator.partial(task_id="read", **stream, **window).expand(
-            reader_index=list(range(self.readers))
-        )
-        return None, open_window, read, self.complete(open_window.task_id, source.wait_timeout)
-
-    def complete(self, open_task_id: str, timeout: float) -> Any:
-        """Every unit of the window staged (from the metastore alone) before the merge."""
-        from airflow_provider_cdc.sensors.window_complete import WindowCompleteSensor
-
-        return WindowCompleteSensor(
-            task_id="complete", source_key=window_template(open_task_id),
-            poke_interval=self.poke_interval, timeout=timeout, **self.metastore,
-        )  # fmt: skip
-
-    def window_steps(self, open_task_id: str, read: Any) -> list[Any]:
-        """merge ─► each target's apply ─► commit, all of this opening of the window (its epoch)."""
+    def window_steps(self, open_window: Any, read: Any) -> list[Any]:
+        """merge ─► each target's apply ─► commit, all of this opening of the window: each takes the
+        open step's window handle (its window, pipeline, epoch, source key and staging location)."""
         locations = self.locations.as_argument()
         common = {
             "locations": locations,
             "pipeline_id": self.pipeline,
             # This run's opening of the window: a run whose window was opened again since changes nothing.
-            "epoch": epoch_template(open_task_id),
+            "window": open_window.output,
             **self.metastore,
         }
         # With the snapshot, the merge follows its commit, and runs when it was skipped.
         after_snapshot = {"trigger_rule": "none_failed"} if self.snapshot is not False else {}
-        merge = SparkMergeWindowOperator(
-            task_id="merge",
-            # The source's key and window basis as the opening recorded them (its window handle).
-            stream_key=window_template(open_task_id),
-            window_basis=window_template(open_task_id, "window_basis"),
-            **after_snapshot, **self.spark, **common,
-        )  # fmt: skip
+        merge = SparkMergeWindowOperator(task_id="merge", **after_snapshot, **self.spark, **common)
         steps, watermarks = [merge], None
         for target in self.targets:
             step, output = self.apply(target, common)
@@ -424,33 +314,20 @@ class _Builder:
 
     # --- the initial snapshot --------------------------------------------------------------------
 
-    def snapshot_tasks(self, source: SpannerChangeStream) -> Any:
-        """The snapshot window ``[T - 1µs, T)`` (``task_groups.initial_snapshot``)."""
+    def snapshot_tasks(self) -> Any:
+        """The snapshot window ``[T - 1µs, T)``, as the source's spec builds it."""
         assert self.first is not None  # _validate requires it
         bigquery = next((t for t in self.targets if isinstance(t, BigQueryCdc)), None)
-        name = source.snapshot_source or f"{self.pipeline}_snapshot"
-        if not is_template(name):
-            try:
-                validate_identifier(name, "snapshot source")
-            except InvalidIdentifierError as exc:
-                raise PipelineSpecError(
-                    f"SpannerChangeStream.snapshot_source: {exc}; give a plain identifier (the pipeline id "
-                    f"{self.pipeline!r} names no snapshot source)"
-                ) from None
-        connection = {k: v for k, v in source.connection().items() if k not in ("stream", "retention")}
-        return snapshot_group(
-            first_window_start=self.first,
-            source=name,
-            change_stream=source.stream,
-            tables=source.snapshot_tables,
-            locations=self.locations.as_argument(),
-            pipeline_id=self.pipeline,
-            readers=self.readers,
-            delta=any(isinstance(target, DeltaLake) for target in self.targets),
-            bigquery=None if bigquery is None else bigquery.operator_arguments(),
-            spark_conn_id=self.spark.get("conn_id", "spark_default"),
-            group_id="initial_snapshot",
-            **self.assets,
-            **connection,
-            **self.metastore,
+        return self.source.snapshot_tasks(
+            SnapshotWindow(
+                pipeline=self.pipeline,
+                readers=self.readers,
+                locations=self.locations,
+                first_window_start=self.first,
+                delta=any(isinstance(target, DeltaLake) for target in self.targets),
+                bigquery=None if bigquery is None else bigquery.operator_arguments(),
+                spark_conn_id=self.spark.get("conn_id", "spark_default"),
+                assets=self.assets,
+                metastore=self.metastore,
+            )
         )

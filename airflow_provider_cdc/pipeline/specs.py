@@ -1,6 +1,10 @@
 """What a pipeline reads and where it writes, as small typed specs :func:`~airflow_provider_cdc.pipeline.
 factory.cdc_pipeline` builds the window's tasks from.
 
+A source is a plug-in: its spec (a :class:`SourceSpec` in ``sources/<name>/pipeline.py``) builds its
+window's source tasks (:meth:`SourceSpec.window_tasks`, from a :class:`SourceWindow`) and, when it takes
+one, the initial snapshot (:meth:`SourceSpec.snapshot_tasks`); the factory names no source.
+
 Every field may be a template (``"{{ params.stream }}"``): it is then checked when the task renders it.
 A literal value is checked when the DAG is parsed: identifiers (streams, sources, tables), roots
 (absolute paths or URIs) and choices fail the parse with a :class:`PipelineSpecError` naming the spec, the
@@ -19,14 +23,19 @@ from airflow_provider_cdc.core.identifiers import InvalidIdentifierError, valida
 
 __all__ = [
     "BigQueryCdc",
-    "DatastreamFiles",
     "DeltaLake",
     "Locations",
     "PipelineSpecError",
-    "SpannerChangeStream",
-    "SpannerTables",
-    "TablestoreStream",
+    "SnapshotWindow",
+    "SourceSpec",
+    "SourceTasks",
+    "SourceWindow",
+    "TargetSpec",
     "is_template",
+    "spec_error",
+    "spec_identifier",
+    "spec_root",
+    "spec_text",
 ]
 
 
@@ -39,11 +48,13 @@ def is_template(value: object) -> bool:
     return isinstance(value, str) and ("{{" in value or "{%" in value)
 
 
-def _refuse(spec: object, name: str, problem: str, fix: str) -> PipelineSpecError:
+def spec_error(spec: object, name: str, problem: str, fix: str) -> PipelineSpecError:
+    """The error of a spec's field: names the spec, the field, the problem and the fix."""
     return PipelineSpecError(f"{type(spec).__name__}.{name}: {problem}; {fix}")
 
 
-def _identifier(spec: object, name: str, kind: str) -> None:
+def spec_identifier(spec: object, name: str, kind: str) -> None:
+    """Check that the spec's field ``name`` is a plain identifier (or ``None``, or a template)."""
     value = getattr(spec, name)
     if value is None or is_template(value):
         return
@@ -53,7 +64,8 @@ def _identifier(spec: object, name: str, kind: str) -> None:
         raise _refuse(spec, name, str(exc), f"give a plain {kind} name, or a template") from None
 
 
-def _root(spec: object, name: str, *, required: bool = True) -> None:
+def spec_root(spec: object, name: str, *, required: bool = True) -> None:
+    """Check that the spec's field ``name`` is an absolute path, a URI or a template."""
     value = getattr(spec, name)
     if value is None or (isinstance(value, str) and not value.strip()):
         if required:
@@ -70,10 +82,14 @@ def _root(spec: object, name: str, *, required: bool = True) -> None:
     )  # fmt: skip
 
 
-def _text(spec: object, name: str) -> None:
+def spec_text(spec: object, name: str) -> None:
+    """Check that the spec's field ``name`` is non-blank text."""
     value = getattr(spec, name)
     if not isinstance(value, str) or not value.strip():
         raise _refuse(spec, name, f"is {value!r}", "give its name, or a template such as '{{ params.x }}'")
+
+
+_refuse, _identifier, _root, _text = spec_error, spec_identifier, spec_root, spec_text
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,8 +121,90 @@ class Locations:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SourceWindow:
+    """What a source's window tasks are built with (the factory gives it to :meth:`SourceSpec.
+    window_tasks`).
+
+    :param pipeline: the pipeline id (or its template).
+    :param readers: how many mapped readers read the window (``reader_index`` over ``range(readers)``).
+    :param locations: the pipeline's roots.
+    :param first_window_start: the open step's ``first_window_start`` (``None``: none).
+    :param predecessor_pipeline: the pipeline whose previous window must be applied before this one is
+        read (a template in a pipeline that starts with the snapshot; blank: ``pipeline``).
+    :param metastore: the metastore connection argument of every task (empty: the default).
+    :param poke_interval: seconds between the completion sensors' checks.
+    :param snapshot_task_ids: the initial snapshot's first tasks, which the open step branches to.
+    """
+
+    pipeline: str
+    readers: int
+    locations: Locations
+    first_window_start: str | None = None
+    predecessor_pipeline: str = ""
+    metastore: Mapping[str, Any] = field(default_factory=dict)
+    poke_interval: float = 2
+    snapshot_task_ids: Sequence[str] = ()
+
+    def window_arguments(self) -> dict[str, Any]:
+        """The open and read steps' window arguments: the staging root, the pipeline, the metastore."""
+        return {"staging_root": self.locations.staging_root, "pipeline_id": self.pipeline, **self.metastore}
+
+    def reader_indices(self) -> list[int]:
+        """The mapped readers' ``reader_index`` values (a fixed list: Airflow 2's backfill expands no
+        task mapped over a task's output)."""
+        return list(range(self.readers))
+
+
+@dataclass(frozen=True, kw_only=True)
+class SourceTasks:
+    """A window's source tasks, in order: ``before`` ─► ``open_window`` ─► ``read`` ─► ``complete``.
+
+    ``open_window`` returns the window handle the later steps take (``window=open_window.output``);
+    ``read`` is the mapped readers (their summaries go to the commit); ``before`` (a wait before the
+    window is opened) and ``complete`` (every unit staged, before the merge) are optional.
+    """
+
+    open_window: Any
+    read: Any
+    before: Any = None
+    complete: Any = None
+
+    def chain(self) -> list[Any]:
+        """The tasks in order, without the missing ones."""
+        tasks = (self.before, self.open_window, self.read, self.complete)
+        return [task for task in tasks if task is not None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SnapshotWindow:
+    """What the initial snapshot's tasks are built with (the factory gives it to :meth:`SourceSpec.
+    snapshot_tasks`): the pipeline's settings and what its targets need.
+
+    :param first_window_start: ``T``, the first stream window's start.
+    :param delta: the pipeline has a Delta Lake target.
+    :param bigquery: the BigQuery target's operator arguments (``None``: no BigQuery target).
+    :param spark_conn_id: the Spark connection of the merge and the upsert.
+    :param assets: the commits' ``outlets`` and ``bigquery_dataset``.
+    """
+
+    pipeline: str
+    readers: int
+    locations: Locations
+    first_window_start: Any
+    delta: bool
+    bigquery: Mapping[str, Any] | None = None
+    spark_conn_id: str = "spark_default"
+    assets: Mapping[str, Any] = field(default_factory=dict)
+    metastore: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
 class SourceSpec:
-    """What every source spec has: the connections its tasks use (``None``: the operators' default)."""
+    """What every source spec has: the connections its tasks use (``None``: the operators' default).
+
+    A source's spec builds its window's source tasks (:meth:`window_tasks`) and, when it takes one
+    (:attr:`takes_snapshot`), the pipeline's initial snapshot (:meth:`snapshot_tasks`).
+    """
 
     #: a short name of the source's kind, for errors and task ids
     kind: ClassVar[str] = "source"
@@ -119,183 +217,17 @@ class SourceSpec:
     def __post_init__(self) -> None:
         self.validate()
 
+    def window_tasks(self, window: SourceWindow) -> SourceTasks:
+        """Build the window's source tasks in the current task group: the open step (task id
+        ``open_window``, returning the window handle), the mapped readers (``read``), and the waits
+        before and after them the source needs."""
+        raise NotImplementedError(f"{type(self).__name__} builds no window tasks")
 
-@dataclass(frozen=True, kw_only=True)
-class SpannerChangeStream(SourceSpec):
-    """A Spanner change stream, read one window of partitions at a time.
-
-    :param instance_id: the Spanner instance.
-    :param database_id: the database.
-    :param stream: the change stream (a plain identifier).
-    :param project_id: the Google Cloud project (default: the connection's).
-    :param snapshot_tables: the tables the initial snapshot reads (default: every table the stream
-        watches, with the columns it watches).
-    :param snapshot_source: the snapshot's name (a plain identifier): its staging folder and metastore
-        key (default ``{pipeline_id}_snapshot``).
-    :param retention: overrides the stream's ``retention_period`` (``timedelta``, seconds or ``'7d'``).
-    :param gcp_conn_id: the Google Cloud connection (default ``google_cloud_default``).
-    :param drain_timeout: seconds the drain sensors wait for the stream's partitions.
-    """
-
-    kind: ClassVar[str] = "Spanner change stream"
-    takes_snapshot: ClassVar[bool] = True
-
-    instance_id: str
-    database_id: str
-    stream: str
-    project_id: str | None = None
-    snapshot_tables: Sequence[str] | None = None
-    snapshot_source: str | None = None
-    retention: timedelta | float | str | None = None
-    gcp_conn_id: str | None = None
-    drain_timeout: float = 3600
-
-    def validate(self) -> None:
-        _text(self, "instance_id")
-        _text(self, "database_id")
-        _identifier(self, "stream", "change stream")
-        _identifier(self, "snapshot_source", "snapshot source")
-
-    def connection(self) -> dict[str, Any]:
-        """The change-stream operators' and sensors' connection arguments."""
-        arguments: dict[str, Any] = {
-            "instance_id": self.instance_id, "database_id": self.database_id, "stream": self.stream,
-        }  # fmt: skip
-        for name in ("project_id", "retention", "gcp_conn_id"):
-            if getattr(self, name) is not None:
-                arguments[name] = getattr(self, name)
-        return arguments
-
-
-@dataclass(frozen=True, kw_only=True)
-class SpannerTables(SourceSpec):
-    """Spanner tables read by their commit-timestamp column, one window of commit timestamps per run.
-
-    :param source: the source's name (a plain identifier): its staging folder and metastore key.
-    :param tables: ``CommitTimestampTable`` fields as dicts (``table``, ``timestamp_column``, and
-        ``soft_delete_column``, ``entity_key``, ``target_table``), or a template rendering their JSON
-        (``"{{ params.tables | tojson }}"``).
-    :param on_late_rows: ``fail`` (default) or ``warn`` when rows arrive in a window already read.
-    """
-
-    kind: ClassVar[str] = "Spanner tables"
-
-    instance_id: str
-    database_id: str
-    source: str
-    tables: Sequence[Mapping[str, Any]] | str
-    project_id: str | None = None
-    on_late_rows: str = "fail"
-    page_rows: int | str | None = None
-    gcp_conn_id: str | None = None
-
-    def validate(self) -> None:
-        _text(self, "instance_id")
-        _text(self, "database_id")
-        _identifier(self, "source", "source")
-        if not is_template(self.tables):
-            if isinstance(self.tables, str) or not self.tables:
-                fix = "give a list of {'table': …, 'timestamp_column': …} dicts, or a template"
-                raise _refuse(self, "tables", f"is {self.tables!r}", fix)
-            for index, table in enumerate(self.tables):
-                missing = [key for key in ("table", "timestamp_column") if key not in table]
-                if missing:
-                    raise _refuse(
-                        self, f"tables[{index}]", f"lacks {missing}", "name the table and its column"
-                    )
-                validate_table = table["table"]
-                if not is_template(validate_table):
-                    try:
-                        validate_identifier(validate_table, "table")
-                    except InvalidIdentifierError as exc:
-                        raise _refuse(self, f"tables[{index}]", str(exc), "give a plain table name") from None
-        if not is_template(self.on_late_rows) and self.on_late_rows not in ("fail", "warn"):
-            raise _refuse(self, "on_late_rows", f"is {self.on_late_rows!r}", "give 'fail' or 'warn'")
-
-    def connection(self) -> dict[str, Any]:
-        """The table operators' connection arguments."""
-        arguments: dict[str, Any] = {
-            "instance_id": self.instance_id, "database_id": self.database_id, "source": self.source,
-        }  # fmt: skip
-        for name in ("project_id", "gcp_conn_id"):
-            if getattr(self, name) is not None:
-                arguments[name] = getattr(self, name)
-        return arguments
-
-
-@dataclass(frozen=True, kw_only=True)
-class DatastreamFiles(SourceSpec):
-    """Datastream's files in GCS (or a folder), one window of arrived files per run.
-
-    :param stream_root: the stream's destination path (``gs://bucket/prefix`` or an absolute folder).
-    :param source: the source's name (a plain identifier): its staging folder and metastore key; two
-        pipelines on one stream each take their own (a window's files are claimed per source).
-    :param objects: the Datastream objects to read (default every object), or a template of their JSON.
-    :param settings: ``source_database``, ``primary_keys``, ``column_types``, ``table_names``.
-    :param file_rotation_interval: the stream's file rotation interval in seconds.
-    :param lateness_margin: seconds after a window's end before it is listed (default: two rotations
-        plus 60 s).
-    :param wait_timeout: seconds the arrival and completion sensors wait.
-    """
-
-    kind: ClassVar[str] = "Datastream files"
-
-    stream_root: str
-    source: str
-    objects: Sequence[str] | str | None = None
-    settings: Mapping[str, Any] | str | None = None
-    file_rotation_interval: float | str = 60
-    lateness_margin: float | str | None = None
-    gcp_conn_id: str | None = None
-    wait_timeout: float = 3600
-
-    def validate(self) -> None:
-        _root(self, "stream_root")
-        _identifier(self, "source", "source")
-
-    def connection(self) -> dict[str, Any]:
-        """The Datastream operators' and sensor's connection arguments."""
-        arguments: dict[str, Any] = {
-            "stream_root": self.stream_root,
-            "source": self.source,
-            "file_rotation_interval": self.file_rotation_interval,
-        }
-        for name in ("objects", "settings", "lateness_margin", "gcp_conn_id"):
-            if getattr(self, name) is not None:
-                arguments[name] = getattr(self, name)
-        return arguments
-
-
-@dataclass(frozen=True, kw_only=True)
-class TablestoreStream(SourceSpec):
-    """A Table Store table's stream, one window per run.
-
-    :param table: the table whose stream is read.
-    :param tablestore_conn_id: the ``tablestore`` connection.
-    :param column_types: the attribute columns' Table Store types, or a template of their JSON.
-    :param settle_margin: seconds after a window's end before it is read (default 300).
-    :param wait_timeout: seconds the completion sensor waits.
-    """
-
-    kind: ClassVar[str] = "Table Store stream"
-
-    table: str
-    tablestore_conn_id: str = "tablestore_default"
-    column_types: Mapping[str, str] | str | None = None
-    settle_margin: float | str | None = None
-    wait_timeout: float = 3600
-
-    def validate(self) -> None:
-        _identifier(self, "table", "table")
-        _text(self, "tablestore_conn_id")
-
-    def connection(self) -> dict[str, Any]:
-        """The Table Store operators' connection arguments."""
-        arguments: dict[str, Any] = {"table": self.table, "tablestore_conn_id": self.tablestore_conn_id}
-        for name in ("column_types", "settle_margin"):
-            if getattr(self, name) is not None:
-                arguments[name] = getattr(self, name)
-        return arguments
+    def snapshot_tasks(self, snapshot: SnapshotWindow) -> Any:
+        """Build the initial snapshot's task group (only a source that :attr:`takes_snapshot`)."""
+        raise PipelineSpecError(
+            f"cdc_pipeline initial_snapshot: a {self.kind} takes no snapshot; leave it out"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)

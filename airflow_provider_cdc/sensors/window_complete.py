@@ -6,7 +6,8 @@ triggerer renders a task's templated fields) a deferrable sensor whose arguments
 the triggerer (``start_from_trigger``): its first check, every poll and a satisfied end run there, and
 only a failed wait resumes the task on a worker, to fail it with the trigger's message. The triggerer
 cannot serve an XCom read while rendering (Airflow 3.3 refuses the request and the trigger never
-starts), so a sensor whose ``source_key`` comes from the open task's window handle defers from a worker.
+starts), so a sensor given the open task's window handle (``window=open_window.output``) defers from a
+worker.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_cdc._compat import AirflowFailException, BaseSensorOperator, Context
 from airflow_provider_cdc._errors import DrainWaitError, metastore_errors
+from airflow_provider_cdc.core.contract.window_handle import WindowHandle
 from airflow_provider_cdc.core.timestamps import coerce_timestamp, format_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.failures import FailsPermanentErrors
@@ -58,9 +60,12 @@ class WindowCompleteSensor(FailsPermanentErrors, BaseSensorOperator):
     """Waits until every unit (partition, batch, file, shard) of a window of a source is staged, reading
     only the metastore: any source, no source connection.
 
-    :param source_key: the source's key in the metastore (``projects/…/databases/<db>/<stream>``; the
-        open task's window handle holds it: ``"{{ ti.xcom_pull(task_ids='open', key='window')
-        ['source_key'] }}"``).
+    :param window: the open task's window handle (its return value, e.g. ``window=open_window.output``;
+        templated, kept in the field ``window_handle``): the source key and the window are the handle's,
+        and an explicit ``window_start``/``window_end``/``pipeline_id`` must agree with it (else the
+        sensor fails without retries naming both values).
+    :param source_key: without ``window``: the source's key in the metastore
+        (``projects/…/databases/<db>/<stream>``).
     :param window_start: the window's start (default the run's data interval).
     :param window_end: the window's end (default the run's data interval).
     :param pipeline_id: when given, the window's predecessor must be applied first: a window run before
@@ -80,6 +85,7 @@ class WindowCompleteSensor(FailsPermanentErrors, BaseSensorOperator):
     """
 
     template_fields: Sequence[str] = (
+        "window_handle",
         "source_key",
         "window_start",
         "window_end",
@@ -94,7 +100,8 @@ class WindowCompleteSensor(FailsPermanentErrors, BaseSensorOperator):
     def __init__(
         self,
         *,
-        source_key: str,
+        window: Any = None,
+        source_key: str | None = None,
         window_start: Any = WINDOW_START,
         window_end: Any = WINDOW_END,
         pipeline_id: str | None = None,
@@ -104,8 +111,22 @@ class WindowCompleteSensor(FailsPermanentErrors, BaseSensorOperator):
         start_from_trigger: bool | None = None,
         **kwargs: Any,
     ) -> None:
+        if window is None and source_key is None:
+            raise TypeError(
+                f"{type(self).__name__} needs window (the open task's window handle, e.g. "
+                "window=open_window.output) or source_key"
+            )
         kwargs.setdefault("poke_interval", 5.0)
+        #: the window arguments given besides the handle (they must agree with it)
+        self._explicit_arguments = {
+            name: value
+            for name, value in (("window_start", window_start), ("window_end", window_end),
+                                ("pipeline_id", pipeline_id))
+            if value is not None and value not in (WINDOW_START, WINDOW_END)
+        }  # fmt: skip
+        self._parsed_handle: tuple[Any, WindowHandle | None] | None = None
         super().__init__(**kwargs)
+        self.window_handle = window
         self.source_key = source_key
         self.window_start = window_start
         self.window_end = window_end
@@ -121,6 +142,8 @@ class WindowCompleteSensor(FailsPermanentErrors, BaseSensorOperator):
             return
         kwargs = self.start_trigger_kwargs()
         reads_xcom = [name for name, value in kwargs.items() if not _renders_in_triggerer(value)]
+        if getattr(self, "window_handle", None) is not None:  # the open task's handle: an XCom
+            reads_xcom.append("window")
         if wanted is None:
             wanted = self.deferrable and TRIGGERER_RENDERS_TEMPLATES and not reads_xcom
         if wanted and not (self.deferrable and TRIGGERER_RENDERS_TEMPLATES):
@@ -165,7 +188,35 @@ class WindowCompleteSensor(FailsPermanentErrors, BaseSensorOperator):
         }
 
     # ----- what is waited for ---------------------------------------------------------------------
+    def handle(self) -> WindowHandle | None:
+        """The rendered ``window`` argument's handle (``None``: none given), parsed once: the source
+        key and window become the handle's. An explicit ``window_start``, ``window_end`` or
+        ``pipeline_id`` that differs fails without retries, naming both values."""
+        from airflow_provider_cdc.operators.window_step import check_handle_agrees, window_handle_of
+
+        value = self.window_handle
+        parsed = self._parsed_handle
+        if parsed is not None and parsed[0] is value:
+            return parsed[1]
+        handle = window_handle_of(value)
+        if handle is not None:
+            rendered = {name: getattr(self, name) for name in self._explicit_arguments}
+            check_handle_agrees(handle, rendered)
+            self.source_key = handle.source_key
+            self.window_start = format_timestamp(handle.window.start)
+            self.window_end = format_timestamp(handle.window.end)
+        self._parsed_handle = (value, handle)
+        return handle
+
+    def render_template_fields(self, context: Any, jinja_env: Any = None) -> None:
+        """Render the fields, then take the window handle (the source key and the window)."""
+        super().render_template_fields(context, jinja_env)
+        self.handle()
+
     def _window(self) -> Window | None:
+        handle = self.handle()
+        if handle is not None:
+            return handle.window
         return window_of(self.window_start, self.window_end)
 
     def _checked_window(self, context: Context) -> Window:

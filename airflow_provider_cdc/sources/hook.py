@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow_provider_cdc._compat import BaseHook
 from airflow_provider_cdc._errors import CdcError, metastore_errors
+from airflow_provider_cdc.core.contract.locations import WindowLocations, staging_folder
 from airflow_provider_cdc.core.contract.staged_rows import COMMIT_TIME
-from airflow_provider_cdc.core.contract.window_handle import WindowHandle, staging_folder
+from airflow_provider_cdc.core.contract.window_handle import WindowHandle
 from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.filesystems import is_local
@@ -162,8 +163,12 @@ class WindowSourceHook(BaseHook, metaclass=ABCMeta):
     def window_handle(
         self, pipeline: str, window: Window, staging_root: str, epoch: int | None
     ) -> WindowHandle:
-        """The handle of an opening of ``window`` that later steps take."""
-        return WindowHandle(pipeline, self.source_key, window, staging_root, epoch, self.window_basis)
+        """The handle of an opening of ``window`` that later steps take: its staging location is where
+        this source's readers stage the window (:attr:`staging_folder` under ``staging_root``)."""
+        location = WindowLocations(staging_root=staging_root).staging(self.staging_folder, window)
+        return WindowHandle(
+            pipeline, self.source_key, window, staging_root, epoch, self.window_basis, location
+        )
 
     def read_window(self, window: Window, staging_root: str, owner: str, **options: Any) -> ReadSummary:
         """Read units of the window (sharing the work with other readers) into staging."""

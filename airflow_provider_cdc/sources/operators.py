@@ -3,9 +3,11 @@
 Opening a window first runs the preflight (:mod:`airflow_provider_cdc.preflight`: params, connections,
 roots, Spark, the window's time and the source, before anything is recorded), then records the pipeline
 (its first window), refuses a window whose predecessor was never run, opens the window through the
-source's hook and pushes the opening's epoch (XCom ``epoch``) and
-its :class:`~airflow_provider_cdc.core.contract.window_handle.WindowHandle` (XCom ``window``); it returns
-``list(range(readers))`` for mapped readers to ``expand`` over. An open step given the initial snapshot's
+source's hook and returns the opening's
+:class:`~airflow_provider_cdc.core.contract.window_handle.WindowHandle` (``to_dict()``: the later steps
+take it whole, ``window=open_window.output``), also pushed as the XCom ``window`` with the epoch as the
+XCom ``epoch``. Mapped readers ``expand`` over a fixed list (``reader_index=list(range(readers))``),
+not over the open step's return value. An open step given the initial snapshot's
 first tasks (``snapshot_task_ids``, directly downstream of it) is the DAG's branch: it follows them only in
 the pipeline's first window after the snapshot and skips them in every other run, so the snapshot's
 tasks never start a task process there. Reading maps the reader over the window and returns the
@@ -83,7 +85,8 @@ def json_argument(name: str, value: Any, kind: str = "a list") -> Any:
 
 def window_template(open_task_id: str, field: str = "source_key") -> str:
     """The template of one field of the window handle the open task ``open_task_id`` pushed (its XCom
-    ``window``), e.g. the merge's ``stream_key=window_template(open.task_id)``."""
+    ``window``), for a task of your own that takes one field; the window steps take the handle whole
+    (``window=open.output``)."""
     if field not in WindowHandle.xcom_fields():
         raise ValueError(f"a window handle has no field {field!r}; it has {list(WindowHandle.xcom_fields())}")
     return f"{{{{ {xcom_pull_expression(open_task_id, WINDOW_XCOM_KEY)}['{field}'] }}}}"
@@ -164,8 +167,12 @@ class SourceWindowOperator(ObservedStep, FailsPermanentErrors, BaseOperator):
 
 class OpenWindowOperatorBase(SourceWindowOperator, BranchMixIn):
     """Opens a window of a source: runs the preflight (:meth:`preflight`), records the pipeline, refuses
-    a window whose predecessor was never run, opens the window (:meth:`open`) and pushes the epoch and
-    the window handle.
+    a window whose predecessor was never run, opens the window (:meth:`open`), pushes the epoch (XCom
+    ``epoch``) and the window handle (XCom ``window``) and returns the handle
+    (:meth:`WindowHandle.to_dict`) for the later steps' ``window`` argument (``window=open.output``).
+
+    Changed: the open step used to return ``list(range(readers))``; map readers over a fixed list,
+    ``.expand(reader_index=list(range(readers)))``, and give the later steps its return value.
 
     ``first_window_start``: the pipeline's first window start (default this window's start), recorded
     by the first window opened for the pipeline; windows apply in order from there.
@@ -250,7 +257,7 @@ class OpenWindowOperatorBase(SourceWindowOperator, BranchMixIn):
         told = coerce_timestamp(self.first_window_start) == snapshot_start
         return told and coerce_timestamp(recorded.first_window_start) == snapshot_start
 
-    def choose_snapshot(self, context: Context, snapshot: bool, readers: list[int]) -> None:
+    def choose_snapshot(self, context: Context, snapshot: bool, handle: dict[str, Any]) -> None:
         """Follow the snapshot's tasks (``snapshot``) or skip them; every other downstream task is
         followed. Nothing to do without snapshot tasks."""
         if not self.snapshot_task_ids:
@@ -265,7 +272,7 @@ class OpenWindowOperatorBase(SourceWindowOperator, BranchMixIn):
         )  # fmt: skip
         follow = [task_id for task_id in self.downstream_task_ids if task_id not in self.snapshot_task_ids]
         # Airflow 3 ends the task on a skip without pushing its return value: push it first.
-        context["ti"].xcom_push(key="return_value", value=readers)
+        context["ti"].xcom_push(key="return_value", value=handle)
         self.do_branch(context, follow)
 
     def push_opened(self, context: Context, handle: WindowHandle) -> None:
@@ -285,9 +292,9 @@ class OpenWindowOperatorBase(SourceWindowOperator, BranchMixIn):
         )  # fmt: skip
         return hook.window_handle(pipeline, window, self.staging_root, epoch)
 
-    def execute(self, context: Context) -> list[int]:
+    def execute(self, context: Context) -> dict[str, Any]:
         self.preflight(context)
-        readers = self.reader_count()
+        self.reader_count()
         window = self.window()
         recorded, error = self.record_pipeline(context, window)
         self.log.info(
@@ -296,9 +303,10 @@ class OpenWindowOperatorBase(SourceWindowOperator, BranchMixIn):
         snapshot = self.follows_snapshot(recorded, window)
         if not snapshot:  # the snapshot before this window is this run's: its later steps wait for it
             refuse_never_run(error)
-        self.push_opened(context, self.open(context, window, self.pipeline(context)))
-        self.choose_snapshot(context, snapshot, list(range(readers)))
-        return list(range(readers))
+        handle = self.open(context, window, self.pipeline(context))
+        self.push_opened(context, handle)
+        self.choose_snapshot(context, snapshot, handle.to_dict())
+        return handle.to_dict()
 
 
 class ReadWindowOperatorBase(SourceWindowOperator):

@@ -126,6 +126,7 @@ if dag is not None:
         params={name: dag.params[name] for name in ("database_id", "source", "tables", "on_late_rows")},
         mode=open_window.mode,
         stream_key=merge.stream_key,
+        window=[merge.window_handle.operator.task_id, merge.window_handle.key],
     )
 print(json.dumps(report))
 """
@@ -154,8 +155,10 @@ print(json.dumps(report))
         "on_late_rows": "fail",
     }
     assert report["mode"] == "commit_timestamp"
-    # the source's key as the opening recorded it: projects/…/databases/{database_id}/{source}
-    assert report["stream_key"] == "{{ ti.xcom_pull(task_ids='open_window', key='window')['source_key'] }}"
+    # the source's key as the opening recorded it (projects/…/databases/{database_id}/{source}): the merge
+    # takes the open step's window handle whole, no key of its own
+    assert report["stream_key"] is None
+    assert report["window"] == ["open_window", "return_value"]
 
 
 def _assert_lake_equals(dag: LedgerDag, expected: dict[str, list[dict[str, Any]]], when: str) -> None:

@@ -211,7 +211,7 @@ def test_the_bigquery_dag_equals_the_truth_after_every_window(datastream_dags: D
 
 
 def test_both_dags_load_with_their_defaults(tmp_path: Path) -> None:
-    """The DAG files import without errors, serialize, and wire the window basis and tombstones."""
+    """The DAG files import without errors, serialize, and wire the window handle and tombstones."""
     check = """
 import json, sys
 from airflow.dag_processing.dagbag import DagBag
@@ -221,9 +221,10 @@ report = {"errors": {str(k): v for k, v in bag.import_errors.items()}, "dags": s
 for dag_id in ("datastream_to_lake", "datastream_to_bigquery"):
     dag = bag.dags[dag_id]
     DagSerialization.to_dict(dag)
+    handle = dag.get_task("merge").window_handle
     report[dag_id] = {
         "tasks": sorted(t.task_id for t in dag.tasks),
-        "window_basis": dag.get_task("merge").window_basis,
+        "window": [handle.operator.task_id, handle.key],
         "upsert": getattr(dag.task_dict.get("upsert"), "tombstone_horizon", None),
     }
 print(json.dumps(report))
@@ -243,8 +244,8 @@ print(json.dumps(report))
     assert bigquery["tasks"] == [
         "commit", "complete", "merge", "open_window", "read", "to_bigquery", "wait_for_files"
     ]  # fmt: skip
-    for report_of in (lake, bigquery):
-        assert "window_basis" in report_of["window_basis"] and "open_window" in report_of["window_basis"]
+    for report_of in (lake, bigquery):  # the merge takes the open step's handle (its basis: arrival)
+        assert report_of["window"] == ["open_window", "return_value"]
     assert "tombstone_horizon_days" in str(lake["upsert"])
 
 

@@ -3,6 +3,7 @@ and carries the rules the window steps rely on, as the scheduler sees the serial
 
 from __future__ import annotations
 
+import re
 import textwrap
 from datetime import datetime, timezone
 from pathlib import Path
@@ -81,6 +82,18 @@ def downstream(dag: Any, task_id: str) -> set[str]:
     return set(dag.get_task(task_id).downstream_task_ids)
 
 
+def handle_task(task: Any) -> str | None:
+    """The task whose return value (the window handle) ``task`` takes as ``window``: an XComArg, or the
+    template a serialized DAG keeps of it."""
+    value = getattr(task, "window_handle", None)
+    if value is None:
+        return None
+    if isinstance(value, str):
+        matched = re.search(r"xcom_pull\(task_ids='([^']+)'.*key='return_value'\)", value)
+        return matched.group(1) if matched else None
+    return str(value.operator.task_id) if getattr(value, "key", None) == "return_value" else None
+
+
 def render(dag: Any, template: str, **context: Any) -> str:
     """``template`` rendered as a task renders it (the DAG's Jinja environment, Airflow's filters)."""
     from airflow.sdk import DAG
@@ -113,16 +126,20 @@ def test_every_source_and_target_builds_one_window_in_order(
     assert set(dag.task_ids) == set(chain)
     for before, after in zip(chain, chain[1:], strict=False):
         assert after in downstream(dag, before), (before, after)
-    # the commit takes the readers' summaries, and BigQuery's watermarks when it applies to BigQuery
-    assert set(dag.get_task("commit").upstream_task_ids) == {"read", chain[-2]}
-    # every step after the open belongs to this opening of the window (its epoch) and its source key
-    pulled = "{{ ti.xcom_pull(task_ids='open_window', key='epoch') }}"
+    # the commit takes the readers' summaries, BigQuery's watermarks when it applies to BigQuery, and
+    # the window handle the open step returned
+    assert set(dag.get_task("commit").upstream_task_ids) == {"read", chain[-2], "open_window"}
+    # every step after the open belongs to this opening of the window: it takes the open step's window
+    # handle whole (window, pipeline, epoch, source key, staging location), nothing rebuilt from strings
     for step in ("merge", *APPLY[targets], "commit"):
-        assert dag.get_task(step).epoch == pulled, step
-    assert (
-        dag.get_task("merge").stream_key
-        == "{{ ti.xcom_pull(task_ids='open_window', key='window')['source_key'] }}"
-    )
+        task = dag.get_task(step)
+        assert handle_task(task) == "open_window", step
+        assert task.epoch is None, step  # the handle's, when the step runs
+    if COMPLETE.get(source) == "complete":  # the completion sensor waits for the handle's window
+        assert handle_task(dag.get_task("complete")) == "open_window"
+    assert dag.get_task("merge").stream_key is None
+    # the window handle adds no order: each step taking it already follows the open step
+    assert downstream(dag, "open_window") - {"merge", *APPLY[targets], "commit", "complete"} == {"read"}
     # readers mapped over a fixed list (Airflow 2's backfill expands no task mapped over a task's output)
     read = dag.get_task("read")
     assert read.expand_input.value == {"reader_index": [0, 1, 2]}
@@ -147,9 +164,12 @@ def test_a_change_stream_with_a_snapshot_branches_to_it_from_the_open_step(
     }
     for before, after in zip(snapshot, snapshot[1:], strict=False):
         assert f"initial_snapshot.{after}" in downstream(dag, f"initial_snapshot.{before}")
+    for step in snapshot[2:]:  # the snapshot's steps take its open step's window handle
+        assert handle_task(dag.get_task(f"initial_snapshot.{step}")) == "initial_snapshot.open", step
     # open_window is the branch: the snapshot's first task is directly after it, and nothing else starts it
     opened = dag.get_task("open_window")
-    assert downstream(dag, "open_window") == {"read", "initial_snapshot.open"}
+    handle_takers = {"merge", *APPLY[targets], "commit"}
+    assert downstream(dag, "open_window") - handle_takers == {"read", "initial_snapshot.open"}
     assert set(dag.get_task("initial_snapshot.open").upstream_task_ids) == {"open_window"}
     assert opened.inherits_from_skipmixin  # a cleared skipped snapshot stays skipped
     # the window's merge waits for the snapshot's commit, and runs when the snapshot was skipped
@@ -245,9 +265,9 @@ def test_two_pipelines_in_one_dag_each_wire_their_own_tasks() -> None:
     for name in ("orders", "payments"):
         opened = dag.get_task(f"{name}.open_window")
         assert opened.snapshot_task_ids == (f"{name}.initial_snapshot.open",)
-        assert opened.downstream_task_ids == {f"{name}.read", f"{name}.initial_snapshot.open"}
-        pulled = f"{{{{ ti.xcom_pull(task_ids='{name}.open_window', key='epoch') }}}}"
-        assert dag.get_task(f"{name}.commit").epoch == pulled
+        takers = {f"{name}.{step}" for step in ("merge", "upsert", "commit")}
+        assert opened.downstream_task_ids - takers == {f"{name}.read", f"{name}.initial_snapshot.open"}
+        assert handle_task(dag.get_task(f"{name}.commit")) == f"{name}.open_window"
         assert dag.get_task(f"{name}.initial_snapshot.open").source == f"{name}_snapshot"
 
 

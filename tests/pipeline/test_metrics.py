@@ -196,7 +196,8 @@ def test_every_documented_metric_reaches_statsd_from_the_steps_of_a_window(
 
     pushed: dict[str, Any] = {}
     opener = SpannerChangeStreamOpenWindowOperator(task_id="open_window", **source)
-    assert opener.execute(_context("open_window", pushed=pushed)) == [0]
+    handle = opener.execute(_context("open_window", pushed=pushed))  # the window handle
+    assert handle["window_id"] == window.window_id
     read = SpannerChangeStreamReadWindowOperator(task_id="read", reader_index=0, **source)
     summary = read.execute(_context("read", map_index=0))
     assert summary["rows"] > 0 and summary["partitions"] > 0

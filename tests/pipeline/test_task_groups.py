@@ -29,7 +29,8 @@ def test_example_dags_take_the_snapshot_through_the_open_steps_branch(dag_id: st
     assert not [t for t in dag.task_ids if t.endswith("is_first_window")]
     open_window = dag.get_task("open_window")
     assert open_window.snapshot_task_ids == ("initial_snapshot.open",)
-    assert {t.task_id for t in open_window.downstream_list} == {"read", "initial_snapshot.open"}
+    takers = {"merge", "upsert", "to_bigquery", "commit"}  # the steps taking its window handle
+    assert {t.task_id for t in open_window.downstream_list} - takers == {"read", "initial_snapshot.open"}
     commit = dag.get_task("initial_snapshot.commit")
     assert {t.task_id for t in commit.downstream_list} == {"merge"}
     assert dag.get_task("merge").trigger_rule == "none_failed"
@@ -53,19 +54,21 @@ def test_example_dags_take_the_snapshot_through_the_open_steps_branch(dag_id: st
         "spanner_commit_timestamp_tables_to_lake",
     ],
 )
-def test_the_steps_after_the_read_carry_the_epoch_their_open_task_pushed(dag_id: str) -> None:
+def test_the_steps_after_the_read_take_the_window_handle_their_open_task_returned(dag_id: str) -> None:
     from airflow.dag_processing.dagbag import DagBag
 
     dag = DagBag(str(EXAMPLE_DAGS)).dags[dag_id]
     groups = ["", "initial_snapshot."] if "change_stream" in dag_id else [""]
     for group in groups:
         opened = "initial_snapshot.open" if group else "open_window"
-        pulled = f"{{{{ ti.xcom_pull(task_ids='{opened}', key='epoch') }}}}"
         steps = (
             ("merge", "upsert", "to_bigquery", "commit")
             if "bigquery" in dag_id
             else ("merge", "upsert", "commit")
         )
         for step in steps:
-            assert dag.get_task(f"{group}{step}").epoch == pulled, (group, step)
+            task = dag.get_task(f"{group}{step}")
+            handle = task.window_handle
+            assert (handle.operator.task_id, handle.key) == (opened, "return_value"), (group, step)
+            assert task.epoch is None, (group, step)
         assert dag.get_task(f"{group}merge").pipeline_id == "{{ params.pipeline_id }}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -302,3 +303,102 @@ def test_the_bigquery_hook_reaches_local_endpoints_anonymously_without_a_connect
     assert no_google_connection == []
     with pytest.raises(AssertionError, match="was read"):  # other endpoints read the connection
         BigQueryCdcHook(api_endpoint="https://bigquery.googleapis.com", write_endpoint="127.0.0.1:9060")
+
+
+# ------------------------------------------------------------------------------------- the window handle
+def _handle(**changes: Any) -> Any:
+    from airflow_provider_cdc.core.contract.window_handle import WindowHandle
+    from airflow_provider_cdc.core.window import Window
+
+    start = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
+    window = Window(start, start.replace(minute=10))
+    fields = {
+        "pipeline": "shop", "source_key": "projects/p/instances/i/databases/d/OrdersStream", "window": window,
+        "staging_root": "/data/staging", "epoch": 4, "window_basis": "arrival",
+        "staging_location": "/data/staging/orders_files/" + window.window_id, **changes,
+    }  # fmt: skip
+    return WindowHandle(**fields)
+
+
+def _step_with_handle(step: str, window: Any, **kwargs: Any) -> Any:
+    own = {k: v for k, v in _OWN[step.split(" ")[0]].items() if k != "stream_key"}  # the merge needs no key
+    return _classes()[step](task_id="step", locations=dict(LOCAL), window=window, **{**own, **kwargs})
+
+
+@pytest.mark.parametrize("form", ["dict", "json", "handle"])
+@pytest.mark.parametrize("step", STEPS)
+def test_every_step_takes_the_open_steps_window_handle_whole(step: str, form: str) -> None:
+    handle = _handle()
+    given = {"dict": handle.to_dict(), "json": json.dumps(handle.to_dict()), "handle": handle}[form]
+    op = _step_with_handle(step, "{{ params.window }}" if form == "json" else given)
+    assert "window_handle" in op.template_fields
+    op.render_template_fields(_context(params={"window": given}))  # a data interval that is not the window
+    assert op.window() == handle.window
+    assert (op.window_epoch(), op.pipeline_of({}), op.pipeline_id) == (4, "shop", "shop")
+    assert op.handle() is op.handle()  # parsed once
+    if step == "merge":
+        arguments = op.merge_arguments()
+        assert arguments[arguments.index("--staging") + 1] == handle.staging_location  # as the open step said
+        assert arguments[arguments.index("--window-basis") + 1] == "arrival"
+        assert arguments[arguments.index("--window-start") + 1] == "2026-03-01T12:00:00.000000Z"
+        assert op.source_key() == handle.source_key
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_a_handle_and_a_different_explicit_argument_fail_without_retries_naming_both(step: str) -> None:
+    from airflow_provider_cdc._compat import AirflowFailException
+
+    handle = _handle()
+    for name, value, shown in [
+        ("window_start", "2026-03-01T11:00:00Z", "'2026-03-01T11:00:00Z'"),
+        ("epoch", "3", "'3'"),
+        ("pipeline_id", "payments", "'payments'"),
+    ]:
+        op = _step_with_handle(step, handle.to_dict(), **{name: value})
+        differs = rf"{name} {re.escape(shown)} differs from the window handle's"
+        with pytest.raises(AirflowFailException, match=differs):
+            op.render_template_fields(_context())
+    # the same values agree
+    same = _step_with_handle(step, handle.to_dict(), window_start="2026-03-01T12:00:00Z", epoch=4)
+    same.render_template_fields(_context())
+    assert same.window() == handle.window
+
+
+def test_without_a_handle_the_separate_arguments_still_work_and_the_merge_needs_one_or_a_key() -> None:
+    from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
+
+    op = _operator("merge", epoch="2")
+    op.render_template_fields(_context())
+    assert op.handle() is None and op.window_epoch() == 2
+    arguments = op.merge_arguments()
+    assert arguments[arguments.index("--staging") + 1].startswith("/data/staging/OrdersStream/")
+    with pytest.raises(TypeError, match="needs window .* or stream_key"):
+        SparkMergeWindowOperator(task_id="merge", locations=dict(LOCAL))
+    older = {k: v for k, v in _handle().to_dict().items() if k != "staging_location"}  # an older XCom
+    merge = _step_with_handle("merge", older)
+    merge.render_template_fields(_context())
+    arguments = merge.merge_arguments()
+    assert arguments[arguments.index("--staging") + 1].startswith("/data/staging/OrdersStream/")
+    broken = _step_with_handle("merge", '{"pipeline": "shop"}')
+    with pytest.raises(AirflowException, match="window must be the open step's window handle"):
+        broken.render_template_fields(_context())
+
+
+def test_the_completion_sensor_waits_for_the_handles_source_and_window() -> None:
+    from airflow_provider_cdc._compat import AirflowFailException
+    from airflow_provider_cdc.sensors.window_complete import WindowCompleteSensor
+
+    handle = _handle()
+    sensor = WindowCompleteSensor(task_id="complete", window=handle.to_dict(), deferrable=False)
+    sensor.render_template_fields(_context())
+    assert sensor.source_key == handle.source_key and sensor._window() == handle.window
+    assert sensor.trigger().window_start == handle.window.start.isoformat()
+    assert not sensor.start_from_trigger  # the open task's handle is an XCom the triggerer cannot read
+    other = WindowCompleteSensor(
+        task_id="complete", window=handle.to_dict(), window_end="2026-03-01T12:20:00Z", deferrable=False
+    )
+    differs = "window_end '2026-03-01T12:20:00Z' differs from the window handle's 2026-03-01T12:10:00"
+    with pytest.raises(AirflowFailException, match=differs):
+        other.render_template_fields(_context())
+    with pytest.raises(TypeError, match="needs window"):
+        WindowCompleteSensor(task_id="complete")

@@ -212,9 +212,11 @@ def test_the_open_and_read_operators_stage_a_window_of_files_with_retries_of_the
     hook.failures["drop-b.jsonl"] = [FlakyStorageError("503 from the bucket"), FlakyStorageError("again")]
     fields = dict(staging_root=str(tmp_path), window_start=WINDOW.start, window_end=WINDOW.end)
     context, pushed = _context()
-    assert DropOpenOperator(task_id="open", hook=hook, readers=2, **fields).execute(context) == [0, 1]
+    returned = DropOpenOperator(task_id="open", hook=hook, readers=2, **fields).execute(context)
     assert pushed["epoch"] == 1
-    handle = WindowHandle.from_dict(pushed[WINDOW_XCOM_KEY])
+    # the open step returns its window handle (the later steps' window=open.output), also pushed as "window"
+    assert returned == pushed[WINDOW_XCOM_KEY]
+    handle = WindowHandle.from_dict(returned)
     assert handle == WindowHandle("drops", SOURCE_KEY, WINDOW, str(tmp_path), 1)
     assert handle.staging_location == f"{tmp_path}/Drops/{WINDOW.window_id}"
     assert hook.window_complete(WINDOW) is False
@@ -304,8 +306,15 @@ def test_the_window_handle_round_trips_and_names_the_merges_folder(tmp_path: Pat
     )
     arguments = merge.merge_arguments()
     assert arguments[arguments.index("--staging") + 1] == handle.staging_location
+    # the staging location is the handle's own field, as the open step decided it; a dict without it (an
+    # older XCom) takes the source key's folder
+    elsewhere = WindowHandle.from_dict({**stored, "staging_location": "/elsewhere/Orders/w"})
+    assert elsewhere.staging_location == "/elsewhere/Orders/w"
+    assert elsewhere.to_dict()["staging_location"] == "/elsewhere/Orders/w"
+    older = {k: v for k, v in stored.items() if k not in ("staging_location", "window_basis")}
+    assert WindowHandle.from_dict(older) == handle
     with pytest.raises(ValueError, match="does not match"):
-        WindowHandle.from_dict({**stored, "staging_location": "/elsewhere"})
+        WindowHandle.from_dict({**stored, "window_id": "1-2"})
     with pytest.raises(ValueError, match="lacks"):
         WindowHandle.from_dict({k: v for k, v in stored.items() if k != "epoch"})
     for key in ("", "projects/p/databases/d/orders-stream"):  # no folder a staging path may take
@@ -409,3 +418,11 @@ def test_the_window_complete_trigger_imports_no_source() -> None:
     assert "airflow_provider_cdc.triggers.window_complete" in modules
     sources = ("airflow_provider_cdc.sources", "google.cloud.")
     assert not [m for m in modules if m.startswith(sources)], modules
+
+
+def test_a_window_handle_rendered_by_a_plain_template_is_read_back() -> None:
+    handle = WindowHandle("pipe", SOURCE_KEY, WINDOW, "/staging", 2)
+    assert WindowHandle.from_dict(str(handle.to_dict())) == handle  # "{{ ti.xcom_pull('open') }}"
+    assert WindowHandle.of(handle) is handle
+    with pytest.raises(ValueError, match="neither JSON nor a mapping"):
+        WindowHandle.from_dict("open_window")

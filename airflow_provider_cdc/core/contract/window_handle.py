@@ -1,13 +1,14 @@
 """The window handle: what opening a window hands to the steps after it.
 
-The open step of a source returns a :class:`WindowHandle` (pushed as the XCom ``window``): the pipeline,
-the source's metastore key, the window, the opening's epoch and where the window is staged. Later steps
-take it instead of deriving the staging folder from strings; :func:`staging_folder` is the one rule that
-names a source's staging folder.
+The open step of a source returns a :class:`WindowHandle` as its return value (and pushes it as the XCom
+``window``): the pipeline, the source's metastore key, the window, the opening's epoch and where the window
+is staged, decided once by the open step (the source hook's rule). Later steps take the handle whole
+(``window=open_window.output``) instead of deriving any of it from strings.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ __all__ = ["WINDOW_XCOM_KEY", "WindowHandle", "staging_folder"]
 WINDOW_XCOM_KEY = "window"
 
 _FIELDS = ("pipeline", "source_key", "window_start", "window_end", "staging_root", "epoch", "window_basis")
+#: Keys of :meth:`WindowHandle.to_dict` that a handle's dict may lack (the defaults apply).
+_OPTIONAL = ("window_basis", "staging_location")
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,8 @@ class WindowHandle:
     :param epoch: the opening's epoch (``None``: the opening recorded none).
     :param window_basis: which staged rows are the window's (the merge's ``window_basis``): those
         committed in it (``commit_time``) or every row staged for it (``arrival``).
+    :param staging_location: the folder of the window's staged rows, as the open step decided it (its
+        source hook's rule); default ``{staging_root}/{staging_folder(source_key)}/{window_id}``.
     """
 
     pipeline: str
@@ -45,33 +50,30 @@ class WindowHandle:
     staging_root: str
     epoch: int | None = None
     window_basis: str = COMMIT_TIME
+    staging_location: str = ""
 
     def __post_init__(self) -> None:
         if self.window_basis not in WINDOW_BASES:
             raise ValueError(f"window_basis must be one of {list(WINDOW_BASES)}, got {self.window_basis!r}")
         if not self.pipeline:
             raise ValueError("a window handle names its pipeline")
-        staging_folder(self.source_key)  # a key that names no folder is refused here, not by the merge
+        if not str(self.source_key or "").strip():
+            raise ValueError("a window handle names its source (its metastore key)")
         if self.epoch is not None and (isinstance(self.epoch, bool) or int(self.epoch) < 1):
             raise ValueError(f"epoch must be a positive integer, got {self.epoch!r}")
+        location = str(self.staging_location or "").strip().rstrip("/")
+        if not location:
+            roots = WindowLocations(staging_root=self.staging_root)
+            location = roots.staging_of(self.source_key, self.window)
+        object.__setattr__(self, "staging_location", location)
 
     @property
     def window_id(self) -> str:
         return self.window.window_id
 
-    @property
-    def folder(self) -> str:
-        """The source's staging folder (:func:`staging_folder` of the source key)."""
-        return staging_folder(self.source_key)
-
-    @property
-    def staging_location(self) -> str:
-        """The folder of the window's staged rows: ``{staging_root}/{folder}/{window_id}``."""
-        return WindowLocations(staging_root=self.staging_root).staging(self.folder, self.window)
-
     def to_dict(self) -> dict[str, Any]:
-        """JSON values (an XCom): the fields, the window as RFC 3339 text, plus the derived
-        ``window_id`` and ``staging_location`` for readers of the XCom."""
+        """JSON values (an XCom, the open step's return value): the fields, the window as RFC 3339 text,
+        plus the derived ``window_id`` for readers of the XCom."""
         return {
             "pipeline": self.pipeline,
             "source_key": self.source_key,
@@ -87,16 +89,23 @@ class WindowHandle:
     @staticmethod
     def xcom_fields() -> tuple[str, ...]:
         """The keys of :meth:`to_dict`."""
-        return (*_FIELDS, "window_id", "staging_location")
+        return (*_FIELDS, "staging_location", "window_id")
+
+    @classmethod
+    def of(cls, value: WindowHandle | Mapping[str, Any] | str) -> WindowHandle:
+        """The handle ``value`` is: a handle, :meth:`to_dict`'s mapping or its JSON text."""
+        return value if isinstance(value, WindowHandle) else cls.from_dict(value)
 
     @classmethod
     def from_dict(cls, value: Mapping[str, Any] | str) -> WindowHandle:
-        """The handle of :meth:`to_dict`'s mapping, or of its JSON text (a rendered template)."""
+        """The handle of :meth:`to_dict`'s mapping, or of its text (a rendered template: JSON, or the
+        mapping's Python form, as ``{{ ti.xcom_pull(…) }}`` renders it). A mapping without
+        ``staging_location`` or ``window_basis`` takes their defaults."""
         if isinstance(value, str):
-            value = json.loads(value)
+            value = _parsed_text(value)
         if not isinstance(value, Mapping):
             raise TypeError(f"a window handle is a mapping, got {type(value).__name__}")
-        missing = [name for name in _FIELDS if name not in value and name != "window_basis"]
+        missing = [name for name in _FIELDS if name not in value and name not in _OPTIONAL]
         if missing:
             raise ValueError(f"a window handle lacks {missing}")
         handle = cls(
@@ -106,11 +115,24 @@ class WindowHandle:
             staging_root=str(value["staging_root"]),
             epoch=None if value["epoch"] is None else int(value["epoch"]),
             window_basis=str(value.get("window_basis") or COMMIT_TIME),
+            staging_location=str(value.get("staging_location") or ""),
         )
-        for derived in ("window_id", "staging_location"):
-            if derived in value and value[derived] != getattr(handle, derived):
-                raise ValueError(
-                    f"window handle {derived} {value[derived]!r} does not match its fields "
-                    f"({getattr(handle, derived)!r})"
-                )
+        if "window_id" in value and value["window_id"] != handle.window_id:
+            raise ValueError(
+                f"window handle window_id {value['window_id']!r} does not match its window "
+                f"({handle.window_id!r})"
+            )
         return handle
+
+
+def _parsed_text(text: str) -> Any:
+    """A rendered template's value: JSON text, or a Python literal (a dict rendered by Jinja)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    try:
+        return ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        problem = f"a window handle's text is neither JSON nor a mapping, got {text[:200]!r}"
+        raise ValueError(problem) from None

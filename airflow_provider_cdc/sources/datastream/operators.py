@@ -129,9 +129,10 @@ class DatastreamOpenWindowOperator(_DatastreamWindowOperator, OpenWindowOperator
     created in ``[start, end)`` once (an opening again reads the same recorded files) and records them
     as the window's units.
 
-    Returns ``list(range(readers))`` and pushes the opening's epoch (XCom ``epoch``) and the window's
-    handle (XCom ``window``: pipeline, source key, window, epoch, staging location) for the merge
-    (``stream_key=window_template(open.task_id)``), the upsert and the commit.
+    Returns the window's handle (pipeline, source key, window, epoch, staging location, window basis
+    ``arrival``; ``WindowHandle.to_dict()``) for the merge, the upserts and the commit
+    (``window=open.output``), also pushed as the XCom ``window`` with the epoch as the XCom ``epoch``.
+    (It used to return ``list(range(readers))``: map readers over ``reader_index=list(range(readers))``.)
     """
 
     template_fields: Sequence[str] = (

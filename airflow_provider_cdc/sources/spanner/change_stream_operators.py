@@ -48,11 +48,11 @@ class SpannerChangeStreamOpenWindowOperator(_ChangeStreamWindowOperator, OpenWin
     The first window opened for a pipeline records the pipeline's first window start:
     ``first_window_start`` (e.g. the DAG's start date), else this window's start. Windows apply in
     order from there; a window whose predecessor was never run fails here without retries.
-    Returns ``list(range(readers))`` so that mapped readers can ``expand`` over it, and pushes the
-    opening's epoch as the XCom ``epoch``: the window's merge, upsert and commit take it
-    (``epoch=epoch_template(open_window.task_id)``), so a run whose window was opened again since
-    changes nothing. The window's handle (pipeline, stream key, window, epoch, staging location) is
-    pushed as the XCom ``window``.
+    Returns the window's handle (pipeline, stream key, window, epoch, staging location;
+    ``WindowHandle.to_dict()``): the window's merge, upserts and commit take it
+    (``window=open_window.output``), so a run whose window was opened again since changes nothing. It
+    is also pushed as the XCom ``window``, the epoch as the XCom ``epoch``. (It used to return
+    ``list(range(readers))``: map readers over a fixed list, ``reader_index=list(range(readers))``.)
     """
 
     template_fields: Sequence[str] = (

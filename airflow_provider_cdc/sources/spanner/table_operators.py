@@ -149,9 +149,10 @@ class SpannerTableOpenWindowOperator(_TableWindowOperator, OpenWindowOperatorBas
         commit timestamp in a window already read.
     :param max_wait_seconds: how long to wait for the database's clock to pass the read timestamp.
 
-    Returns ``list(range(readers))`` and pushes the opening's epoch as the XCom ``epoch`` for the
-    window's merge, upsert and commit (``epoch=epoch_template(open.task_id)``), and the window's handle
-    (pipeline, source key, window, epoch, staging location) as the XCom ``window``.
+    Returns the window's handle (pipeline, source key, window, epoch, staging location;
+    ``WindowHandle.to_dict()``) for the window's merge, upserts and commit (``window=open.output``), and
+    pushes it as the XCom ``window`` with the epoch as the XCom ``epoch``. (It used to return
+    ``list(range(readers))``: map readers over a fixed list, ``reader_index=list(range(readers))``.)
     """
 
     template_fields: Sequence[str] = (
@@ -221,7 +222,7 @@ class SpannerTableOpenWindowOperator(_TableWindowOperator, OpenWindowOperatorBas
             "change_stream": self.change_stream or None,
         }
 
-    def execute(self, context: Context) -> list[int]:
+    def execute(self, context: Context) -> dict[str, Any]:
         self.preflight(context)
         readers = self.reader_count()
         if self.mode not in (SNAPSHOT, COMMIT_TIMESTAMP):
@@ -258,7 +259,7 @@ class SpannerTableOpenWindowOperator(_TableWindowOperator, OpenWindowOperatorBas
         handle = hook.window_handle(pipeline, window, self.staging_root, summary.get("epoch"))
         self.push_opened(context, handle)
         self.log.info("Window %s opened: %s; %d reader(s)", window, summary, readers)
-        return list(range(readers))
+        return handle.to_dict()
 
 
 class SpannerTableReadWindowOperator(_TableWindowOperator, ReadWindowOperatorBase):

@@ -112,9 +112,9 @@ class TablestoreOpenWindowOperator(_TablestoreWindowOperator, OpenWindowOperator
     outside the stream's retention, describes the stream after the window's end and records the shards
     the window reads, with their lineage.
 
-    Returns ``list(range(readers))`` and pushes the opening's epoch (XCom ``epoch``) and the window's
-    handle (XCom ``window``) for the merge (``stream_key=window_template(open.task_id)``), the upsert and
-    the commit.
+    Returns the window's handle (``WindowHandle.to_dict()``) for the merge, the upserts and the commit
+    (``window=open.output``), also pushed as the XCom ``window`` with the epoch as the XCom ``epoch``.
+    (It used to return ``list(range(readers))``: map readers over ``reader_index=list(range(readers))``.)
     """
 
     template_fields: Sequence[str] = (

@@ -373,8 +373,9 @@ def test_operators_open_and_read_a_window_through_their_fields(
     context = {"ti": ti}
     opener = SpannerChangeStreamOpenWindowOperator(task_id="open", readers=2, **fields)
     assert opener.to_hook().heartbeat_ms == 2_000
-    assert opener.execute(context) == [0, 1]
+    returned = opener.execute(context)
     assert set(pushed) == {"epoch", "window"}
+    assert returned == pushed["window"]  # the handle is the open step's return value
     assert pushed["epoch"] == 1  # the opening's epoch, for the window's merge, upsert and commit
     stream_key = opener.to_hook().stream_key
     assert pushed["window"] == {  # the opening's handle, for the steps after it
