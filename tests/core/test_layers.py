@@ -20,7 +20,19 @@ ROOT = Path(__file__).resolve().parents[2] / PACKAGE
 #: table in step with this list.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("core", ("core",)),
-    ("foundation", ("_compat", "_errors", "failures", "filesystems", "dag_settings", "lineage", "assets")),
+    (
+        "foundation",
+        (
+            "_compat",
+            "_errors",
+            "failures",
+            "filesystems",
+            "dag_settings",
+            "lineage",
+            "assets",
+            "pipeline.specs",
+        ),
+    ),
     (
         "adapters",
         (
@@ -47,7 +59,14 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("steps", ("operators", "sensors", "triggers", "sources.operators")),
     (
         "plug-ins",
-        ("sources.spanner", "sources.datastream", "sources.tablestore", "targets.delta", "targets.bigquery"),
+        (
+            "sources.pipeline",
+            "sources.spanner",
+            "sources.datastream",
+            "sources.tablestore",
+            "targets.delta",
+            "targets.bigquery",
+        ),
     ),
     (
         "assembly",
