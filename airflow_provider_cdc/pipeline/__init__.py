@@ -19,15 +19,15 @@ The operators stay public where they are; the specs only choose and wire them.
 
 from airflow_provider_cdc.pipeline.factory import DEFAULT_GROUP_ID, cdc_pipeline
 from airflow_provider_cdc.pipeline.specs import (
-    BigQueryCdc,
     DatastreamFiles,
-    DeltaLake,
     Locations,
     PipelineSpecError,
     SpannerChangeStream,
     SpannerTables,
     TablestoreStream,
 )
+from airflow_provider_cdc.targets.bigquery.pipeline import BigQueryCdc
+from airflow_provider_cdc.targets.delta.pipeline import DeltaLake
 
 __all__ = [
     "DEFAULT_GROUP_ID",

@@ -4,7 +4,10 @@ target specs, with every rule the steps rely on wired once.
 A window's tasks (each source adds only what it needs)::
 
     [wait_parents | wait_for_files] ─► open_window ─► read (mapped) ─► [drained | complete]
-        ─► merge ─► upsert (Delta) ─► to_bigquery (BigQuery) ─► commit
+        ─► merge ─► each target's apply step (e.g. upsert, to_bigquery) ─► commit
+
+Each target spec builds its own apply step and says which targets it applies after; the commit
+takes every apply step's output (``applied=[…]``).
 
 With ``initial_snapshot`` (a Spanner change stream) ``open_window`` is the branch of the snapshot task
 group: it follows ``initial_snapshot.open`` only in the pipeline's first window and skips it in every
@@ -29,9 +32,7 @@ from airflow_provider_cdc.operators._window import epoch_template
 from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
 from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
 from airflow_provider_cdc.pipeline.specs import (
-    BigQueryCdc,
     DatastreamFiles,
-    DeltaLake,
     Locations,
     PipelineSpecError,
     SourceSpec,
@@ -39,6 +40,7 @@ from airflow_provider_cdc.pipeline.specs import (
     SpannerTables,
     TablestoreStream,
     TargetSpec,
+    apply_order,
     is_template,
 )
 from airflow_provider_cdc.sources.operators import window_template
@@ -100,12 +102,14 @@ def _validate(
             "DatastreamFiles or TablestoreStream"
         )
     if not targets or not all(isinstance(target, TargetSpec) for target in targets):
-        raise PipelineSpecError(f"cdc_pipeline targets: {targets!r}; give DeltaLake() and/or BigQueryCdc(…)")
-    kinds = [type(target) for target in targets]
+        raise PipelineSpecError(
+            f"cdc_pipeline targets: {targets!r}; give target specs, such as DeltaLake() and/or BigQueryCdc(…)"
+        )
+    kinds = [target.target for target in targets]
     if len(set(kinds)) != len(kinds):
         raise PipelineSpecError("cdc_pipeline targets: a target is given twice; give each target once")
-    if DeltaLake in kinds and not locations.lake_root:
-        raise PipelineSpecError("cdc_pipeline locations.lake_root: missing; the DeltaLake target needs it")
+    for target in targets:
+        target.validate_locations(locations)
     if isinstance(readers, bool) or not isinstance(readers, int) or readers < 1:
         raise PipelineSpecError(
             f"cdc_pipeline readers: {readers!r}; give a positive number (mapped readers are fixed when "
@@ -150,8 +154,8 @@ def cdc_pipeline(
 
     :param source: :class:`SpannerChangeStream`, :class:`SpannerTables`, :class:`DatastreamFiles` or
         :class:`TablestoreStream`.
-    :param targets: :class:`DeltaLake` and/or :class:`BigQueryCdc` (applied in that order: BigQuery
-        completes partial rows from the Delta tables).
+    :param targets: target specs: ``DeltaLake`` and/or ``BigQueryCdc`` (each applied after the targets
+        it reads: BigQuery completes partial rows from the Delta tables).
     :param locations: the roots (:class:`Locations`, or its fields as a mapping).
     :param pipeline_id: names the pipeline in the metastore and the targets (default the DAG id).
     :param readers: mapped readers per window (a fixed list: Airflow 2's ``dags backfill`` never
@@ -167,13 +171,13 @@ def cdc_pipeline(
     :param poke_interval: seconds between the completion sensors' checks.
     :param outlets: the commits' outlets, e.g. ``[AssetAlias(alias_name(pipeline))]``: an asset event
         per table a window applied (BigQuery's tables named by the :class:`BigQueryCdc` spec's project
-        and dataset).
+        and dataset, as its apply step reports them).
     :param group_id: prefix every task id with it (default: no prefix, the group ``cdc_pipeline``).
     """
     if isinstance(locations, Mapping):
         locations = Locations(**locations)
     _validate(source, targets, locations, readers, initial_snapshot, first_window_start)
-    ordered = sorted(targets, key=lambda target: isinstance(target, BigQueryCdc))
+    ordered = apply_order(targets)
     with TaskGroup(
         group_id=group_id or DEFAULT_GROUP_ID,
         prefix_group_id=group_id is not None,
@@ -212,14 +216,8 @@ class _Builder:
         self.assets = self.commit_assets(outlets)
 
     def commit_assets(self, outlets: Sequence[Any] | None) -> dict[str, Any]:
-        """The commits' ``outlets`` and the ``project.dataset`` naming the BigQuery tables' assets."""
-        if not outlets:
-            return {}
-        bigquery = next((t for t in self.targets if isinstance(t, BigQueryCdc)), None)
-        dataset = None
-        if bigquery is not None and bigquery.project_id:
-            dataset = f"{bigquery.project_id}.{bigquery.dataset}"
-        return {"outlets": list(outlets), "bigquery_dataset": dataset}
+        """The commits' ``outlets`` (the tables' asset names come with the apply steps' outputs)."""
+        return {"outlets": list(outlets)} if outlets else {}
 
     # --- the pipeline's first window -------------------------------------------------------------
 
@@ -389,45 +387,25 @@ class _Builder:
             window_basis=window_template(open_task_id, "window_basis"),
             **after_snapshot, **self.spark, **common,
         )  # fmt: skip
-        steps, watermarks = [merge], None
-        for target in self.targets:
-            step, output = self.apply(target, common)
-            steps.append(step)
-            watermarks = output if output is not None else watermarks
+        applies = [self.apply(target, common) for target in self.targets]
         commit = CdcCommitWindowOperator(
             task_id="commit",
             read_summaries=read.output,
-            bigquery_watermarks=watermarks,
+            applied=[step.output for step in applies],
             **self.assets,
             **common,
         )
-        return [*steps, commit]
+        return [merge, *applies, commit]
 
-    def apply(self, target: TargetSpec, common: dict[str, Any]) -> tuple[Any, Any]:
-        """A target's apply step and the watermarks it returns for the commit (``None``: none)."""
-        if isinstance(target, DeltaLake):
-            from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
-
-            extra = {"tombstone_horizon": target.tombstone_horizon} if target.tombstone_horizon else {}
-            upsert = SparkUpsertWindowOperator(
-                task_id=target.task_id, **self.spark, **extra, **dict(target.arguments), **common
-            )
-            return upsert, None
-        if isinstance(target, BigQueryCdc):
-            from airflow_provider_cdc.targets.bigquery.operators import BigQueryCdcUpsertOperator
-
-            to_bigquery = BigQueryCdcUpsertOperator(
-                task_id=target.task_id, **target.operator_arguments(), **common
-            )
-            return to_bigquery, to_bigquery.output
-        raise PipelineSpecError(f"cdc_pipeline targets: no apply step for {type(target).__name__}")
+    def apply(self, target: TargetSpec, common: dict[str, Any]) -> Any:
+        """A target's apply step (its spec builds it); its output is the commit's ``applied`` entry."""
+        return target.apply_step(common, self.spark)
 
     # --- the initial snapshot --------------------------------------------------------------------
 
     def snapshot_tasks(self, source: SpannerChangeStream) -> Any:
         """The snapshot window ``[T - 1µs, T)`` (``task_groups.initial_snapshot``)."""
         assert self.first is not None  # _validate requires it
-        bigquery = next((t for t in self.targets if isinstance(t, BigQueryCdc)), None)
         name = source.snapshot_source or f"{self.pipeline}_snapshot"
         if not is_template(name):
             try:
@@ -446,8 +424,7 @@ class _Builder:
             locations=self.locations.as_argument(),
             pipeline_id=self.pipeline,
             readers=self.readers,
-            delta=any(isinstance(target, DeltaLake) for target in self.targets),
-            bigquery=None if bigquery is None else bigquery.operator_arguments(),
+            targets=self.targets,
             spark_conn_id=self.spark.get("conn_id", "spark_default"),
             group_id="initial_snapshot",
             **self.assets,

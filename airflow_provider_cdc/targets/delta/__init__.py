@@ -8,4 +8,6 @@ TARGET = TargetKind(
     "apply watermark",
     "airflow_provider_cdc.targets.delta.target:DeltaLakeTarget",
     watermark_is_window_end=True,
+    commit="airflow_provider_cdc.targets.delta.commit:DeltaCommit",
+    location_field="lake_root",
 )
