@@ -438,7 +438,8 @@ def test_outputs_that_are_not_apply_outputs_fail_before_the_window_is_committed(
     with pytest.raises(ValueError, match="applied takes the target apply steps' outputs"):
         _commit(root, applied=[{"table": "Orders"}]).execute({})
     with pytest.raises(ValueError, match="lacks"):
-        _commit(root, applied=[{"target": "delta", "window": to_micros(END), "tables": [{"table": "O"}]}]).execute({})
+        malformed = {"target": "delta", "window": to_micros(END), "tables": [{"table": "O"}]}
+        _commit(root, applied=[malformed]).execute({})
     with pytest.raises(ValueError, match="given the delta target twice"):
         _commit(root, applied=[_delta(), _delta()]).execute({})
     with pytest.raises(KeyError, match="unknown target 'lakehouse'"):
