@@ -40,6 +40,7 @@ class TargetKind:
     location_field: str | None = None
     reported: str = ""
     cli: str = ""
+    catch_up: str = ""
 
     def load(self) -> type:
         """The implementing class (imported now), checked to carry this kind's name."""

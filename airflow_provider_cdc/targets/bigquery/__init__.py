@@ -9,4 +9,5 @@ TARGET = TargetKind(
     "airflow_provider_cdc.targets.bigquery.target:BigQueryCdcTarget",
     commit="airflow_provider_cdc.targets.bigquery.commit:BigQueryCdcCommit",
     reported="airflow_provider_cdc.targets.bigquery.commit:from_reported",
+    catch_up="a BigQuery table catches up when BigQuery applies its appended changes",
 )
