@@ -157,8 +157,13 @@ def applied_outputs(
         if isinstance(applied, (Mapping, TargetApplied)) or not isinstance(applied, Iterable):
             applied = [applied]
         for item in applied:
-            items = item if isinstance(item, (list, tuple)) else [item]
-            outputs += [TargetApplied.from_dict(output) for output in items if output is not None]
+            for output in item if isinstance(item, (list, tuple)) else [item]:
+                if output is None:
+                    raise ValueError(
+                        f"the commit of window {window} is given an apply step output of None: give "
+                        "applied=[each target apply step's .output] (an apply step returns its TargetApplied)"
+                    )
+                outputs.append(TargetApplied.from_dict(output))
     for target, value in sorted((reported or {}).items()):
         if value is not None:
             outputs.append(target_kind(validate_target(target)).from_reported(value, window.end_micros))

@@ -440,6 +440,8 @@ def test_outputs_that_are_not_apply_outputs_fail_before_the_window_is_committed(
     with pytest.raises(ValueError, match="lacks"):
         malformed = {"target": "delta", "window": to_micros(END), "tables": [{"table": "O"}]}
         _commit(root, applied=[malformed]).execute({})
+    with pytest.raises(ValueError, match="an apply step output of None"):
+        _commit(root, applied=[_delta(), None]).execute({})
     with pytest.raises(ValueError, match="given the delta target twice"):
         _commit(root, applied=[_delta(), _delta()]).execute({})
     with pytest.raises(KeyError, match="unknown target 'lakehouse'"):
