@@ -284,5 +284,3 @@ def compact(args: argparse.Namespace) -> int:
     result = lake.compact(args.table, _table_pipeline(lake, args.table, args.pipeline))
     print(json.dumps(result.to_dict(), sort_keys=True))
     return 0
-
-

@@ -83,16 +83,22 @@ def repair_pipeline(
         if report.missing:
             log(f"table {table}: {len(report.missing)} window(s) cannot be re-applied; it is left as it is")
             continue
-        log(f"table {table}: holds window version {found}, the metastore applied {expected}; re-applying "
-            f"{len(lacking)} window(s)" + (" (dry run)" if dry_run else ""))
+        log(
+            f"table {table}: holds window version {found}, the metastore applied {expected}; re-applying "
+            f"{len(lacking)} window(s)" + (" (dry run)" if dry_run else "")
+        )
         if dry_run:
             continue
         for window in lacking:
             change_set = sets[window.window_id]
             result = target.apply_window(change_set, pipeline, window)
             store.record_window_tables(
-                pipeline, window.start, window.end, {table: (result.version, change_set.expected_rows)},
-                target=result.target, replace=True,
+                pipeline,
+                window.start,
+                window.end,
+                {table: (result.version, change_set.expected_rows)},
+                target=result.target,
+                replace=True,
             )
             report.reapplied.append(window.window_id)
             log(f"table {table}: window {window.window_id} {result.outcome} as version {result.version}")
