@@ -153,6 +153,17 @@ def _lagging(store: Metastore, stream: str, window: Window, now: datetime) -> li
     return reasons
 
 
+def _catch_up(target: str) -> str:
+    """How a table of ``target`` catches up (its registered kind's ``catch_up``)."""
+    from airflow_provider_cdc.targets.registry import target_kind
+
+    try:
+        hint = target_kind(target).catch_up
+    except KeyError:  # a target no longer registered
+        hint = ""
+    return hint or f"the {target} table catches up when its target applies the pending changes"
+
+
 def _stale_watermarks(store: Metastore, pipeline: str, window: Window, now: datetime) -> list[Reason]:
     """Tables of an applied window whose apply watermark is behind its end (changes still pending)."""
     reasons = []
@@ -164,9 +175,7 @@ def _stale_watermarks(store: Metastore, pipeline: str, window: Window, now: date
                 f"{target} table {table}: its apply watermark is {format_timestamp(mark)}, "
                 f"{human_duration(window.end - mark)} behind this window's end (lag behind now: "
                 f"{human_duration(now - mark)}): its later changes are pending",
-                "a deferred-apply Delta table catches up when its pending windows are compacted "
-                "(python -m airflow_provider_cdc compact …); a BigQuery table when BigQuery applies "
-                "its appended changes",
+                _catch_up(target),
             ))  # fmt: skip
     return reasons
 

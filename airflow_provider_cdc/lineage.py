@@ -1,15 +1,13 @@
 """OpenLineage for the window steps: the datasets each step reads and writes, and the window as a run
 facet.
 
-Datasets are named as OpenLineage's naming conventions (and Airflow's providers) name them:
-
-- a location (staging, a change set, a Delta table): ``gs://{bucket}`` and the path in it; ``file``
-  and the absolute path for a local one; ``{scheme}://{authority}`` and the path for another store;
-- a Spanner table: ``spanner://{project}/{instance}`` and ``{database}.{table}`` (the google
-  provider's Spanner naming); a change stream is named like a table;
-- a BigQuery table: ``bigquery`` and ``{project}.{dataset}.{table}``;
-- a Table Store table: ``tablestore://{instance}`` and the table;
-- Datastream's files: the location of the source's folder under the stream root.
+Datasets are named as OpenLineage's naming conventions (and Airflow's providers) name them. A
+location (staging, a change set, a table stored in folders) is ``gs://{bucket}`` and the path in it,
+``file`` and the absolute path for a local one, ``{scheme}://{authority}`` and the path for another
+store (:func:`location_dataset`). Each source names what it reads in its folder's ``lineage`` module
+(``sources/<name>/lineage.py``: ``KEY_PREFIX``, the first segment of its metastore keys, and
+``datasets``/``table_dataset``), found by the key; each target names its tables in its commit part
+(``targets/<name>/commit.py``, see :mod:`airflow_provider_cdc.targets.protocol`).
 
 The naming is pure; :func:`operator_lineage` builds the provider's ``OperatorLineage`` (imported
 only then: the OpenLineage provider is the extra ``openlineage``).
@@ -17,7 +15,9 @@ only then: the OpenLineage provider is the extra ``openlineage``).
 
 from __future__ import annotations
 
-import re
+import importlib
+import importlib.util
+import pkgutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -29,7 +29,6 @@ from airflow_provider_cdc.core.window import Window
 
 #: The run facet's name in an event's ``run.facets``.
 WINDOW_FACET = "cdcWindow"
-_SPANNER_KEY = re.compile(r"^projects/([^/]+)/instances/([^/]+)/databases/([^/]+)/([^/]+)$")
 
 
 @dataclass(frozen=True, order=True)
@@ -59,51 +58,41 @@ def location_dataset(location: str) -> DatasetName:
     return DatasetName(f"{parts.scheme}://{parts.netloc}", parts.path.lstrip("/"))
 
 
-def spanner_dataset(project: str, instance: str, database: str, table: str) -> DatasetName:
-    """A Spanner table (or change stream) of a database."""
-    return DatasetName(f"spanner://{project}/{instance}", f"{database}.{table}")
-
-
-def bigquery_dataset(project_dataset: str, table: str) -> DatasetName:
-    """A BigQuery table of ``project.dataset``."""
-    return DatasetName("bigquery", f"{project_dataset}.{table}")
-
-
-def delta_table_dataset(lake_root: str, table: str) -> DatasetName:
-    """A Delta table: its location ``{lake_root}/{table}``."""
-    return location_dataset(f"{str(lake_root).rstrip('/')}/{table}")
+def location_table_dataset(root: str, table: str) -> DatasetName:
+    """A table stored at ``{root}/{table}`` (a folder per table): that location's dataset."""
+    return location_dataset(f"{str(root).rstrip('/')}/{table}")
 
 
 def source_datasets(source_key: str, tables: Iterable[str] = ()) -> list[DatasetName]:
-    """The datasets a source reads, from its metastore key (``WindowSource.source_key``): a Spanner
-    database's ``tables`` (the change stream itself when none are named), a Table Store table, or a
-    Datastream source's folder of files. A key of another shape names no dataset."""
-    spanner = _SPANNER_KEY.match(source_key)
-    if spanner:
-        project, instance, database, stream = spanner.groups()
-        names = sorted(set(tables)) or [stream]
-        return [spanner_dataset(project, instance, database, table) for table in names]
-    segments = source_key.split("/")
-    if segments[0] == "tablestore" and len(segments) == 3:
-        return [DatasetName(f"tablestore://{segments[1]}", segments[2])]
-    if segments[0] == "datastream" and len(segments) >= 4 and segments[1] == "gs":
-        return [DatasetName(f"gs://{segments[2]}", "/".join(segments[3:]))]
-    if segments[0] == "datastream" and len(segments) >= 3 and segments[1] == "local":
-        return [DatasetName("file", "/" + "/".join(segments[2:]))]
-    return []
+    """The datasets a source reads, from its metastore key (``WindowSource.source_key``), as the
+    source's folder names them (the source's ``tables``, or what it reads when none are named); a key
+    no source claims names no dataset."""
+    naming = _source_naming(source_key)
+    return [] if naming is None else list(naming.datasets(source_key, tables))
 
 
 def source_table_dataset(source_key: str, table: str) -> DatasetName | None:
-    """The source table a target table of ``table``'s name copies, when the source names tables (a
-    Spanner database, a Table Store table); ``None`` for a source of files."""
-    spanner = _SPANNER_KEY.match(source_key)
-    if spanner:
-        project, instance, database, _ = spanner.groups()
-        return spanner_dataset(project, instance, database, table)
-    segments = source_key.split("/")
-    if segments[0] == "tablestore" and len(segments) == 3 and segments[2] == table:
-        return DatasetName(f"tablestore://{segments[1]}", table)
-    return None
+    """The source table a target table of ``table``'s name copies, when the source names tables;
+    ``None`` for a source of files or a key no source claims."""
+    naming = _source_naming(source_key)
+    return None if naming is None else naming.table_dataset(source_key, table)
+
+
+def _source_naming(source_key: str) -> Any:
+    """The ``lineage`` module of the source folder whose ``KEY_PREFIX`` begins ``source_key``."""
+    return _source_namings().get(str(source_key).split("/", 1)[0])
+
+
+@cache
+def _source_namings() -> dict[str, Any]:
+    import airflow_provider_cdc.sources as package
+
+    namings: dict[str, Any] = {}
+    for module in pkgutil.iter_modules(package.__path__):
+        if module.ispkg and importlib.util.find_spec(f"{package.__name__}.{module.name}.lineage"):
+            naming = importlib.import_module(f"{package.__name__}.{module.name}.lineage")
+            namings[naming.KEY_PREFIX] = naming
+    return namings
 
 
 def identity_columns(

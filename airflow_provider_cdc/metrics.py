@@ -98,7 +98,7 @@ METRICS: dict[str, Metric] = {
 @dataclass(frozen=True)
 class StepTags:
     """Who sends a step's metrics: the pipeline, the DAG, the step, and where known its source (the
-    last segment of its metastore key, as its staging folder) and target (``delta``, ``bigquery``)."""
+    last segment of its metastore key, as its staging folder) and target (its registered name)."""
 
     pipeline: str | None = None
     dag_id: str | None = None
@@ -199,11 +199,10 @@ def units_read(tags: StepTags, summary: Mapping[str, Any]) -> None:
 def window_committed(
     tags: StepTags, window_end: datetime, summary: Mapping[str, Any], now: datetime | None = None
 ) -> None:
-    """The commit's summary (``rows``, ``transactions``, ``watermarks`` and ``{target}_watermarks``:
-    table → RFC 3339 text): the window's delay from its end to now, its rows and transactions, and
-    each table's apply watermark lag behind now, per target."""
+    """The commit's summary (``rows``, ``transactions``, ``watermarks``: target → table → RFC 3339
+    text): the window's delay from its end to now, its rows and transactions, and each table's apply
+    watermark lag behind now, per target."""
     from airflow_provider_cdc.core.timestamps import parse_timestamp
-    from airflow_provider_cdc.metastore.model import DELTA_TARGET
 
     moment = now or datetime.now(timezone.utc)
     values = tags.values()
@@ -212,10 +211,8 @@ def window_committed(
         (WINDOW_ROWS, int(summary.get("rows") or 0), values),
         (WINDOW_TRANSACTIONS, int(summary.get("transactions") or 0), values),
     ]
-    targets = {DELTA_TARGET: summary.get("watermarks")}
-    targets.update({key[: -len("_watermarks")]: marks for key, marks in summary.items()
-                    if key.endswith("_watermarks") and key != "watermarks"})  # fmt: skip
-    for target, marks in sorted(targets.items()):
+    targets = summary.get("watermarks") or {}
+    for target, marks in sorted(targets.items()) if isinstance(targets, Mapping) else ():
         for table, mark in sorted((marks or {}).items()) if isinstance(marks, Mapping) else ():
             if mark is None:
                 continue

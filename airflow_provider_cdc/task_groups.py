@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, coerce_timestamp, format_timestamp
 from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
@@ -25,7 +25,9 @@ from airflow_provider_cdc.sources.spanner.table_operators import (
     SpannerTableReadWindowOperator,
     snapshot_window_bounds,
 )
-from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
+
+if TYPE_CHECKING:
+    from airflow_provider_cdc.pipeline.specs import TargetSpec
 
 try:  # Airflow 3
     from airflow.sdk import TaskGroup
@@ -52,20 +54,18 @@ def initial_snapshot(
     change_stream: str | None = None,
     tables: Sequence[str] | None = None,
     readers: int = 2,
-    delta: bool = True,
-    bigquery: Mapping[str, Any] | None = None,
+    targets: Sequence[TargetSpec] = (),
     outlets: Sequence[Any] | None = None,
-    bigquery_dataset: str | None = None,
     group_id: str = "initial_snapshot",
     spark_conn_id: str = "spark_default",
     **connection: Any,
 ) -> TaskGroup:
     """The snapshot window ``[T - 1µs, T)`` as a task group (call it inside a DAG):
 
-        open ─► read (mapped) ─► merge ─► upsert [─► to_bigquery] ─► commit
+        open ─► read (mapped) ─► merge ─► each target's apply step (upsert, to_bigquery) ─► commit
 
-    The merge, the upserts and the commit take the window handle ``open`` returns (this opening of the
-    window, ``window=open.output``):
+    The merge, the apply steps and the commit take the window handle ``open`` returns (this opening of
+    the window, ``window=open.output``):
     a run whose snapshot window was opened again since (a second run of the first window) changes
     nothing. Which runs take the snapshot is the stream's open step's choice (see the module).
 
@@ -76,20 +76,19 @@ def initial_snapshot(
     :param change_stream: the stream the pipeline reads: the snapshot reads the tables and columns it
         watches (unless ``tables`` names tables).
     :param readers: mapped readers of the snapshot's PartitionQuery batches.
-    :param delta: apply the snapshot to the Delta tables (``upsert``).
-    :param bigquery: arguments of a :class:`~airflow_provider_cdc.targets.bigquery.operators.
-        BigQueryCdcUpsertOperator` that applies the snapshot to BigQuery (after the Delta tables).
+    :param targets: the target specs (``airflow_provider_cdc.pipeline``'s ``DeltaLake``,
+        ``BigQueryCdc``), in the order they apply: each builds its apply step of the snapshot window.
     :param outlets: the commit's outlets, e.g. ``[AssetAlias(alias_name(pipeline))]``: an asset event
         per table the snapshot applied (see :class:`~airflow_provider_cdc.operators.commit.
         CdcCommitWindowOperator`).
-    :param bigquery_dataset: ``project.dataset`` naming the BigQuery tables' assets (templated).
-    :param spark_conn_id: the Spark connection of the merge and the upsert (templated): ``spark``
+    :param spark_conn_id: the Spark connection of the merge and of the apply steps that run a Spark
+        job (templated): ``spark``
         (``spark-submit``; missing: ``local[*]``), ``spark_connect`` or ``dataproc``.
     :param connection: further connection fields of the table operators (``gcp_conn_id``,
         ``impersonation_chain``, ``metastore_conn_id``).
     """
-    if not delta and bigquery is None:
-        raise ValueError("initial_snapshot needs a target: delta=True, or bigquery")
+    if not targets:
+        raise ValueError("initial_snapshot needs a target: give targets=[a target spec, …]")
     bounds = snapshot_window_bounds(first_window_start)
     table_source = {
         "instance_id": instance_id,
@@ -119,23 +118,14 @@ def initial_snapshot(
             **step_connection,
         }
         merge = SparkMergeWindowOperator(task_id="merge", conn_id=spark_conn_id, **common)
-        steps: list[Any] = [open_snapshot, read, merge]
-        if delta:
-            steps.append(SparkUpsertWindowOperator(task_id="upsert", conn_id=spark_conn_id, **common))
-        watermarks = None
-        if bigquery is not None:
-            from airflow_provider_cdc.targets.bigquery.operators import BigQueryCdcUpsertOperator
-
-            to_bigquery = BigQueryCdcUpsertOperator(task_id="to_bigquery", **common, **bigquery)
-            steps.append(to_bigquery)
-            watermarks = to_bigquery.output
+        applies = [target.apply_step(common, {"conn_id": spark_conn_id}) for target in targets]
+        steps: list[Any] = [open_snapshot, read, merge, *applies]
         steps.append(
             CdcCommitWindowOperator(
                 task_id="commit",
                 read_summaries=read.output,
-                bigquery_watermarks=watermarks,
+                applied=[step.output for step in applies],
                 outlets=list(outlets or []),
-                bigquery_dataset=bigquery_dataset,
                 **common,
             )
         )

@@ -35,8 +35,8 @@ except ImportError:  # Airflow 2.11
     from airflow.decorators import task  # type: ignore[no-redef]
 
 from airflow_provider_cdc._compat import Asset, triggering_asset_events
-from airflow_provider_cdc.assets import delta_table_uri
 from airflow_provider_cdc.dag_settings import DagSettings
+from airflow_provider_cdc.targets.delta.names import delta_table_uri
 
 DAG_ID = "cdc_table_consumer"
 

@@ -1,9 +1,10 @@
 """Hook for a pipeline's windows: what the merge reads, what the upsert may apply, the commit.
 
 Operators stay thin: the metastore reads and compare-and-sets of a window step, and the checks of
-the change set and the lake around them, happen here. The commit takes the targets' results
-(``targets.protocol.TableApplyResult``) and the watermarks they reported (BigQuery's
-``upsert_stream_apply_watermark``) and records each under the pipeline, its target and its table.
+the change set around them, happen here. The commit takes the target apply steps' outputs
+(``targets.protocol.TargetApplied``), hands each to its target's commit part (found through the
+registry) and records the results and apply watermarks it gives under the pipeline, the target and
+the table.
 
 Every opening of a window is an **epoch** (the window's ``attempt`` in the metastore, counted up by
 each opening). The open operator hands it to the window's merge, upsert and commit; a step whose
@@ -15,21 +16,25 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from airflow_provider_cdc._compat import BaseHook
 from airflow_provider_cdc._errors import metastore_errors, redact
 from airflow_provider_cdc.core.contract.locations import WindowLocations, partition_key
-from airflow_provider_cdc.core.identifiers import validate_identifier
-from airflow_provider_cdc.core.timestamps import coerce_timestamp, format_timestamp
+from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.hooks.storage import storage_options
-from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET, DELTA_TARGET, validate_target
-from airflow_provider_cdc.targets.protocol import APPLIED, TableApplyResult
-from airflow_provider_cdc.targets.registry import TargetKind, open_target, target_kind
+from airflow_provider_cdc.metastore.model import validate_target
+from airflow_provider_cdc.targets.protocol import (
+    CommitContext,
+    TableApplyResult,
+    TargetApplied,
+    WindowNotHeldError,
+)
+from airflow_provider_cdc.targets.registry import target_kind, target_kinds
 
 
 class WindowStepError(RuntimeError):
@@ -73,25 +78,29 @@ def require_epoch(store: Any, pipeline: str, window: Window, epoch: int, step: s
     return record
 
 
-class LakeNotAppliedError(WindowStepError):
-    """The commit found a table of the change set that does not hold the window."""
+class TargetNotAppliedError(WindowStepError):
+    """The commit found a table that must hold the window in its target and does not."""
+
+
+#: The former name of :class:`TargetNotAppliedError`.
+LakeNotAppliedError = TargetNotAppliedError
 
 
 class StorageUnavailableError(WindowStepError):
-    """A location of the window (its change set, the lake) could not be read: the message names the
-    window, the step, the location and the storage's own error (retried: storage may come back)."""
+    """A location of the window (its change set, a target's tables) could not be read: the message names
+    the window, the step, the location and the storage's own error (retried: storage may come back)."""
 
 
 @contextmanager
-def storage_errors(what: str, location: str, consequence: str) -> Iterator[None]:
-    """Re-raise an I/O error of pyarrow or delta-rs (``OSError``, ``DeltaError``) met while reading
-    ``location`` as :class:`StorageUnavailableError` naming ``what`` (the window and the step), the
-    location, the error's first line (credentials removed) and ``consequence``."""
-    from deltalake.exceptions import DeltaError
-
+def storage_errors(
+    what: str, location: str, consequence: str, errors: tuple[type[BaseException], ...] = ()
+) -> Iterator[None]:
+    """Re-raise an I/O error (``OSError``, or one of ``errors``: a target storage's own) met while
+    reading ``location`` as :class:`StorageUnavailableError` naming ``what`` (the window and the step),
+    the location, the error's first line (credentials removed) and ``consequence``."""
     try:
         yield
-    except (OSError, DeltaError) as exc:
+    except (OSError, *errors) as exc:
         lines = str(exc).strip().splitlines()
         detail = redact(lines[0] if lines else "")
         raise StorageUnavailableError(
@@ -101,12 +110,7 @@ def storage_errors(what: str, location: str, consequence: str) -> Iterator[None]
 
 
 class StaleTablesError(WindowStepError):
-    """A table's apply watermark (Delta, or BigQuery's ``upsert_stream_apply_watermark``) lags more
-    than ``max_staleness``."""
-
-
-#: The key of a table's entry in the BigQuery upsert's return value that carries its watermark.
-BIGQUERY_WATERMARK = target_kind(BIGQUERY_TARGET).watermark
+    """A table's apply watermark (in any target) lags more than ``max_staleness``."""
 
 
 def stale_tables(
@@ -131,68 +135,53 @@ def read_summaries(value: Any) -> list[Mapping[str, Any]]:
     return []
 
 
-def parse_bigquery_watermarks(value: Any) -> dict[str, datetime | None] | None:
-    """BigQuery table → ``upsert_stream_apply_watermark`` (``None``: BigQuery has applied nothing yet).
-
-    ``value`` is the BigQuery upsert's return value (``{"tables": {table: {...,
-    "upsert_stream_apply_watermark": RFC 3339 text or None}}}``; a table without that key was not
-    asked for its watermark and is left out) or a mapping ``{table: timestamp or None}``; ``None``
-    gives ``None``. Anything else fails naming what is wrong.
-    """
-    return parse_watermarks(value, target_kind(BIGQUERY_TARGET), "bigquery_watermarks")
-
-
-def parse_watermarks(value: Any, kind: TargetKind, argument: str) -> dict[str, datetime | None] | None:
-    """Table → the watermark a target reported (``None``: it has applied nothing to the table yet),
-    from the target's upsert return value (``{"tables": {table: {..., kind.watermark: …}}}``) or a
-    mapping ``{table: timestamp or None}``; ``None`` gives ``None``. ``argument`` names the value in
-    errors."""
-    if value is None:
-        return None
-    if not isinstance(value, Mapping):
-        raise TypeError(
-            f"{argument} must be the {kind.title} upsert's return value or a mapping of table to "
-            f"{kind.watermark}, got {type(value).__name__}"
-        )
-    tables = value["tables"] if isinstance(value.get("tables"), Mapping) else value
-    marks: dict[str, datetime | None] = {}
-    for table, entry in tables.items():
-        name = validate_identifier(table, f"{kind.title} table")
-        if isinstance(entry, Mapping):
-            if kind.watermark not in entry:
-                continue
-            entry = entry[kind.watermark]
-        try:
-            marks[name] = None if entry is None else coerce_timestamp(entry)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{argument}: table {table!r} has no valid {kind.watermark} ({exc})") from None
-    return marks
-
-
-def reported_watermarks(
-    watermarks: Mapping[str, Any] | None, bigquery_watermarks: Any = None
-) -> dict[str, dict[str, datetime | None]]:
-    """Target → table → the watermark the target reported, each target's value read by
-    :func:`parse_watermarks`; ``bigquery_watermarks`` is the value of the target ``bigquery``. A target
-    whose watermarks are its committed window ends (Delta), or one given twice, is refused."""
-    given: dict[str, Any] = dict(watermarks or {})
-    if bigquery_watermarks is not None:
-        if given.get(BIGQUERY_TARGET) is not None:
-            raise ValueError("the watermarks of target 'bigquery' are given twice (bigquery_watermarks too)")
-        given[BIGQUERY_TARGET] = bigquery_watermarks
-    reported = {}
-    for target, value in sorted(given.items()):
-        kind = target_kind(validate_target(target))
-        if kind.watermark_is_window_end:
+def applied_outputs(
+    applied: Any,
+    window: Window,
+    locations: WindowLocations,
+    reported: Mapping[str, Any] | None = None,
+) -> list[TargetApplied]:
+    """What the commit commits, one :class:`TargetApplied` per target: the apply steps' outputs
+    (``applied``: a list, or a list of lists from several tasks; each a ``TargetApplied`` or its
+    ``to_dict``) and the deprecated ``{target}_watermarks`` values (``reported``: target → value, each
+    converted by its target). Without ``applied`` (``None``), every registered target whose location
+    field (``lake_root``) is set in ``locations`` is committed from what it holds. A target given
+    twice, or an output of another window, fails before anything is written."""
+    outputs: list[TargetApplied] = []
+    if applied is None:
+        for kind in target_kinds():
+            root = getattr(locations, kind.location_field, None) if kind.location_field else None
+            if root:
+                outputs.append(TargetApplied(kind.name, window.end_micros, str(root)))
+    else:
+        if isinstance(applied, (Mapping, TargetApplied)) or not isinstance(applied, Iterable):
+            applied = [applied]
+        for item in applied:
+            for output in item if isinstance(item, (list, tuple)) else [item]:
+                if output is None:
+                    raise ValueError(
+                        f"the commit of window {window} is given an apply step output of None: give "
+                        "applied=[each target apply step's .output] (an apply step returns its TargetApplied)"
+                    )
+                outputs.append(TargetApplied.from_dict(output))
+    for target, value in sorted((reported or {}).items()):
+        if value is not None:
+            outputs.append(target_kind(validate_target(target)).from_reported(value, window.end_micros))
+    seen: set[str] = set()
+    for output in outputs:
+        target_kind(output.target)  # an unknown target fails naming the registered ones
+        if output.target in seen:
             raise ValueError(
-                f"the {kind.title} target's watermarks are the ends of the windows the commit records; "
-                "they are not reported"
+                f"the commit of window {window} is given the {output.target} target twice; give each apply "
+                "step's output once (applied=[...], or the deprecated {target}_watermarks, not both)"
             )
-        argument = "bigquery_watermarks" if target == BIGQUERY_TARGET else f"watermarks[{target!r}]"
-        marks = parse_watermarks(value, kind, argument)
-        if marks is not None:
-            reported[target] = marks
-    return reported
+        seen.add(output.target)
+        if output.window != window.end_micros:
+            raise ValueError(
+                f"the {output.target} output given to the commit of window {window} is of window version "
+                f"{output.window}, not {window.end_micros}: give the apply step of this window's run"
+            )
+    return outputs
 
 
 class CdcPipelineHook(BaseHook):
@@ -343,10 +332,9 @@ class CdcPipelineHook(BaseHook):
         max_staleness: timedelta | None = None,
         now: datetime | None = None,
         log: Any = None,
-        bigquery_watermarks: Any = None,
+        applied: Any = None,
         epoch: int | None = None,
-        results: Iterable[Any] | None = None,
-        watermarks: Mapping[str, Any] | None = None,
+        reported: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Mark the window applied, record per target and table what applied it, and advance the
         tables' apply watermarks.
@@ -355,32 +343,35 @@ class CdcPipelineHook(BaseHook):
         set's manifest records) fences the commit: a window opened again since changes nothing and
         the commit fails with :class:`StaleEpochError`, as does a change set of another epoch.
 
-        The change set's manifest (with ``locations.changeset_root``) names the window's tables;
-        with ``locations.lake_root`` each must hold the window in the Delta target, whose result (the
-        version that applied it) is recorded with the ``results`` the targets returned
-        (``TableApplyResult`` or its ``to_dict``), each under its target and table. The apply
-        watermarks of the Delta target advance to the window end. Idempotent: a window already applied
-        only refreshes the watermarks.
-
-        ``watermarks`` (target → the watermarks that target reported, see
-        :func:`reported_watermarks`) are recorded only forward under the pipeline and their target and
-        checked against ``max_staleness``; a table the target has applied nothing to yet is logged as a
-        warning. ``bigquery_watermarks`` (the BigQuery upsert's return value, see
-        :func:`parse_bigquery_watermarks`) are the watermarks of the target ``bigquery``.
+        ``applied`` are the target apply steps' outputs (see :func:`applied_outputs`, which also
+        takes the deprecated ``reported`` watermarks). The change set's manifest (with
+        ``locations.changeset_root``) names the window's tables; each target's commit part checks what
+        it must hold (a table that does not hold the window fails with
+        :class:`TargetNotAppliedError`) and gives the results the ledger records under (pipeline,
+        target, table) and the tables' apply watermarks, recorded only forward and checked against
+        ``max_staleness``; a table a target has applied nothing to yet is logged as a warning.
+        Idempotent: a window already applied only refreshes the watermarks.
 
         Returns the window id, its source's metastore key (``source_key``), its ``rows`` and
-        ``transactions``, the Delta tables' apply ``watermarks`` and each reporting target's
-        (``{target}_watermarks``), as RFC 3339 text.
+        ``transactions``, ``watermarks`` (target → table → apply watermark, RFC 3339, ``None``: none
+        yet) and ``tables`` (target → table → its ``watermark``, the window's change ``rows`` and its
+        names: asset ``uri``, OpenLineage ``namespace`` and ``name``).
         """
         log = log or self.log
-        # A malformed value fails before anything is written.
-        reported = reported_watermarks(watermarks, bigquery_watermarks)
-        given = [TableApplyResult.from_dict(result) for result in results or ()]
+        outputs = applied_outputs(applied, window, locations, reported)  # malformed: nothing written
         with metastore_errors(f"window {window} of pipeline {pipeline!r}: committing the window"):
             with CdcMetastoreHook(self.metastore_conn_id) as metastore:
                 return self._commit(
-                    metastore.metastore, pipeline, window, locations, read_summaries(summaries),
-                    max_staleness, now, log, reported, epoch, given,
+                    metastore.metastore,
+                    pipeline,
+                    window,
+                    locations,
+                    read_summaries(summaries),
+                    max_staleness,
+                    now,
+                    log,
+                    outputs,
+                    epoch,
                 )
 
     def _commit(
@@ -393,9 +384,8 @@ class CdcPipelineHook(BaseHook):
         max_staleness: timedelta | None,
         now: datetime | None,
         log: Any,
-        reported: Mapping[str, Mapping[str, datetime | None]],
+        outputs: Sequence[TargetApplied],
         epoch: int | None = None,
-        results: Sequence[TableApplyResult] = (),
     ) -> dict[str, Any]:
         from airflow_provider_cdc.metastore import WindowState
 
@@ -418,13 +408,26 @@ class CdcPipelineHook(BaseHook):
             log.info(
                 "Window %s of %s: the commit carries no epoch (neither given nor in the change set's "
                 "manifest): a re-opening of the window meanwhile is only caught by its state",
-                window, pipeline,
+                window,
+                pipeline,
             )
+        parts = [(output, target_kind(output.target).committer()) for output in outputs]
+        options = self.storage_options() if any(output.location for output in outputs) else {}
+
+        def context(target: str) -> CommitContext:
+            recorded = sorted(store.table_watermarks(pipeline, target=target))
+            return CommitContext(pipeline, window, changed, options, recorded, log)
+
         if record.state is not WindowState.APPLIED:
             store.require_predecessor_applied(pipeline, window.start, window.end)
-            with storage_errors(step, str(locations.lake_root), unchanged):
-                held = self._window_results(locations, pipeline, window, changed)
-            record_results(store, pipeline, window, [*held, *results])
+            results: list[TableApplyResult] = []
+            for output, part in parts:
+                with storage_errors(step, str(output.location), unchanged, part.storage_errors):
+                    try:
+                        results += part.window_results(output, context(output.target))
+                    except WindowNotHeldError as exc:
+                        raise TargetNotAppliedError(str(exc)) from exc
+            record_results(store, pipeline, window, results)
         rows = sum(int(s.get("rows", 0)) for s in summaries)
         transactions = round(sum(float(s.get("transactions", 0.0)) for s in summaries))
         if record.state is WindowState.APPLIED:
@@ -447,41 +450,36 @@ class CdcPipelineHook(BaseHook):
                     f"{current.attempt}) while it was being committed"
                 )
             log.info("Window %s of %s was applied by another run meanwhile", window, pipeline)
-        tables = sorted(set(store.table_watermarks(pipeline, target=DELTA_TARGET)) | set(changed))
-        with storage_errors(
-            step, str(locations.lake_root),
-            "The window is applied; its tables' apply watermarks did not advance: a retry advances them.",
-        ):
-            delta_marks = self._delta_watermarks(locations, pipeline, window, tables)
-        for table, mark in delta_marks.items():
-            if mark is not None:
-                store.advance_table_watermark(pipeline, table, mark, target=DELTA_TARGET)
-        watermarks = store.table_watermarks(pipeline, target=DELTA_TARGET)
-        log.info(
-            "Window %s applied: %d change rows, %d transactions; apply watermarks: %s",
-            window,
-            rows,
-            transactions,
-            ", ".join(f"{t}={format_timestamp(w)}" for t, w in sorted(watermarks.items())) or "none",
-        )
+        log.info("Window %s applied: %d change rows, %d transactions", window, rows, transactions)
         summary: dict[str, Any] = {
             "window_id": window.window_id,
             "source_key": record.stream,
             "rows": rows,
             "transactions": transactions,
-            "watermarks": {t: format_timestamp(w) for t, w in sorted(watermarks.items())},
+            "watermarks": {},
+            "tables": {},
         }
         checked: dict[str, dict[str, datetime]] = {}
-        for target, marks in sorted(reported.items()):
-            recorded = record_watermarks(store, pipeline, target, marks, log)
-            checked[target] = {t: recorded[t] for t, mark in marks.items() if mark is not None}
-            summary[f"{target}_watermarks"] = {
+        for output, part in parts:
+            with storage_errors(
+                step, str(output.location),
+                "The window is applied; its tables' apply watermarks did not advance: a retry advances them.",
+                part.storage_errors,
+            ):  # fmt: skip
+                marks = part.apply_watermarks(output, context(output.target))
+            recorded = record_watermarks(store, pipeline, output.target, marks, log)
+            checked[output.target] = {t: recorded[t] for t, mark in marks.items() if mark is not None}
+            shown = {
                 t: format_timestamp(recorded[t]) if t in recorded else None
                 for t in sorted(set(recorded) | set(marks))
             }
+            summary["watermarks"][output.target] = shown
+            summary["tables"][output.target] = self._table_entries(
+                store, pipeline, window, output, part, shown
+            )
         if max_staleness is not None:
             moment = now or datetime.now(timezone.utc)
-            stale = [f"{t} lags {lag}" for t, lag in stale_tables(watermarks, moment, max_staleness).items()]
+            stale = []
             for target, marks in sorted(checked.items()):
                 kind = target_kind(target)
                 stale += [
@@ -493,6 +491,28 @@ class CdcPipelineHook(BaseHook):
                     f"apply watermark older than max_staleness={max_staleness}: {', '.join(stale)}"
                 )
         return summary
+
+    @staticmethod
+    def _table_entries(
+        store: Any, pipeline: str, window: Window, output: TargetApplied, part: Any, marks: Mapping[str, Any]
+    ) -> dict[str, dict[str, Any]]:
+        """Table → its watermark, the window's change rows (the ledger's record of the window, else the
+        step's result; 0: none recorded) and its names (asset URI, OpenLineage dataset)."""
+        held = store.window_tables(pipeline, target=output.target, window=(window.start, window.end))
+        ledger = {r.table: r.rows for r in held}
+        stepped = {r.table: r.rows for r in output.tables}
+        names = part.table_names(output, sorted(marks))
+        entries = {}
+        for table, mark in sorted(marks.items()):
+            name = names.get(table)
+            entries[table] = {
+                "watermark": mark,
+                "rows": ledger.get(table, stepped.get(table, 0)),
+                "uri": name.uri if name else None,
+                "namespace": name.namespace if name else None,
+                "name": name.name if name else None,
+            }
+        return entries
 
     def _change_set(
         self, locations: WindowLocations, window: Window
@@ -508,44 +528,6 @@ class CdcPipelineHook(BaseHook):
         changed = {table.name: table.expected_rows for table in reader.tables()}
         epoch = reader.manifest().get("epoch")
         return changed, epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
-
-    def _delta_watermarks(
-        self, locations: WindowLocations, pipeline: str, window: Window, tables: Sequence[str]
-    ) -> dict[str, datetime | None]:
-        """Per table, the Delta apply watermark after this window: the window end, except for a table
-        with windows pending (deferred apply), whose watermark is the end of the last window folded into
-        it (``None``: none yet), as BigQuery's ``upsert_stream_apply_watermark`` lags its appends."""
-        if not locations.lake_root or not tables:
-            return dict.fromkeys(tables, window.end)
-        target = open_target(DELTA_TARGET, str(locations.lake_root), self.storage_options())
-        marks: dict[str, datetime | None] = {}
-        for table in tables:
-            deferred = bool(target.pending_windows(table, pipeline))
-            marks[table] = target.apply_watermark(table, pipeline) if deferred else window.end
-        return marks
-
-    def _window_results(
-        self, locations: WindowLocations, pipeline: str, window: Window, changed: Mapping[str, int | None]
-    ) -> list[TableApplyResult]:
-        """Per changed table, what the Delta target (``lake_root``) records about the window (checked
-        to hold it), with the change set's rows; without a lake, the change set's tables and rows."""
-        if not locations.lake_root:
-            return [
-                TableApplyResult(DELTA_TARGET, table, window.end_micros, APPLIED, rows or 0)
-                for table, rows in sorted(changed.items())
-            ]
-        target = open_target(DELTA_TARGET, str(locations.lake_root), self.storage_options())
-        results = []
-        for table, rows in sorted(changed.items()):
-            result = target.window_result(table, pipeline, window)
-            if result is None:
-                held = target.applied_window(table, pipeline)
-                raise LakeNotAppliedError(
-                    f"window {window} of pipeline {pipeline!r}: table {table!r} does not hold it (its last "
-                    f"applied window version is {held}); the upsert must apply the window before it commits"
-                )
-            results.append(replace(result, rows=rows or 0))
-        return results
 
 
 def record_results(store: Any, pipeline: str, window: Window, results: Iterable[TableApplyResult]) -> None:

@@ -29,10 +29,9 @@ MAX_OWNER_LENGTH = 256
 MAX_PIPELINE_LENGTH = MAX_PIPELINE_ID_LENGTH
 MAX_TARGET_LENGTH = 32
 
-#: The targets a pipeline applies windows to; the ledger and the apply watermarks are kept per
-#: (pipeline, target, table).
+#: The target whose ledger and apply watermarks a call that names none reads (the ledger and the apply
+#: watermarks are kept per (pipeline, target, table); a target's name is data, see targets.registry).
 DELTA_TARGET = "delta"
-BIGQUERY_TARGET = "bigquery"
 _TARGET = re.compile(rf"^[a-z][a-z0-9_]{{0,{MAX_TARGET_LENGTH - 1}}}$")
 
 _DATABASE_PATH_SEGMENT = re.compile(r"^[A-Za-z0-9_.:\-]+$")

@@ -14,8 +14,9 @@ specs, with every rule the window steps rely on wired.
             first_window_start=START,
         )
 
-The operators stay public where they are; the specs only choose and wire them. Each source's spec lives
-with its source (``sources/<name>/pipeline.py``) and is exported here too.
+The operators stay public where they are; the specs only choose and wire them. Each source's and target's
+spec lives in its folder (``sources/<name>/pipeline.py``, ``targets/<name>/pipeline.py``) and is
+exported here too.
 """
 
 from __future__ import annotations
@@ -24,19 +25,14 @@ import importlib
 from typing import Any
 
 from airflow_provider_cdc.pipeline.factory import DEFAULT_GROUP_ID, cdc_pipeline
-from airflow_provider_cdc.pipeline.specs import (
-    BigQueryCdc,
-    DeltaLake,
-    Locations,
-    PipelineSpecError,
-    SourceSpec,
-    TargetSpec,
-)
+from airflow_provider_cdc.pipeline.specs import Locations, PipelineSpecError, SourceSpec, TargetSpec
 
-#: Each source's spec, by name → its module (imported when first asked for: a source's module imports
-#: this package's specs, so importing it here would be circular).
-_SOURCE_SPECS = {
+#: Each source's and target's spec, by name → the module of its plug-in folder (imported when first asked
+#: for: a plug-in's module imports this package's spec bases, so importing it here would be circular).
+_SPECS = {
+    "BigQueryCdc": "airflow_provider_cdc.targets.bigquery.pipeline",
     "DatastreamFiles": "airflow_provider_cdc.sources.datastream.pipeline",
+    "DeltaLake": "airflow_provider_cdc.targets.delta.pipeline",
     "SpannerChangeStream": "airflow_provider_cdc.sources.spanner.pipeline",
     "SpannerTables": "airflow_provider_cdc.sources.spanner.pipeline",
     "TablestoreStream": "airflow_provider_cdc.sources.tablestore.pipeline",
@@ -59,7 +55,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    module = _SOURCE_SPECS.get(name)
+    module = _SPECS.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
@@ -68,4 +64,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_SOURCE_SPECS))
+    return sorted(set(globals()) | set(_SPECS))

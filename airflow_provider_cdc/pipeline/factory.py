@@ -4,7 +4,10 @@ target specs, with every rule the steps rely on wired once.
 A window's tasks (each source adds only what it needs)::
 
     [wait_parents | wait_for_files] ─► open_window ─► read (mapped) ─► [drained | complete]
-        ─► merge ─► upsert (Delta) ─► to_bigquery (BigQuery) ─► commit
+        ─► merge ─► each target's apply step (e.g. upsert, to_bigquery) ─► commit
+
+Each target spec builds its own apply step and says which targets it applies after; the commit
+takes every apply step's output (``applied=[…]``).
 
 The source's tasks are its spec's (:meth:`~airflow_provider_cdc.pipeline.specs.SourceSpec.window_tasks`:
 each source is a plug-in in ``sources/<name>/pipeline.py``); the open step returns the window handle and
@@ -28,8 +31,6 @@ from airflow_provider_cdc.core.timestamps import coerce_timestamp
 from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
 from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
 from airflow_provider_cdc.pipeline.specs import (
-    BigQueryCdc,
-    DeltaLake,
     Locations,
     PipelineSpecError,
     SnapshotWindow,
@@ -37,6 +38,7 @@ from airflow_provider_cdc.pipeline.specs import (
     SourceTasks,
     SourceWindow,
     TargetSpec,
+    apply_order,
     is_template,
 )
 from airflow_provider_cdc.task_groups import snapshot_start
@@ -96,12 +98,14 @@ def _validate(
             "airflow_provider_cdc.pipeline exports every source's)"
         )
     if not targets or not all(isinstance(target, TargetSpec) for target in targets):
-        raise PipelineSpecError(f"cdc_pipeline targets: {targets!r}; give DeltaLake() and/or BigQueryCdc(…)")
-    kinds = [type(target) for target in targets]
+        raise PipelineSpecError(
+            f"cdc_pipeline targets: {targets!r}; give target specs, such as DeltaLake() and/or BigQueryCdc(…)"
+        )
+    kinds = [target.target for target in targets]
     if len(set(kinds)) != len(kinds):
         raise PipelineSpecError("cdc_pipeline targets: a target is given twice; give each target once")
-    if DeltaLake in kinds and not locations.lake_root:
-        raise PipelineSpecError("cdc_pipeline locations.lake_root: missing; the DeltaLake target needs it")
+    for target in targets:
+        target.validate_locations(locations)
     if isinstance(readers, bool) or not isinstance(readers, int) or readers < 1:
         raise PipelineSpecError(
             f"cdc_pipeline readers: {readers!r}; give a positive number (mapped readers are fixed when "
@@ -146,8 +150,8 @@ def cdc_pipeline(
 
     :param source: the source's spec (a :class:`~airflow_provider_cdc.pipeline.specs.SourceSpec`;
         :mod:`airflow_provider_cdc.pipeline` exports every source's).
-    :param targets: :class:`DeltaLake` and/or :class:`BigQueryCdc` (applied in that order: BigQuery
-        completes partial rows from the Delta tables).
+    :param targets: target specs (:mod:`airflow_provider_cdc.pipeline` exports every target's), each
+        applied after the targets it reads (BigQuery completes partial rows from the Delta tables).
     :param locations: the roots (:class:`Locations`, or its fields as a mapping).
     :param pipeline_id: names the pipeline in the metastore and the targets (default the DAG id).
     :param readers: mapped readers per window (a fixed list: Airflow 2's ``dags backfill`` never
@@ -163,13 +167,13 @@ def cdc_pipeline(
     :param poke_interval: seconds between the completion sensors' checks.
     :param outlets: the commits' outlets, e.g. ``[AssetAlias(alias_name(pipeline))]``: an asset event
         per table a window applied (BigQuery's tables named by the :class:`BigQueryCdc` spec's project
-        and dataset).
+        and dataset, as its apply step reports them).
     :param group_id: prefix every task id with it (default: no prefix, the group ``cdc_pipeline``).
     """
     if isinstance(locations, Mapping):
         locations = Locations(**locations)
     _validate(source, targets, locations, readers, initial_snapshot, first_window_start)
-    ordered = sorted(targets, key=lambda target: isinstance(target, BigQueryCdc))
+    ordered = apply_order(targets)
     with TaskGroup(
         group_id=group_id or DEFAULT_GROUP_ID,
         prefix_group_id=group_id is not None,
@@ -208,14 +212,8 @@ class _Builder:
         self.assets = self.commit_assets(outlets)
 
     def commit_assets(self, outlets: Sequence[Any] | None) -> dict[str, Any]:
-        """The commits' ``outlets`` and the ``project.dataset`` naming the BigQuery tables' assets."""
-        if not outlets:
-            return {}
-        bigquery = next((t for t in self.targets if isinstance(t, BigQueryCdc)), None)
-        dataset = None
-        if bigquery is not None and bigquery.project_id:
-            dataset = f"{bigquery.project_id}.{bigquery.dataset}"
-        return {"outlets": list(outlets), "bigquery_dataset": dataset}
+        """The commits' ``outlets`` (the tables' asset names come with the apply steps' outputs)."""
+        return {"outlets": list(outlets)} if outlets else {}
 
     # --- the pipeline's first window -------------------------------------------------------------
 
@@ -279,53 +277,32 @@ class _Builder:
         # With the snapshot, the merge follows its commit, and runs when it was skipped.
         after_snapshot = {"trigger_rule": "none_failed"} if self.snapshot is not False else {}
         merge = SparkMergeWindowOperator(task_id="merge", **after_snapshot, **self.spark, **common)
-        steps, watermarks = [merge], None
-        for target in self.targets:
-            step, output = self.apply(target, common)
-            steps.append(step)
-            watermarks = output if output is not None else watermarks
+        applies = [self.apply(target, common) for target in self.targets]
         commit = CdcCommitWindowOperator(
             task_id="commit",
             read_summaries=read.output,
-            bigquery_watermarks=watermarks,
+            applied=[step.output for step in applies],
             **self.assets,
             **common,
         )
-        return [*steps, commit]
+        return [merge, *applies, commit]
 
-    def apply(self, target: TargetSpec, common: dict[str, Any]) -> tuple[Any, Any]:
-        """A target's apply step and the watermarks it returns for the commit (``None``: none)."""
-        if isinstance(target, DeltaLake):
-            from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
-
-            extra = {"tombstone_horizon": target.tombstone_horizon} if target.tombstone_horizon else {}
-            upsert = SparkUpsertWindowOperator(
-                task_id=target.task_id, **self.spark, **extra, **dict(target.arguments), **common
-            )
-            return upsert, None
-        if isinstance(target, BigQueryCdc):
-            from airflow_provider_cdc.targets.bigquery.operators import BigQueryCdcUpsertOperator
-
-            to_bigquery = BigQueryCdcUpsertOperator(
-                task_id=target.task_id, **target.operator_arguments(), **common
-            )
-            return to_bigquery, to_bigquery.output
-        raise PipelineSpecError(f"cdc_pipeline targets: no apply step for {type(target).__name__}")
+    def apply(self, target: TargetSpec, common: dict[str, Any]) -> Any:
+        """A target's apply step (its spec builds it); its output is the commit's ``applied`` entry."""
+        return target.apply_step(common, self.spark)
 
     # --- the initial snapshot --------------------------------------------------------------------
 
     def snapshot_tasks(self) -> Any:
         """The snapshot window ``[T - 1µs, T)``, as the source's spec builds it."""
         assert self.first is not None  # _validate requires it
-        bigquery = next((t for t in self.targets if isinstance(t, BigQueryCdc)), None)
         return self.source.snapshot_tasks(
             SnapshotWindow(
                 pipeline=self.pipeline,
                 readers=self.readers,
                 locations=self.locations,
                 first_window_start=self.first,
-                delta=any(isinstance(target, DeltaLake) for target in self.targets),
-                bigquery=None if bigquery is None else bigquery.operator_arguments(),
+                targets=self.targets,
                 spark_conn_id=self.spark.get("conn_id", "spark_default"),
                 assets=self.assets,
                 metastore=self.metastore,

@@ -16,14 +16,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any, ClassVar
 
 from airflow_provider_cdc.core.identifiers import InvalidIdentifierError, validate_identifier
 
 __all__ = [
-    "BigQueryCdc",
-    "DeltaLake",
     "Locations",
     "PipelineSpecError",
     "SnapshotWindow",
@@ -31,6 +28,7 @@ __all__ = [
     "SourceTasks",
     "SourceWindow",
     "TargetSpec",
+    "apply_order",
     "is_template",
     "spec_error",
     "spec_identifier",
@@ -181,18 +179,16 @@ class SnapshotWindow:
     snapshot_tasks`): the pipeline's settings and what its targets need.
 
     :param first_window_start: ``T``, the first stream window's start.
-    :param delta: the pipeline has a Delta Lake target.
-    :param bigquery: the BigQuery target's operator arguments (``None``: no BigQuery target).
+    :param targets: the pipeline's target specs, in the order they apply.
     :param spark_conn_id: the Spark connection of the merge and the upsert.
-    :param assets: the commits' ``outlets`` and ``bigquery_dataset``.
+    :param assets: the commits' ``outlets``.
     """
 
     pipeline: str
     readers: int
     locations: Locations
     first_window_start: Any
-    delta: bool
-    bigquery: Mapping[str, Any] | None = None
+    targets: Sequence[TargetSpec] = ()
     spark_conn_id: str = "spark_default"
     assets: Mapping[str, Any] = field(default_factory=dict)
     metastore: Mapping[str, Any] = field(default_factory=dict)
@@ -232,10 +228,20 @@ class SourceSpec:
 
 @dataclass(frozen=True, kw_only=True)
 class TargetSpec:
-    """What every target spec has."""
+    """What every target spec has: each target's spec lives in its folder (``targets/<name>/pipeline.py``)
+    and builds the target's apply step; the factory names no target.
+
+    ``target`` is the registered target the spec applies to, ``task_id`` its apply step's task id and
+    ``reads`` the targets whose tables it reads while it applies (it applies after them: BigQuery
+    completes partial rows from the Delta tables).
+    """
 
     #: the task id of the target's apply step
     task_id: ClassVar[str] = "apply"
+    #: the registered target (its metastore key)
+    target: ClassVar[str] = ""
+    #: the targets whose tables the apply step reads: it applies after them
+    reads: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         self.validate()
@@ -243,52 +249,29 @@ class TargetSpec:
     def validate(self) -> None:
         """Check the literal fields (called when the spec is made)."""
 
+    def validate_locations(self, locations: Locations) -> None:
+        """Refuse ``locations`` that lack what the target needs (called by the factory)."""
 
-@dataclass(frozen=True, kw_only=True)
-class DeltaLake(TargetSpec):
-    """Delta tables under ``Locations.lake_root``, upserted by a Spark job (task ``upsert``).
-
-    :param tombstone_horizon: seconds (or a template) a deleted key refuses older late events; for
-        sources whose late events may arrive after a delete (Datastream).
-    """
-
-    task_id: ClassVar[str] = "upsert"
-
-    tombstone_horizon: float | str | None = None
-    arguments: Mapping[str, Any] = field(default_factory=dict)
+    def apply_step(self, common: Mapping[str, Any], spark: Mapping[str, Any]) -> Any:
+        """The target's apply step of a window: ``common`` are the window steps' arguments
+        (``locations``, ``pipeline_id``, ``epoch``, the metastore, the window), ``spark`` the Spark
+        connection (``conn_id``) of a step that runs a Spark job. Its output is the commit's
+        ``applied`` entry (a ``TargetApplied``)."""
+        raise NotImplementedError(f"{type(self).__name__} builds no apply step")
 
 
-@dataclass(frozen=True, kw_only=True)
-class BigQueryCdc(TargetSpec):
-    """BigQuery CDC tables (``_CHANGE_TYPE`` upserts over the Storage Write API; task ``to_bigquery``).
-
-    After a :class:`DeltaLake` target in the same pipeline, partial row images are completed from the
-    Delta tables.
-
-    :param dataset: the dataset (it must exist).
-    :param project_id: its project (default: the connection's).
-    :param api_endpoint: the BigQuery REST endpoint (blank: BigQuery's own).
-    :param write_endpoint: the Storage Write API endpoint (blank: BigQuery's own).
-    :param max_staleness: the tables' ``max_staleness`` option.
-    :param arguments: further arguments of ``BigQueryCdcUpsertOperator``.
-    """
-
-    task_id: ClassVar[str] = "to_bigquery"
-
-    dataset: str
-    project_id: str | None = None
-    api_endpoint: str | None = None
-    write_endpoint: str | None = None
-    max_staleness: timedelta | str | None = timedelta(minutes=15)
-    arguments: Mapping[str, Any] = field(default_factory=dict)
-
-    def validate(self) -> None:
-        _identifier(self, "dataset", "dataset")
-
-    def operator_arguments(self) -> dict[str, Any]:
-        """The upsert operator's own arguments."""
-        arguments: dict[str, Any] = {"dataset": self.dataset, "max_staleness": self.max_staleness}
-        for name in ("project_id", "api_endpoint", "write_endpoint"):
-            if getattr(self, name) is not None:
-                arguments[name] = getattr(self, name)
-        return {**arguments, **self.arguments}
+def apply_order(targets: Sequence[TargetSpec]) -> list[TargetSpec]:
+    """``targets`` in the order they apply: each after the targets it ``reads`` (otherwise as given)."""
+    ordered: list[TargetSpec] = []
+    pending = list(targets)
+    while pending:
+        names = {t.target for t in pending}
+        ready = [t for t in pending if not (set(t.reads) & (names - {t.target}))]
+        if not ready:
+            raise PipelineSpecError(
+                f"cdc_pipeline targets: {[type(t).__name__ for t in pending]} read each other's tables; "
+                "give targets that can apply one after the other"
+            )
+        ordered.append(ready[0])
+        pending.remove(ready[0])
+    return ordered

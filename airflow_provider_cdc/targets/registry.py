@@ -14,30 +14,61 @@ import pkgutil
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_cdc.targets.protocol import Target
+from airflow_provider_cdc.targets.protocol import Target, TargetApplied, TargetCommit
 
 
 @dataclass(frozen=True)
 class TargetKind:
     """A registered target: its metastore key, how messages call it, what its apply watermark is called,
     whether the commit derives its watermarks from the windows (``True``) or records the watermarks the
-    target reports (``False``), and its implementation (``module:Class``)."""
+    target reports (``False``), and its implementation (``module:Class``).
+
+    ``commit`` names its part of the commit (``module:Class``, a
+    :class:`~airflow_provider_cdc.targets.protocol.TargetCommit`); ``location_field`` the field of the
+    window steps' ``locations`` that holds its tables (a commit given no ``applied`` commits the targets
+    whose field is set); ``reported`` (``module:function``) converts the value of the commit's deprecated
+    ``{name}_watermarks`` argument into a ``TargetApplied``; ``cli`` (``module``) adds the target's
+    commands to ``python -m airflow_provider_cdc`` (its ``register(subparsers)``).
+    """
 
     name: str
     title: str
     watermark: str
     implementation: str
     watermark_is_window_end: bool = False
+    commit: str = ""
+    location_field: str | None = None
+    reported: str = ""
+    cli: str = ""
+    catch_up: str = ""
 
     def load(self) -> type:
         """The implementing class (imported now), checked to carry this kind's name."""
-        module, _, attribute = self.implementation.partition(":")
-        cls = getattr(importlib.import_module(module), attribute)
+        cls = _attribute(self.implementation)
         if getattr(cls, "name", None) != self.name:
             raise TypeError(
                 f"target {self.name!r}: {self.implementation} has name {getattr(cls, 'name', None)!r}"
             )
         return cls
+
+    def committer(self) -> TargetCommit:
+        """The target's part of the commit (imported now)."""
+        if not self.commit:
+            raise TypeError(f"target {self.name!r} declares no commit part (TargetKind.commit)")
+        return _attribute(self.commit)()
+
+    def from_reported(self, value: Any, window: int) -> TargetApplied:
+        """The commit's deprecated ``{name}_watermarks`` value as the target's ``TargetApplied``."""
+        if not self.reported:
+            raise TypeError(
+                f"the commit takes no {self.name}_watermarks; give applied=[the {self.title} step's output]"
+            )
+        return _attribute(self.reported)(value, window)
+
+
+def _attribute(path: str) -> Any:
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module), attribute)
 
 
 _KINDS: dict[str, TargetKind] = {}
@@ -84,6 +115,12 @@ def target_names() -> list[str]:
     """The registered targets' names."""
     discover()
     return sorted(_KINDS)
+
+
+def target_kinds() -> list[TargetKind]:
+    """The registered kinds, by name."""
+    discover()
+    return [_KINDS[name] for name in sorted(_KINDS)]
 
 
 def open_target(name: str, *args: Any, **kwargs: Any) -> Target:

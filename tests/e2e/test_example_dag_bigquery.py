@@ -195,7 +195,7 @@ def _assert_history_exercises_the_target(dag: BigQueryDag) -> None:
 def test_windows_reach_bigquery_equal_to_the_history_and_a_rerun_changes_nothing(
     bigquery_dag: BigQueryDag,
 ) -> None:
-    from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET
+    from airflow_provider_cdc.targets.bigquery.commit import BIGQUERY as BIGQUERY_TARGET
 
     dag = bigquery_dag
     _assert_history_exercises_the_target(dag)

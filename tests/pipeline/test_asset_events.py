@@ -24,7 +24,8 @@ from support.asset_events import (
 
 from airflow_provider_cdc import assets
 from airflow_provider_cdc.metastore import Metastore
-from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET, DELTA_TARGET
+from airflow_provider_cdc.targets.bigquery.names import bigquery_table_uri, split_bigquery_dataset
+from airflow_provider_cdc.targets.delta.names import delta_table_uri
 
 
 # ------------------------------------------------------------------------------------------ naming
@@ -46,37 +47,37 @@ from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET, DELTA_TARGET
 def test_a_delta_table_is_named_by_its_location(lake_root: str, uri: str) -> None:
     from airflow_provider_cdc._compat import Asset
 
-    assert assets.delta_table_uri(lake_root, "Orders") == uri
+    assert delta_table_uri(lake_root, "Orders") == uri
     assert Asset(uri=uri).uri == uri  # Airflow's own normalisation leaves it unchanged
 
 
 def test_a_bigquery_table_is_named_as_the_google_provider_names_it() -> None:
     from airflow.providers.google.assets.bigquery import create_asset
 
-    uri = assets.bigquery_table_uri("demo-project.cdc_demo", "Orders")
+    uri = bigquery_table_uri("demo-project.cdc_demo", "Orders")
     assert uri == "bigquery://demo-project/cdc_demo/Orders"
     assert create_asset(project_id="demo-project", dataset_id="cdc_demo", table_id="Orders").uri == uri
-    scoped = assets.split_bigquery_dataset("example.com:my-project.sales")
+    scoped = split_bigquery_dataset("example.com:my-project.sales")
     assert scoped == ("example.com:my-project", "sales")
 
 
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: assets.delta_table_uri("lake", "Orders"), "is relative"),
-        (lambda: assets.delta_table_uri("file:relative/lake", "Orders"), "is relative"),
-        (lambda: assets.delta_table_uri("file://host/lake", "Orders"), "names no host"),
-        (lambda: assets.delta_table_uri("gs:///lake", "Orders"), "names its bucket"),
-        (lambda: assets.delta_table_uri("gs://user:secret@bucket/lake", "Orders"), "credentials"),
-        (lambda: assets.delta_table_uri("gs://bucket/lake?x=1", "Orders"), "query"),
-        (lambda: assets.delta_table_uri("airflow://lake", "Orders"), "reserved"),
-        (lambda: assets.delta_table_uri("", "Orders"), "non-empty"),
-        (lambda: assets.delta_table_uri("/lake", "Orders/../x"), "invalid Delta table name"),
-        (lambda: assets.delta_table_uri("/" + "l" * 1500, "Orders"), "Airflow allows 1500"),
-        (lambda: assets.bigquery_table_uri("cdc_demo", "Orders"), "expected project.dataset"),
-        (lambda: assets.bigquery_table_uri("Demo_Project.cdc", "Orders"), "expected project.dataset"),
-        (lambda: assets.bigquery_table_uri("p-1.cdc-demo", "Orders"), "expected project.dataset"),
-        (lambda: assets.bigquery_table_uri("demo-project.cdc", "a.b"), "invalid BigQuery table name"),
+        (lambda: delta_table_uri("lake", "Orders"), "is relative"),
+        (lambda: delta_table_uri("file:relative/lake", "Orders"), "is relative"),
+        (lambda: delta_table_uri("file://host/lake", "Orders"), "names no host"),
+        (lambda: delta_table_uri("gs:///lake", "Orders"), "names its bucket"),
+        (lambda: delta_table_uri("gs://user:secret@bucket/lake", "Orders"), "credentials"),
+        (lambda: delta_table_uri("gs://bucket/lake?x=1", "Orders"), "query"),
+        (lambda: delta_table_uri("airflow://lake", "Orders"), "reserved"),
+        (lambda: delta_table_uri("", "Orders"), "non-empty"),
+        (lambda: delta_table_uri("/lake", "Orders/../x"), "invalid Delta table name"),
+        (lambda: delta_table_uri("/" + "l" * 1500, "Orders"), "Airflow allows 1500"),
+        (lambda: bigquery_table_uri("cdc_demo", "Orders"), "expected project.dataset"),
+        (lambda: bigquery_table_uri("Demo_Project.cdc", "Orders"), "expected project.dataset"),
+        (lambda: bigquery_table_uri("p-1.cdc-demo", "Orders"), "expected project.dataset"),
+        (lambda: bigquery_table_uri("demo-project.cdc", "a.b"), "invalid BigQuery table name"),
         (lambda: assets.alias_name("no spaces"), "no asset alias for pipeline"),
     ],
 )
@@ -85,22 +86,36 @@ def test_a_name_no_asset_can_have_is_refused_saying_why(call: Any, message: str)
         call()
 
 
+def test_the_former_names_still_import_from_assets() -> None:
+    assert assets.delta_table_uri is delta_table_uri and assets.bigquery_table_uri is bigquery_table_uri
+    assert assets.lake_root_uri("/data/lake/") == "file:///data/lake"
+
+
 def test_the_events_of_a_commit_carry_the_window_and_each_tables_watermark() -> None:
-    assert (assets.DELTA_TARGET, assets.BIGQUERY_TARGET) == (DELTA_TARGET, BIGQUERY_TARGET)
     assert assets.alias_name(PIPELINE) == "cdc:shop"
+
+    def entry(uri: str | None, mark: str | None, rows: int | None) -> dict[str, Any]:
+        return {"uri": uri, "watermark": mark, "rows": rows}
+
     summary = {
         "window_id": WINDOW.window_id,
-        "watermarks": {"Orders": "2026-03-01T12:10:00.000000Z", "Customers": "2026-03-01T12:10:00.000000Z"},
-        "bigquery_watermarks": {"Orders": "2026-03-01T12:09:58.000000Z", "Items": None},
+        "tables": {
+            "delta": {
+                "Orders": entry("gs://b/lake/Orders", "2026-03-01T12:10:00.000000Z", 3),
+                "Customers": entry("gs://b/lake/Customers", "2026-03-01T12:10:00.000000Z", 0),
+            },
+            "bigquery": {
+                "Orders": entry("bigquery://p-1/ds/Orders", "2026-03-01T12:09:58.000000Z", 3),
+                "Items": entry("bigquery://p-1/ds/Items", None, 1),  # no watermark yet
+                "Lines": entry(None, "2026-03-01T12:09:58.000000Z", 1),  # no asset name
+            },
+        },
     }
-    events = assets.table_events(
-        summary, WINDOW, lake_root="gs://b/lake", bigquery_dataset="p-1.ds",
-        rows={DELTA_TARGET: {"Orders": 3, "Customers": 0}, BIGQUERY_TARGET: {"Orders": 3}},
-    )
+    events = assets.table_events(summary, WINDOW)
     assert [uri for uri, _ in events] == [
-        "gs://b/lake/Customers", "gs://b/lake/Orders", "bigquery://p-1/ds/Orders"  # Items: no watermark yet
+        "bigquery://p-1/ds/Orders", "gs://b/lake/Customers", "gs://b/lake/Orders"
     ]
-    assert events[1][1] == {
+    assert events[2][1] == {
         "window_start": "2026-03-01T12:00:00.000000Z",
         "window_end": "2026-03-01T12:10:00.000000Z",
         "window_id": WINDOW.window_id,
@@ -109,9 +124,8 @@ def test_the_events_of_a_commit_carry_the_window_and_each_tables_watermark() -> 
         "watermark": "2026-03-01T12:10:00.000000Z",
         "rows": 3,
     }
-    assert events[2][1]["watermark"] == "2026-03-01T12:09:58.000000Z"
-    # Without a location no table can be named: no events (the BigQuery tables need their dataset).
-    assert assets.table_events(summary, WINDOW) == []
+    assert events[0][1]["watermark"] == "2026-03-01T12:09:58.000000Z"
+    assert assets.table_events({"window_id": WINDOW.window_id}, WINDOW) == []
 
 
 # ----------------------------------------------------------------------- Airflow 3: database, queue
@@ -192,17 +206,21 @@ def test_a_window_committed_again_emits_again_and_bigquery_tables_are_named_by_d
     from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator, table_asset_outlets
 
     locations = window_in_lake(tmp_path, _metastore_connection(tmp_path, monkeypatch))
-    upsert_output = {"window_id": WINDOW.window_id, "tables": {
-        "Orders": {"table": "Orders", "rows": 2, "upsert_stream_apply_watermark": "2026-03-01T12:09:59Z"},
-    }}
+    from airflow_provider_cdc.targets.bigquery.commit import applied_output
+
+    # the BigQuery upsert's output: its report names the project and dataset of its tables
+    upsert_output = applied_output({
+        "window_id": WINDOW.window_id, "project": "demo-project", "dataset": "cdc_demo", "tables": {
+            "Orders": {"table": "Orders", "rows": 2, "upsert_stream_apply_watermark": "2026-03-01T12:09:59Z"},
+        }}, WINDOW.end_micros).to_dict()  # fmt: skip
     outlets = table_asset_outlets(PIPELINE)
     emitted = []
     for _ in range(2):
         accessors = OutletEventAccessors()
         CdcCommitWindowOperator(
             task_id="commit", outlets=outlets, pipeline_id=PIPELINE, window_start=START, window_end=END,
-            locations=locations, metastore_conn_id="cdc_assets_test", bigquery_watermarks=upsert_output,
-            bigquery_dataset="demo-project.cdc_demo",
+            locations=locations, metastore_conn_id="cdc_assets_test",
+            applied=[_delta_output(locations), upsert_output],
         ).execute({"outlet_events": accessors})
         emitted.append([
             (e.dest_asset_key.uri, e.extra["target"], e.extra["rows"], e.extra["watermark"])
@@ -210,10 +228,21 @@ def test_a_window_committed_again_emits_again_and_bigquery_tables_are_named_by_d
         ])
     lake = locations["lake_root"]
     assert emitted[0] == emitted[1] == [
+        ("bigquery://demo-project/cdc_demo/Orders", "bigquery", 2, "2026-03-01T12:09:59.000000Z"),
         (f"file://{lake}/Customers", "delta", 1, "2026-03-01T12:10:00.000000Z"),
         (f"file://{lake}/Orders", "delta", 2, "2026-03-01T12:10:00.000000Z"),
-        ("bigquery://demo-project/cdc_demo/Orders", "bigquery", 2, "2026-03-01T12:09:59.000000Z"),
     ]
+
+
+def _delta_output(locations: dict[str, str]) -> dict[str, Any]:
+    """The Delta upsert's output for the window the lake holds."""
+    from airflow_provider_cdc.changesets.reader import ChangeSetReader
+    from airflow_provider_cdc.core.contract.locations import WindowLocations
+    from airflow_provider_cdc.targets.delta.commit import held_output
+
+    change_set = WindowLocations(None, locations["changeset_root"], None).change_set(WINDOW)
+    changed = {t.name: t.expected_rows for t in ChangeSetReader(change_set).tables()}
+    return held_output(locations["lake_root"], {}, changed, PIPELINE, WINDOW).to_dict()
 
 
 def test_without_outlet_events_in_the_context_the_commit_still_commits(
@@ -226,8 +255,8 @@ def test_without_outlet_events_in_the_context_the_commit_still_commits(
         task_id="commit", outlets=table_asset_outlets(PIPELINE), pipeline_id=PIPELINE, window_start=START,
         window_end=END, locations=locations, metastore_conn_id="cdc_assets_test",
     )
-    assert commit.execute({})["watermarks"] == {"Customers": "2026-03-01T12:10:00.000000Z",
-                                                 "Orders": "2026-03-01T12:10:00.000000Z"}
+    assert commit.execute({})["watermarks"] == {"delta": {"Customers": "2026-03-01T12:10:00.000000Z",
+                                                           "Orders": "2026-03-01T12:10:00.000000Z"}}
 
 
 def test_a_lake_root_no_asset_can_name_fails_the_commit_before_anything_is_written(

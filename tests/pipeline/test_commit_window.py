@@ -1,5 +1,6 @@
-"""CdcCommitWindowOperator: a window is applied once, apply watermarks advance (the Delta tables' and
-the BigQuery tables' upsert_stream_apply_watermark), staleness fails a run."""
+"""CdcCommitWindowOperator: a window is applied once, each target's results and apply watermarks are
+recorded from its apply step's output (``applied``: the Delta tables' and the BigQuery tables'
+upsert_stream_apply_watermark), staleness fails a run."""
 
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.pipeline import (
     StaleTablesError,
     WindowStepError,
-    parse_bigquery_watermarks,
     stale_tables,
 )
 from airflow_provider_cdc.metastore import Metastore, WindowState
-from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET
 from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
+from airflow_provider_cdc.targets.protocol import APPLIED, TableApplyResult, TargetApplied
+
+BIGQUERY_TARGET, DELTA_TARGET = "bigquery", "delta"
 
 PIPELINE = "shop"
 STREAM = "OrdersStream"
@@ -56,9 +58,15 @@ def _changeset(root: Path, tables: list[str], start: datetime = START, end: date
     return str(root)
 
 
+def _delta(end: datetime = END) -> dict:
+    """The output of a Delta apply step without a lake: the change set's tables hold the window."""
+    return TargetApplied(DELTA_TARGET, to_micros(end)).to_dict()
+
+
 def _commit(
     changeset_root: str, start: datetime = START, end: datetime = END, **kwargs
 ) -> CdcCommitWindowOperator:
+    kwargs.setdefault("applied", [_delta(end)])
     return CdcCommitWindowOperator(
         task_id="commit", pipeline_id=PIPELINE, window_start=start, window_end=end,
         locations={"changeset_root": changeset_root}, metastore_conn_id=CONN_ID, **kwargs,
@@ -75,7 +83,8 @@ def test_commit_applies_the_window_and_advances_the_watermarks(store: Metastore,
     assert record.state is WindowState.APPLIED and record.applied_at is not None
     assert (record.record_count, record.transaction_count) == (42, 4)
     assert store.table_watermarks(PIPELINE) == {"Customers": END, "Orders": END}
-    assert result["rows"] == 42 and set(result["watermarks"]) == {"Customers", "Orders"}
+    assert result["rows"] == 42 and set(result["watermarks"]) == {DELTA_TARGET}
+    assert set(result["watermarks"][DELTA_TARGET]) == {"Customers", "Orders"}
 
     # The next window changes only Orders: every table the pipeline applies moves to its end.
     later = END + timedelta(minutes=10)
@@ -168,9 +177,9 @@ def test_max_staleness_fails_the_run_naming_the_lagging_table(store: Metastore, 
     store.open_window(PIPELINE, STREAM, START, END)
     root = _changeset(tmp_path, ["Orders"])
     fresh = _commit(root, max_staleness=timedelta(hours=1), staleness_reference=END + timedelta(minutes=59))
-    assert fresh.execute({})["watermarks"] == {"Orders": "2026-03-01T12:10:00.000000Z"}
+    assert fresh.execute({})["watermarks"] == {DELTA_TARGET: {"Orders": "2026-03-01T12:10:00.000000Z"}}
     late = _commit(root, max_staleness=timedelta(hours=1), staleness_reference=END + timedelta(hours=2))
-    with pytest.raises(StaleTablesError, match=r"max_staleness=1:00:00: Orders lags 2:00:00"):
+    with pytest.raises(StaleTablesError, match=r"max_staleness=1:00:00: Delta table Orders lags 2:00:00"):
         late.execute({})
     # The window stays applied: staleness is reported, nothing is undone.
     assert store.get_window(PIPELINE, START, END).state is WindowState.APPLIED
@@ -243,7 +252,7 @@ def test_the_commit_records_the_bigquery_watermarks_only_forward(store: Metastor
     summary = _bigquery_summary(Orders=format_timestamp(first), Customers=format_timestamp(first))
     result = _commit(root, bigquery_watermarks=summary).execute({})
     assert store.table_watermarks(PIPELINE, target=BIGQUERY_TARGET) == {"Customers": first, "Orders": first}
-    assert result["bigquery_watermarks"] == {
+    assert result["watermarks"][BIGQUERY_TARGET] == {
         "Customers": "2026-03-01T12:11:05.123456Z", "Orders": "2026-03-01T12:11:05.123456Z"
     }
     # The Delta tables' watermarks are the pipeline's own, apart from BigQuery's.
@@ -253,7 +262,7 @@ def test_the_commit_records_the_bigquery_watermarks_only_forward(store: Metastor
     # Customers; the plain mapping form and datetimes are accepted too.
     later = first + timedelta(minutes=3)
     again = _commit(root, bigquery_watermarks={"Orders": first - timedelta(minutes=1), "Customers": later})
-    assert again.execute({})["bigquery_watermarks"] == {
+    assert again.execute({})["watermarks"][BIGQUERY_TARGET] == {
         "Customers": format_timestamp(later), "Orders": format_timestamp(first)
     }
     assert store.table_watermarks(PIPELINE, target=BIGQUERY_TARGET) == {"Customers": later, "Orders": first}
@@ -262,7 +271,7 @@ def test_the_commit_records_the_bigquery_watermarks_only_forward(store: Metastor
 def test_without_bigquery_watermarks_the_commit_is_unchanged(store: Metastore, tmp_path: Path) -> None:
     store.open_window(PIPELINE, STREAM, START, END)
     result = _commit(_changeset(tmp_path, ["Orders"])).execute({})
-    assert "bigquery_watermarks" not in result
+    assert set(result["watermarks"]) == {DELTA_TARGET}
     assert store.table_watermarks(PIPELINE, target=BIGQUERY_TARGET) == {}
 
 
@@ -278,10 +287,10 @@ def test_a_null_bigquery_watermark_is_a_warning_not_a_failure(store: Metastore, 
     summary["tables"]["Lines"] = {"rows": 2}
     log = mock.Mock()
     result = CdcPipelineHook(CONN_ID).commit_window(
-        PIPELINE, Window(START, END), WindowLocations(None, root, None), bigquery_watermarks=summary,
+        PIPELINE, Window(START, END), WindowLocations(None, root, None), reported={"bigquery": summary},
         max_staleness=timedelta(minutes=5), now=END + timedelta(minutes=1), log=log,
     )
-    assert result["bigquery_watermarks"] == {"Customers": None, "Orders": format_timestamp(fresh)}
+    assert result["watermarks"] == {BIGQUERY_TARGET: {"Customers": None, "Orders": format_timestamp(fresh)}}
     assert store.table_watermarks(PIPELINE, target=BIGQUERY_TARGET) == {"Orders": fresh}
     warnings = [call.args[0] % call.args[1:] for call in log.warning.call_args_list]
     assert len(warnings) == 1 and warnings[0].startswith(
@@ -318,8 +327,10 @@ def test_max_staleness_fails_naming_the_lagging_bigquery_table(store: Metastore,
         _commit(root, bigquery_watermarks=summary, max_staleness=timedelta(hours=1),
                 staleness_reference=END + timedelta(minutes=62)).execute({})
     assert str(failure.value) == (
-        "apply watermark older than max_staleness=1:00:00: Customers lags 1:02:00, Orders lags 1:02:00, "
-        "BigQuery table Orders lags 1:37:00 (upsert_stream_apply_watermark 2026-03-01T11:35:00.000000Z)"
+        "apply watermark older than max_staleness=1:00:00: "
+        "BigQuery table Orders lags 1:37:00 (upsert_stream_apply_watermark 2026-03-01T11:35:00.000000Z), "
+        "Delta table Customers lags 1:02:00 (apply watermark 2026-03-01T12:10:00.000000Z), "
+        "Delta table Orders lags 1:02:00 (apply watermark 2026-03-01T12:10:00.000000Z)"
     )
 
 
@@ -338,7 +349,7 @@ def test_only_the_tables_the_window_reported_are_checked_for_staleness(
         _changeset(tmp_path, ["Orders"], END, later), END, later, bigquery_watermarks={"Orders": later},
         max_staleness=timedelta(minutes=30), staleness_reference=later + timedelta(minutes=1),
     ).execute({})
-    assert result["bigquery_watermarks"] == {
+    assert result["watermarks"][BIGQUERY_TARGET] == {
         "Customers": format_timestamp(old), "Orders": format_timestamp(later)
     }
 
@@ -351,6 +362,7 @@ def test_only_the_tables_the_window_reported_are_checked_for_staleness(
          r"table 'Orders' has no valid upsert_stream_apply_watermark"),
         ({"Orders": 12}, r"table 'Orders' has no valid upsert_stream_apply_watermark"),
         ({"Bad name": None}, r"invalid BigQuery table name 'Bad name'"),
+        (TargetApplied(BIGQUERY_TARGET, 1).to_dict(), r"of window version 1, not "),
     ],
 )
 def test_malformed_bigquery_watermarks_fail_before_the_window_is_committed(
@@ -364,11 +376,15 @@ def test_malformed_bigquery_watermarks_fail_before_the_window_is_committed(
     assert store.table_watermarks(PIPELINE, target=BIGQUERY_TARGET) == {}
 
 
-def test_bigquery_watermarks_is_templated_and_takes_the_upsert_output() -> None:
-    assert "bigquery_watermarks" in CdcCommitWindowOperator.template_fields
+def test_applied_is_templated_and_takes_the_apply_steps_outputs() -> None:
+    from airflow_provider_cdc.targets.bigquery.commit import from_reported
+
+    assert "applied" in CdcCommitWindowOperator.template_fields
+    assert "bigquery_watermarks" not in CdcCommitWindowOperator.template_fields  # a deprecated alias
     summary = _bigquery_summary(Orders="2026-03-01T12:11:00Z")
-    assert parse_bigquery_watermarks(summary) == {"Orders": datetime(2026, 3, 1, 12, 11, tzinfo=timezone.utc)}
-    assert parse_bigquery_watermarks(None) is None
+    applied = from_reported(summary, to_micros(END))
+    assert applied.watermarks() == {"Orders": datetime(2026, 3, 1, 12, 11, tzinfo=timezone.utc)}
+    assert TargetApplied.from_dict(applied.to_dict()) == applied  # an XCom round trip
 
 
 def test_status_shows_the_bigquery_watermarks_beside_the_delta_ones(
@@ -397,30 +413,39 @@ def test_status_shows_the_bigquery_watermarks_beside_the_delta_ones(
 def test_the_commit_records_any_targets_results_and_reported_watermarks(
     store: Metastore, tmp_path: Path
 ) -> None:
-    from airflow_provider_cdc.targets.protocol import APPLIED, TableApplyResult
-
     store.open_window(PIPELINE, STREAM, START, END)
     root = _changeset(tmp_path, ["Orders", "Customers"])
     reported = datetime(2026, 3, 1, 12, 11, 5, tzinfo=timezone.utc)
-    results = [
-        [TableApplyResult(BIGQUERY_TARGET, "Orders", to_micros(END), APPLIED, rows=7).to_dict()],
-        [TableApplyResult(BIGQUERY_TARGET, "Customers", to_micros(END), APPLIED, rows=3).to_dict()],
-    ]
-    commit = _commit(root, results=results, watermarks={BIGQUERY_TARGET: {"Orders": reported}})
-    assert {"results", "watermarks"} <= set(commit.template_fields)
-    commit.execute({})
-    ledger = store.window_tables(PIPELINE, target=BIGQUERY_TARGET, window=(START, END))
-    assert sorted((entry.table, entry.rows) for entry in ledger) == [("Customers", 3), ("Orders", 7)]
+    window = to_micros(END)
+    bigquery = TargetApplied(BIGQUERY_TARGET, window, None, (
+        TableApplyResult(BIGQUERY_TARGET, "Orders", window, APPLIED, rows=7, watermark=reported),
+        TableApplyResult(BIGQUERY_TARGET, "Customers", window, APPLIED, rows=3),
+    ))
+    # a list of lists (several tasks' outputs) is taken too
+    result = _commit(root, applied=[[_delta()], bigquery.to_dict()]).execute({})
     assert store.table_watermarks(PIPELINE, target=BIGQUERY_TARGET) == {"Orders": reported}
+    assert store.table_watermarks(PIPELINE, target=DELTA_TARGET) == {"Customers": END, "Orders": END}
+    ledger = store.window_tables(PIPELINE, target=DELTA_TARGET, window=(START, END))
+    assert sorted((entry.table, entry.rows) for entry in ledger) == [("Customers", 1), ("Orders", 1)]
+    assert result["tables"][BIGQUERY_TARGET]["Orders"]["rows"] == 7  # the step's result: no ledger entry
 
 
-def test_results_that_are_not_apply_results_fail_before_the_window_is_committed(
+def test_outputs_that_are_not_apply_outputs_fail_before_the_window_is_committed(
     store: Metastore, tmp_path: Path
 ) -> None:
     store.open_window(PIPELINE, STREAM, START, END)
     root = _changeset(tmp_path, ["Orders"])
+    with pytest.raises(ValueError, match="applied takes the target apply steps' outputs"):
+        _commit(root, applied=[{"table": "Orders"}]).execute({})
     with pytest.raises(ValueError, match="lacks"):
-        _commit(root, results=[{"table": "Orders"}]).execute({})
+        malformed = {"target": "delta", "window": to_micros(END), "tables": [{"table": "O"}]}
+        _commit(root, applied=[malformed]).execute({})
+    with pytest.raises(ValueError, match="an apply step output of None"):
+        _commit(root, applied=[_delta(), None]).execute({})
+    with pytest.raises(ValueError, match="given the delta target twice"):
+        _commit(root, applied=[_delta(), _delta()]).execute({})
+    with pytest.raises(KeyError, match="unknown target 'lakehouse'"):
+        _commit(root, applied=[{"target": "lakehouse", "window": to_micros(END)}]).execute({})
     assert store.get_window(PIPELINE, START, END).state is WindowState.READING
 
 
@@ -440,6 +465,7 @@ def test_a_deferred_tables_watermark_is_the_end_of_the_last_window_folded_into_i
         root = _changeset(changesets, ["Orders"], start, end)
         for table in ChangeSetReader(str(changesets / Window(start, end).window_id)).tables():
             target.apply_window(table, PIPELINE, Window(start, end))
+        # without applied, the targets whose location is given (lake_root) are committed
         return CdcCommitWindowOperator(
             task_id="commit", pipeline_id=PIPELINE, window_start=start, window_end=end,
             locations={"changeset_root": root, "lake_root": str(lake)}, metastore_conn_id=CONN_ID,
@@ -452,7 +478,7 @@ def test_a_deferred_tables_watermark_is_the_end_of_the_last_window_folded_into_i
     assert deferred.pending_windows("Orders", PIPELINE) == [to_micros(later)]
     assert store.get_window(PIPELINE, END, later).state is WindowState.APPLIED  # held, pending
     assert store.table_watermarks(PIPELINE) == {"Orders": END}  # the table itself holds up to END
-    assert result["watermarks"] == {"Orders": format_timestamp(END)}
+    assert result["watermarks"] == {DELTA_TARGET: {"Orders": format_timestamp(END)}}
     deferred.compact("Orders", PIPELINE)
     run(END, later, deferred)  # the commit again, after the compaction: the watermark catches up
     assert store.table_watermarks(PIPELINE) == {"Orders": later}

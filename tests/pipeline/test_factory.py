@@ -126,9 +126,9 @@ def test_every_source_and_target_builds_one_window_in_order(
     assert set(dag.task_ids) == set(chain)
     for before, after in zip(chain, chain[1:], strict=False):
         assert after in downstream(dag, before), (before, after)
-    # the commit takes the readers' summaries, BigQuery's watermarks when it applies to BigQuery, and
-    # the window handle the open step returned
-    assert set(dag.get_task("commit").upstream_task_ids) == {"read", chain[-2], "open_window"}
+    # the commit takes the readers' summaries, every target's apply step's output, and the window handle
+    # the open step returned
+    assert set(dag.get_task("commit").upstream_task_ids) == {"read", *APPLY[targets], "open_window"}
     # every step after the open belongs to this opening of the window: it takes the open step's window
     # handle whole (window, pipeline, epoch, source key, staging location), nothing rebuilt from strings
     for step in ("merge", *APPLY[targets], "commit"):
@@ -271,7 +271,7 @@ def test_two_pipelines_in_one_dag_each_wire_their_own_tasks() -> None:
         assert dag.get_task(f"{name}.initial_snapshot.open").source == f"{name}_snapshot"
 
 
-def test_the_commits_take_the_outlets_and_name_the_bigquery_dataset() -> None:
+def test_the_commits_take_the_outlets_and_every_targets_output() -> None:
     from airflow.sdk import DAG
 
     from airflow_provider_cdc._compat import AssetAlias
@@ -280,13 +280,31 @@ def test_the_commits_take_the_outlets_and_name_the_bigquery_dataset() -> None:
     with DAG("assets", schedule=None, start_date=T) as dag:
         cdc_pipeline(
             source=SpannerChangeStream(instance_id="i", database_id="d", stream="Orders"),
-            targets=[DeltaLake(), BigQueryCdc(project_id="p", dataset="cdc")],
+            targets=[BigQueryCdc(project_id="p", dataset="cdc"), DeltaLake()],
             locations=Locations(staging_root="/s", changeset_root="/c", lake_root="/l"),
             pipeline_id="assets",
             initial_snapshot=True,
             first_window_start=T,
             outlets=[AssetAlias(alias_name("assets"))],
         )
-    for commit in ("commit", "initial_snapshot.commit"):
+    for commit, prefix in (("commit", ""), ("initial_snapshot.commit", "initial_snapshot.")):
         task = dag.get_task(commit)
-        assert task.outlets and task.bigquery_dataset == "p.cdc", commit
+        assert task.outlets, commit
+        # BigQuery applies after the Delta tables it completes partial rows from, whatever the order given
+        assert [arg.operator.task_id for arg in task.applied] == [f"{prefix}upsert", f"{prefix}to_bigquery"]
+        assert f"{prefix}upsert" in dag.get_task(f"{prefix}to_bigquery").upstream_task_ids
+
+
+def test_target_specs_live_in_their_folders_and_keep_their_import_paths() -> None:
+    from airflow_provider_cdc.pipeline import specs
+    from airflow_provider_cdc.targets.bigquery.pipeline import BigQueryCdc as InFolder
+
+    assert BigQueryCdc is InFolder is specs.BigQueryCdc
+    assert (DeltaLake.target, BigQueryCdc.target, BigQueryCdc.reads) == ("delta", "bigquery", ("delta",))
+    with pytest.raises(PipelineSpecError, match="lake_root: missing; the DeltaLake target needs it"):
+        cdc_pipeline(
+            source=SpannerChangeStream(instance_id="i", database_id="d", stream="Orders"),
+            targets=[DeltaLake()],
+            locations=Locations(staging_root="/s", changeset_root="/c"),
+            pipeline_id="p",
+        )

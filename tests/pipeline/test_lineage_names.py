@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from airflow_provider_cdc.lineage import (
     DatasetName,
-    bigquery_dataset,
-    delta_table_dataset,
     location_dataset,
+    location_table_dataset,
     source_datasets,
     source_table_dataset,
 )
+from airflow_provider_cdc.targets.bigquery.names import bigquery_dataset, bigquery_table_name
+from airflow_provider_cdc.targets.delta.names import delta_table_dataset, delta_table_name
+from airflow_provider_cdc.targets.protocol import TableName
 
 SPANNER_KEY = "projects/shop-prod/instances/main/databases/orders/OrdersStream"
 
@@ -21,6 +23,16 @@ def test_locations_are_named_by_bucket_and_path_or_as_local_files() -> None:
     assert location_dataset("s3://b/x") == DatasetName("s3://b", "x")
     assert delta_table_dataset("gs://lake/cdc/lake/", "Orders") == DatasetName("gs://lake", "cdc/lake/Orders")
     assert bigquery_dataset("p.sales", "Orders") == DatasetName("bigquery", "p.sales.Orders")
+    assert location_table_dataset("/data/lake/", "Orders") == DatasetName("file", "/data/lake/Orders")
+
+
+def test_each_target_names_its_tables_for_assets_and_lineage_alike() -> None:
+    assert delta_table_name("gs://lake/cdc/lake", "Orders") == TableName(
+        "gs://lake", "cdc/lake/Orders", "gs://lake/cdc/lake/Orders"
+    )
+    assert bigquery_table_name("p-1.sales", "Orders") == TableName(
+        "bigquery", "p-1.sales.Orders", "bigquery://p-1/sales/Orders"
+    )
 
 
 def test_sources_name_their_tables_or_their_files() -> None:
@@ -40,3 +52,11 @@ def test_sources_name_their_tables_or_their_files() -> None:
     assert source_table_dataset(datastream, "orders") is None  # files: no table to copy columns from
     assert source_datasets("datastream/local/tmp/ds/src") == [DatasetName("file", "/tmp/ds/src")]
     assert source_datasets("something/else") == []
+    assert source_table_dataset("something/else", "Orders") is None
+
+
+def test_each_source_folder_names_what_it_reads() -> None:
+    from airflow_provider_cdc.sources.spanner import lineage as spanner
+
+    assert spanner.KEY_PREFIX == "projects"
+    assert source_datasets(SPANNER_KEY, ["Orders"]) == spanner.datasets(SPANNER_KEY, ["Orders"])

@@ -220,7 +220,7 @@ def test_every_documented_metric_reaches_statsd_from_the_steps_of_a_window(
     failure = store.get_window(PIPELINE, window.start, window.end).error
     assert failure is not None and failure.try_number == 1
     assert failure.task == f"{PIPELINE}/{RUN_ID}/commit/-1" and failure.task_id == "commit"
-    assert failure.text.startswith("LakeNotAppliedError: window ") and "does not hold it" in failure.text
+    assert failure.text.startswith("TargetNotAppliedError: window ") and "does not hold it" in failure.text
 
     SparkUpsertWindowOperator(task_id="upsert", conn_id="spark_here", pipeline_id=PIPELINE, locations=roots,
                               epoch=1, **bounds).execute(_context("upsert"))  # fmt: skip
@@ -298,7 +298,7 @@ def test_sending_the_metrics_of_a_commit_takes_well_under_a_millisecond_a_table(
     tags = metrics.StepTags(pipeline=PIPELINE, dag_id=PIPELINE, step="commit", source="OrdersStream")
     end = datetime(2026, 3, 1, 12, 5, tzinfo=timezone.utc)
     marks = {f"T{i}": "2026-03-01T12:05:00Z" for i in range(50)}
-    summary = {"rows": 10, "transactions": 2, "watermarks": marks}
+    summary = {"rows": 10, "transactions": 2, "watermarks": {"delta": marks}}
     metrics.window_committed(tags, end, summary)  # the first sends resolve the host and load the registry
     statsd.drain()
     took = []

@@ -270,8 +270,10 @@ def test_the_bigquery_upsert_hands_its_hook_the_impersonation_chain(monkeypatch:
     op = _operator("bigquery", gcp_conn_id="gcp_bq", impersonation_chain=SERVICE_ACCOUNT)
     op.render_template_fields(_context())
     with mock.patch("airflow_provider_cdc.targets.bigquery.operators.BigQueryCdcHook") as hook:
-        op.execute(_context())
+        hook.return_value.apply_window.return_value = {"project": "p-1", "dataset": "d", "tables": {}}
+        output = op.execute(_context())
     assert hook.call_args.args[:2] == ("gcp_bq", SERVICE_ACCOUNT)
+    assert (output["target"], output["location"], output["tables"]) == ("bigquery", "p-1.d", [])
 
 
 def test_credentials_of_the_default_connection_stay_off_a_yarn_command_line(

@@ -1,7 +1,8 @@
 """Checks every target of change sets must pass (``targets.protocol.Target``), given a harness.
 
 A :class:`TargetHarness` opens the target under test on its own storage and reads its tables back as a
-user would. Each ``check_*`` function takes a harness and a folder for change sets; a test module runs
+user would, and gives what the target's apply step returns (its ``TargetApplied``), which the commit
+takes. Each ``check_*`` function takes a harness and a folder for change sets; a test module runs
 every check in :data:`CHECKS` for each harness (see tests/targets/test_target_conformance.py).
 
 The windows change the Orders table of tests/support/change_sets.py: each window's change set is
@@ -11,12 +12,14 @@ written with the change-set writer, the way the merge writes it.
 from __future__ import annotations
 
 import json
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pyarrow as pa
 import pytest
@@ -33,6 +36,7 @@ from airflow_provider_cdc.targets.protocol import (
     OlderWindowError,
     TableApplyResult,
     Target,
+    TargetApplied,
 )
 from tests.support.change_sets import ORDERS, START, seq
 from tests.support.staged_changes import spanner_staged_row
@@ -63,6 +67,14 @@ class TargetHarness(ABC):
 
     def before_apply(self, change_sets: Path, window: Window) -> None:  # noqa: B027 - optional step
         """What the pipeline runs before the target applies ``window`` (BigQuery: the Delta upsert)."""
+
+    @abstractmethod
+    def applied(self, results: list[TableApplyResult], window: Window) -> TargetApplied:
+        """What the target's apply step returns after ``results`` (its output, the commit's ``applied``)."""
+
+    @abstractmethod
+    def metastore_url(self) -> str:
+        """The metastore of the pipeline's windows (the one the target's ledger is in, if it has one)."""
 
 
 def _upsert(key: str, n: int, present: list[str] | None = None, **values: Any) -> Change:
@@ -245,6 +257,68 @@ def check_the_watermark_advances(harness: TargetHarness, root: Path) -> None:
     assert marks[0] <= marks[1]
 
 
+def _commit(harness: TargetHarness, root: Path, window: Window, applied: TargetApplied) -> dict[str, Any]:
+    """Commit ``window`` as the pipeline's commit step does, given the apply step's output (as an XCom)."""
+    from airflow_provider_cdc.core.contract.locations import WindowLocations
+    from airflow_provider_cdc.hooks.pipeline import CdcPipelineHook
+
+    connection = json.dumps(
+        {"conn_type": "cdc_metastore", "extra": {"sqlalchemy_url": harness.metastore_url()}}
+    )
+    with mock.patch.dict(os.environ, {"AIRFLOW_CONN_CDC_CONFORMANCE": connection}):
+        return CdcPipelineHook("cdc_conformance").commit_window(
+            PIPELINE, window, WindowLocations(None, str(root), None), applied=[applied.to_dict()]
+        )
+
+
+def check_the_commit_takes_the_apply_steps_output(harness: TargetHarness, root: Path) -> None:
+    """Each window's apply step output, committed: the window is applied, the ledger and the apply
+    watermarks are kept under (pipeline, target, table) and the table is named for assets and lineage;
+    through partial images, a delete (its tombstone), a DELETE→UPDATE and a re-run of a window."""
+    from airflow_provider_cdc.metastore import Metastore, WindowState
+
+    store = Metastore(harness.metastore_url())
+    store.create_schema()
+    at = WINDOWS[2].start
+    windows = [
+        (WINDOWS[0], _write(root, WINDOWS[0], _first_window())),
+        (
+            WINDOWS[1],
+            _write(
+                root, WINDOWS[1], [_upsert("o1", 4, ["Amount"], Amount=Decimal("9.50")), _delete("o3", 5)]
+            ),
+        ),  # fmt: skip
+    ]
+    staged = [
+        _staged("DELETE", "o2", at, {}),
+        _staged("UPDATE", "o2", at + timedelta(seconds=1), {"Amount": "8.00"}),
+    ]
+    (rows,) = collapse_window(staged).values()
+    write_change_set(
+        str(root / WINDOWS[2].window_id), {TABLE: pa.Table.from_pylist(rows, schema=change_set_schema())}
+    )
+    windows.append((WINDOWS[2], ChangeSetReader(str(root / WINDOWS[2].window_id)).tables()[0]))
+    marks = []
+    for window, table in [*windows, windows[1]]:  # the second window runs again (a clear)
+        store.open_window(PIPELINE, "conformance_source", window.start, window.end, reopen=True)
+        result = _apply(harness, root, window, table)
+        applied = TargetApplied.from_dict(harness.applied([result], window).to_dict())  # through XCom
+        summary = _commit(harness, root, window, applied)
+        assert store.get_window(PIPELINE, window.start, window.end).state is WindowState.APPLIED
+        entry = summary["tables"][harness.name][TABLE]
+        assert entry["uri"] and entry["namespace"] and entry["name"], entry
+        held = store.window_tables(PIPELINE, target=harness.name, window=(window.start, window.end))
+        assert [r.table for r in held] == [TABLE]
+        mark = store.table_watermarks(PIPELINE, target=harness.name).get(TABLE)
+        assert mark is not None
+        marks.append(mark)
+    assert marks == sorted(marks)  # only forward, a re-run included
+    assert _by_key(harness, ["Amount", "PlacedAt"]) == {
+        "o1": {"Amount": Decimal("9.50"), "PlacedAt": START + timedelta(seconds=1)},
+        "o2": {"Amount": Decimal("8.00"), "PlacedAt": None},
+    }
+
+
 CHECKS: Mapping[str, Callable[[TargetHarness, Path], None]] = {
     check.__name__: check
     for check in (
@@ -255,5 +329,6 @@ CHECKS: Mapping[str, Callable[[TargetHarness, Path], None]] = {
         check_an_update_after_a_delete_does_not_bring_deleted_columns_back,
         check_a_new_column_in_a_later_window_evolves_the_table,
         check_the_watermark_advances,
+        check_the_commit_takes_the_apply_steps_output,
     )
 }

@@ -17,16 +17,17 @@ from google.cloud.bigquery_storage_v1.services.big_query_write.transports import
 from airflow_provider_cdc.changesets.reader import ChangeSetReader
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.metastore import Metastore
-from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET, DELTA_TARGET
 from airflow_provider_cdc.targets.bigquery.target import BigQueryCdcTarget
+from airflow_provider_cdc.targets.delta.commit import applied_output as delta_output
 from airflow_provider_cdc.targets.delta.compare import HIDDEN_COLUMNS
 from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
-from airflow_provider_cdc.targets.protocol import TableApplyResult, Target
+from airflow_provider_cdc.targets.protocol import TableApplyResult, TableName, Target, TargetApplied
 from airflow_provider_cdc.targets.registry import open_target, target_kind, target_names
 from airflow_provider_cdc.testing.bigquery_fake import FakeBigQuery
 from tests.support.target_conformance import CHECKS, PIPELINE, TargetHarness
 
 PROJECT, DATASET = "conformance-project", "cdc"
+BIGQUERY_TARGET, DELTA_TARGET = "bigquery", "delta"
 
 
 class DeltaHarness(TargetHarness):
@@ -34,6 +35,13 @@ class DeltaHarness(TargetHarness):
 
     def __init__(self, root: Path) -> None:
         self.lake_root = str(root / "lake")
+        self.root = root
+
+    def applied(self, results: list[TableApplyResult], window: Window) -> TargetApplied:
+        return delta_output(self.lake_root, window.end_micros, results)
+
+    def metastore_url(self) -> str:
+        return f"sqlite:///{self.root / 'metastore.db'}"
 
     def target(self) -> Target:
         return DeltaLakeTarget(self.lake_root)
@@ -55,8 +63,29 @@ class BigQueryHarness(TargetHarness):
     def __init__(self, root: Path, fake: FakeBigQuery) -> None:
         self.fake = fake
         self.lake = DeltaLakeTarget(str(root / "lake"))
-        self.ledger = Metastore(f"sqlite:///{root / 'metastore.db'}")
+        self.url = f"sqlite:///{root / 'metastore.db'}"
+        self.ledger = Metastore(self.url)
         self.ledger.create_schema()
+
+    def metastore_url(self) -> str:
+        return self.url
+
+    def applied(self, results: list[TableApplyResult], window: Window) -> TargetApplied:
+        """As the BigQuery upsert's output: each table's rows and upsert_stream_apply_watermark."""
+        from dataclasses import replace
+
+        from airflow_provider_cdc.targets.bigquery.names import bigquery_table_name
+
+        target = self.target()
+        reported = [
+            replace(r, watermark=target.apply_watermark(r.table), reports_watermark=True) for r in results
+        ]
+        names: dict[str, TableName] = {
+            r.table: bigquery_table_name(f"{PROJECT}.{DATASET}", r.table) for r in results
+        }
+        return TargetApplied(
+            BIGQUERY_TARGET, window.end_micros, f"{PROJECT}.{DATASET}", tuple(reported), names
+        )
 
     def target(self) -> Target:
         bq = bigquery.Client(
@@ -114,8 +143,20 @@ def test_every_registered_target_is_found_by_its_name() -> None:
         target_kind("iceberg")
 
 
+def test_every_registered_target_has_a_commit_part() -> None:
+    for name in target_names():
+        part = target_kind(name).committer()
+        assert callable(part.window_results) and callable(part.apply_watermarks), name
+
+
 def test_a_result_survives_its_xcom_form_and_refuses_an_unknown_outcome() -> None:
     result = TableApplyResult(DELTA_TARGET, "Orders", 5, "applied", 3, 7)
     assert TableApplyResult.from_dict(result.to_dict()) == result
+    applied = TargetApplied(
+        DELTA_TARGET, 5, "/lake", (result,), {"Orders": TableName("file", "/lake/Orders")}
+    )
+    assert TargetApplied.from_dict(applied.to_dict()) == applied
+    with pytest.raises(ValueError, match="of window version 6"):
+        TargetApplied(DELTA_TARGET, 6, None, (result,))
     with pytest.raises(ValueError, match="outcome must be one of"):
         TableApplyResult(DELTA_TARGET, "Orders", 5, "done")

@@ -7,4 +7,7 @@ TARGET = TargetKind(
     "BigQuery",
     "upsert_stream_apply_watermark",
     "airflow_provider_cdc.targets.bigquery.target:BigQueryCdcTarget",
+    commit="airflow_provider_cdc.targets.bigquery.commit:BigQueryCdcCommit",
+    reported="airflow_provider_cdc.targets.bigquery.commit:from_reported",
+    catch_up="a BigQuery table catches up when BigQuery applies its appended changes",
 )

@@ -22,8 +22,8 @@ from airflow_provider_cdc.core.identifiers import validate_pipeline_id
 from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-from airflow_provider_cdc.metastore.model import DELTA_TARGET
 from airflow_provider_cdc.targets.bigquery.schema import validate_dataset, validate_project
+from airflow_provider_cdc.targets.delta.commit import DELTA
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 #: The Google Cloud connection extras of anonymous access (the google provider's ``is_anonymous``).
@@ -193,7 +193,7 @@ class BigQueryCdcHook(GoogleBaseHook):
         options = storage_options(self.gcp_conn_id) if _has_object_store(locations) else {}
         reader = ChangeSetReader(locations.change_set(window), options)
         tables = reader.tables()  # checks the manifest before anything is sent
-        lake = open_target(DELTA_TARGET, str(locations.lake_root), options) if locations.lake_root else None
+        lake = open_target(DELTA, str(locations.lake_root), options) if locations.lake_root else None
         if lake is not None:
             behind = [
                 t.name

@@ -10,13 +10,15 @@ from airflow_provider_cdc._compat import AirflowFailException, BaseOperator
 from airflow_provider_cdc.core.contract.locations import TABLE_DIR_PREFIX
 from airflow_provider_cdc.hooks.connection_fields import connection_arguments_of
 from airflow_provider_cdc.hooks.pipeline import StaleEpochError
-from airflow_provider_cdc.lineage import StepLineage, bigquery_dataset, location_dataset
+from airflow_provider_cdc.lineage import DatasetName, StepLineage, location_dataset
 from airflow_provider_cdc.operators.window_step import (
     WINDOW_STEP_FIELDS,
     PipelineWindowStepFields,
     WindowStepMixin,
 )
+from airflow_provider_cdc.targets.bigquery.commit import applied_output
 from airflow_provider_cdc.targets.bigquery.hook import BigQueryCdcHook
+from airflow_provider_cdc.targets.bigquery.names import bigquery_table_name
 
 
 class BigQueryCdcUpsertOperator(WindowStepMixin, BaseOperator):
@@ -27,9 +29,9 @@ class BigQueryCdcUpsertOperator(WindowStepMixin, BaseOperator):
     ledger (pipeline, target ``bigquery``, table) as soon as its rows are sent, and a table recorded
     for the window is never sent again (retry, clear, backfill; reported ``already_sent``); a table
     sent again after a partial failure while its Delta table holds later windows sends only the rows
-    those windows did not supersede. The return value (per table: rows sent,
-    ``upsert_stream_apply_watermark`` and staleness) is what the commit's ``bigquery_watermarks``
-    takes.
+    those windows did not supersede. The return value is a ``TargetApplied.to_dict()`` (per table: rows
+    sent and ``upsert_stream_apply_watermark``; its ``details`` the send's report per table, with the
+    staleness): the commit's ``applied`` takes it.
 
     :param locations: the pipeline's roots (templated), as for the merge, upsert and commit:
         ``changeset_root`` (required) and ``lake_root`` (the Delta tables the pipeline applied, needed
@@ -110,7 +112,7 @@ class BigQueryCdcUpsertOperator(WindowStepMixin, BaseOperator):
         )
         try:
             self._summary = self._apply(hook)
-            return self._summary
+            return applied_output(self._summary, self.window().end_micros).to_dict()
         except StaleEpochError as exc:  # the window was opened again: a retry cannot change that
             raise AirflowFailException(str(exc)) from exc
 
@@ -127,7 +129,8 @@ class BigQueryCdcUpsertOperator(WindowStepMixin, BaseOperator):
         for table, entry in sorted((summary.get("tables") or {}).items()):
             source = entry.get("source_table", table) if isinstance(entry, dict) else table
             inputs.append(location_dataset(f"{change_set}/{TABLE_DIR_PREFIX}{source}"))
-            outputs.append(bigquery_dataset(project_dataset, table))
+            name = bigquery_table_name(project_dataset, table)
+            outputs.append(DatasetName(name.namespace, name.name))
         return StepLineage(inputs=inputs, outputs=outputs)
 
     def _apply(self, hook: BigQueryCdcHook) -> dict[str, Any]:

@@ -91,7 +91,7 @@ WATERMARK_QUERY = (
 )
 
 
-#: The metastore key of this target (``metastore.model.BIGQUERY_TARGET``).
+#: The metastore key of this target (its registered name).
 BIGQUERY = "bigquery"
 
 

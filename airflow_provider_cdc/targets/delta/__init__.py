@@ -8,4 +8,9 @@ TARGET = TargetKind(
     "apply watermark",
     "airflow_provider_cdc.targets.delta.target:DeltaLakeTarget",
     watermark_is_window_end=True,
+    commit="airflow_provider_cdc.targets.delta.commit:DeltaCommit",
+    location_field="lake_root",
+    cli="airflow_provider_cdc.targets.delta.cli",
+    catch_up="a deferred-apply Delta table catches up when its pending windows are compacted "
+    "(python -m airflow_provider_cdc compact …)",
 )

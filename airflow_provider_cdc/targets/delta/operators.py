@@ -15,7 +15,7 @@ from airflow_provider_cdc.core.contract.locations import TABLE_DIR_PREFIX
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.connection_fields import connection_arguments_of
 from airflow_provider_cdc.hooks.pipeline import StaleEpochError
-from airflow_provider_cdc.lineage import StepLineage, delta_table_dataset, location_dataset
+from airflow_provider_cdc.lineage import StepLineage, location_dataset, location_table_dataset
 from airflow_provider_cdc.operators._dataproc import run_on_dataproc
 from airflow_provider_cdc.operators._spark import (
     LocalPythonJob,
@@ -33,8 +33,10 @@ from airflow_provider_cdc.operators.window_step import (
     PipelineWindowStepFields,
     WindowStepMixin,
 )
+from airflow_provider_cdc.targets.delta.commit import held_output
 from airflow_provider_cdc.targets.delta.compaction import DEFAULT_COMPACT_EVERY
 from airflow_provider_cdc.targets.delta.tombstones import HORIZON_FIX
+from airflow_provider_cdc.targets.protocol import TargetApplied
 
 UPSERT_JOB_PATH = str(Path(__file__).resolve().parent / "upsert_job.py")
 
@@ -76,7 +78,9 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
 
     The change set ``{changeset_root}/{window_id}`` is applied to ``{lake_root}/{table}``, one Delta
     commit per table tagged with the pipeline and the window version (the window end in µs), so a
-    re-run skips what is applied.
+    re-run skips what is applied. The return value is what the lake then holds of the window
+    (``TargetApplied.to_dict()``: per table of the change set, the version that holds it): the commit's
+    ``applied`` takes it.
 
     :param locations: the pipeline's roots (templated): ``changeset_root`` and ``lake_root``; the same
         argument as the merge's and the commit's.
@@ -209,7 +213,24 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
             return True
         return connection_deploy_mode(self.spark_conn_id, self._deploy_mode) != "cluster"
 
-    def execute(self, context: Any) -> None:
+    def execute(self, context: Any) -> dict[str, Any]:
+        """Run the job, then return what the lake holds of the window (``TargetApplied.to_dict()``, the
+        commit's ``applied``)."""
+        self._run(context)
+        return self._applied().to_dict()
+
+    def _applied(self) -> TargetApplied:
+        """Per table of the change set, the version of its Delta table that holds the window."""
+        from airflow_provider_cdc.changesets.reader import ChangeSetReader
+
+        window = self.window()
+        locations = self.window_locations("changeset_root", "lake_root")
+        options = self.storage_options()
+        tables = ChangeSetReader(locations.change_set(window), options).tables()
+        changed = {table.name: table.expected_rows for table in tables}
+        return held_output(str(locations.lake_root), options, changed, str(self.pipeline_id), window)
+
+    def _run(self, context: Any) -> None:
         self._conn_id = self.spark_conn_id = str(self.spark_conn_id)  # as rendered
         try:
             arguments = self.build_application_args()
@@ -224,7 +245,7 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
             )
             self.log.info("Applying window %s with arguments %s locally", window, arguments)
             self._local_job.run(self.log)
-            return None
+            return
         if is_dataproc(master):
             locations = self.window_locations("changeset_root", "lake_root")
             self.log.info("Applying window %s with arguments %s on Dataproc", window, arguments)
@@ -233,11 +254,11 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
                 arguments=arguments, locations=(locations.change_set(window), str(locations.lake_root)),
                 pipeline=str(self.pipeline_id), window=window,
             )
-            return None
+            return
         env = job_credentials(master, env, self.gcp_conn_id, self.log)
         with spark_defaults(self, self.spark_conn_id, master, application_args=arguments, env=env) as used:
             self.log.info("Applying window %s with arguments %s on Spark master %s", window, arguments, used)
-            return super().execute(context)
+            super().execute(context)
 
     def step_lineage(self) -> StepLineage:
         """Each table of the window's change set (its manifest) in, its Delta table out."""
@@ -251,7 +272,7 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
         tables = sorted(manifest_tables(manifest, change_set))
         return StepLineage(
             inputs=[location_dataset(f"{change_set}/{TABLE_DIR_PREFIX}{table}") for table in tables],
-            outputs=[delta_table_dataset(str(locations.lake_root), table) for table in tables],
+            outputs=[location_table_dataset(str(locations.lake_root), table) for table in tables],
         )
 
     def on_kill(self) -> None:

@@ -131,7 +131,7 @@ class _ConcurrentCommit(Exception):
 
 
 ApplyStatus = Literal["applied", "already_applied", "empty"]
-#: The metastore key of this target (``metastore.model.DELTA_TARGET``).
+#: The metastore key of this target (its registered name).
 DELTA = "delta"
 _OUTCOMES = {"applied": APPLIED, "already_applied": ALREADY_APPLIED, "empty": SKIPPED}
 

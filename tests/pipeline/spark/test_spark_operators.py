@@ -217,8 +217,12 @@ def test_upsert_operator_applies_a_window_without_spark_submit(tmp_path: Path, m
         raise AssertionError("spark-submit must not run on a local master with local_python")
 
     monkeypatch.setattr(SparkSubmitOperator, "execute", no_spark_submit)
-    op.execute(_context())
+    applied = op.execute(_context())
     output = capfd.readouterr().out
+    # what the commit takes: per table the Delta version that holds the window, named by its location
+    assert (applied["target"], applied["window"], applied["location"]) == ("delta", to_micros(END), str(lake))
+    assert [(t["table"], t["version"]) for t in applied["tables"]] == [("Customers", 0), ("Orders", 0)]
+    assert applied["names"]["Orders"]["uri"] == f"file://{lake}/Orders"
     assert "no spark-submit" in output
     # The job's summary line reaches the task log: one JSON object with sorted keys.
     summaries = re.findall(r'\{"changeset".*?"tables_applied": (\[[^\]]*\])', output)

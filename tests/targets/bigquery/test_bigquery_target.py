@@ -30,7 +30,7 @@ from airflow_provider_cdc.changesets.reader import ChangeSetReader
 from airflow_provider_cdc.changesets.writer import Change, change_set_table, write_change_set
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.metastore import Metastore
-from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET
+from airflow_provider_cdc.targets.bigquery.commit import BIGQUERY as BIGQUERY_TARGET
 from airflow_provider_cdc.targets.bigquery.operators import BigQueryCdcUpsertOperator
 from airflow_provider_cdc.targets.bigquery.schema import (
     BigQueryColumn,
@@ -257,8 +257,13 @@ def test_windows_land_equal_to_the_committed_history_and_reruns_change_nothing(
         partial_rows += sum(1 for c in changes["Orders"] if c.present is not None)
         _apply_delta(lake, changesets, window)
         operator = _operator(fake, changesets, lake_root, window)
-        summary = operator.execute({})
+        applied = operator.execute({})  # the commit's applied entry; its details are the send's report
+        summary = applied["details"]
         assert summary["tables"]["Orders"]["upsert_stream_apply_watermark"] is not None
+        orders = next(t for t in applied["tables"] if t["table"] == "Orders")
+        assert (applied["target"], orders["watermark"]) == ("bigquery", summary["tables"]["Orders"][
+            "upsert_stream_apply_watermark"])
+        assert applied["names"]["Orders"]["uri"] == f"bigquery://{PROJECT}/{DATASET}/Orders"
         # OpenLineage: each table's change-set folder in, the BigQuery table out, the window as a run facet
         lineage = operator.get_openlineage_facets_on_complete(None)
         assert {(d.namespace, d.name) for d in lineage.outputs} == {
@@ -287,7 +292,7 @@ def test_windows_land_equal_to_the_committed_history_and_reruns_change_nothing(
     # ledger records every table of every window as sent, so nothing is sent again).
     for window, _changes in history.windows:
         _apply_delta(lake, changesets, window)
-        summary = _operator(fake, changesets, lake_root, window).execute({})
+        summary = _operator(fake, changesets, lake_root, window).execute({})["details"]
         assert {t: e["already_sent"] for t, e in summary["tables"].items()} == dict.fromkeys(SCHEMAS, True)
         assert summary["tables"]["Orders"]["upsert_stream_apply_watermark"] is not None
     assert {t: fake.table(PROJECT, DATASET, t).appended_rows for t in SCHEMAS} == appended
@@ -350,7 +355,7 @@ def test_a_retryable_failure_is_retried_and_the_table_is_still_exact(
             lake_root,
             window,
             writer_options={"max_request_bytes": 96 * 1024, "backoff_seconds": 0.01},
-        ).execute({})
+        ).execute({})["details"]
         retries += sum(t["retries"] for t in summary["tables"].values())
     assert retries == 2
     for table in SCHEMAS:
@@ -416,12 +421,13 @@ def test_templated_arguments_render_and_blank_endpoints_are_unset(
     }
     context = {"params": params, "data_interval_start": window.start, "data_interval_end": window.end}
     operator.render_template_fields(context)
-    assert operator.execute(context)["tables"]["Orders"]["rows"] == 1
+    assert operator.execute(context)["details"]["tables"]["Orders"]["rows"] == 1
     assert _bq_rows(fake, "Orders") == [{"Id": 1, "Name": "a"}]
     # Blank endpoints (a DAG param left empty) mean BigQuery itself: the hook reads the connection.
     blank = _operator(fake, tmp_path, None, window)
     blank.api_endpoint, blank.write_endpoint = "", " "
     with mock.patch("airflow_provider_cdc.targets.bigquery.operators.BigQueryCdcHook") as hook:
+        hook.return_value.apply_window.return_value = {"tables": {}}
         blank.execute({})
     assert hook.call_args.kwargs["api_endpoint"] is None and hook.call_args.kwargs["write_endpoint"] is None
 
@@ -429,7 +435,7 @@ def test_templated_arguments_render_and_blank_endpoints_are_unset(
 def test_a_table_without_changes_sends_nothing(fake: FakeBigQuery, store: Metastore, tmp_path: Path) -> None:
     window = Window(START, START + WINDOW)
     write_change_set(str(tmp_path / window.window_id), {"Orders": change_set_table(ORDERS[:2], [])})
-    summary = _operator(fake, tmp_path, None, window).execute({})
+    summary = _operator(fake, tmp_path, None, window).execute({})["details"]
     assert summary["tables"]["Orders"]["rows"] == 0
     assert summary["tables"]["Orders"]["upsert_stream_apply_watermark"] is None
     assert (PROJECT, DATASET, "Orders") not in fake.state.tables
@@ -465,7 +471,7 @@ def test_added_columns_evolve_the_table_and_a_changed_type_fails_naming_it(
         {"Orders": change_set_table(changed, [_full(3, 3, Name="c", Extra="x")])},
     )
     _operator(fake, tmp_path, None, first).execute({})
-    summary = _operator(fake, tmp_path, None, second).execute({})
+    summary = _operator(fake, tmp_path, None, second).execute({})["details"]
     assert summary["tables"]["Orders"]["added_columns"] == ["Extra"]
     assert _bq_rows(fake, "Orders") == _sorted(
         [{"Id": 1, "Name": "a", "Extra": None}, {"Id": 2, "Name": "b", "Extra": 5}]
@@ -493,8 +499,8 @@ def test_appends_wait_until_a_new_table_or_column_reaches_the_write_api(
     with FakeBigQuery(schema_delay_seconds=1.0) as fake:
         fake.create_dataset(PROJECT, DATASET)
         options = {"writer_options": {"backoff_seconds": 0.05}}
-        created = _operator(fake, tmp_path, None, first, **options).execute({})
-        widened = _operator(fake, tmp_path, None, second, **options).execute({})
+        created = _operator(fake, tmp_path, None, first, **options).execute({})["details"]
+        widened = _operator(fake, tmp_path, None, second, **options).execute({})["details"]
         assert created["tables"]["Orders"]["retries"] > 0 and widened["tables"]["Orders"]["retries"] > 0
         assert _bq_rows(fake, "Orders") == _sorted(
             [{"Id": 1, "Name": "a", "Extra": None}, {"Id": 2, "Name": "b", "Extra": 5}]

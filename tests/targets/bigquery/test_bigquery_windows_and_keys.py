@@ -28,8 +28,8 @@ from airflow_provider_cdc.changesets.writer import Change, change_set_table, wri
 from airflow_provider_cdc.core.values import parse_column_types
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.metastore import Metastore
-from airflow_provider_cdc.metastore.model import BIGQUERY_TARGET
 from airflow_provider_cdc.targets import images
+from airflow_provider_cdc.targets.bigquery.commit import BIGQUERY as BIGQUERY_TARGET
 from airflow_provider_cdc.targets.bigquery.keys import DERIVED_KEY_COLUMN, canonical_key
 from airflow_provider_cdc.targets.bigquery.schema import BigQuerySchemaError
 from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
@@ -111,14 +111,17 @@ def test_a_rerun_after_the_delete_retention_leaves_a_row_a_later_window_deleted_
     fake.advance_clock(DELETE_RETENTION + timedelta(days=1))  # BigQuery has forgotten the DELETE
     appended = fake.table(PROJECT, DATASET, "Orders").appended_rows
 
-    summary = _operator(fake, tmp_path, lake_root, first).execute({})  # a clear or a backfill of window 1
+    # a clear or a backfill of window 1
+    step = _operator(fake, tmp_path, lake_root, first)
+    summary = step.execute({})["details"]
 
     assert _bq_rows(fake, "Orders") == [{"Id": 2, "Name": "b"}]
     assert summary["tables"]["Orders"]["already_sent"] is True and summary["tables"]["Orders"]["rows"] == 0
     assert fake.table(PROJECT, DATASET, "Orders").appended_rows == appended
     # A ledger that lacks the window (another metastore): the Delta table has applied window 2, so
     # window 1's image of key 1 is superseded and not sent.
-    again = _operator(fake, tmp_path, lake_root, first, metastore_conn_id=OTHER_CONN_ID).execute({})
+    step = _operator(fake, tmp_path, lake_root, first, metastore_conn_id=OTHER_CONN_ID)
+    again = step.execute({})["details"]
     assert again["tables"]["Orders"]["superseded"] == 1 and again["tables"]["Orders"]["rows"] == 1
     assert _bq_rows(fake, "Orders") == [{"Id": 2, "Name": "b"}]
     assert [r.window_end for r in other_store.window_tables(PIPELINE, target=BIGQUERY_TARGET)] == [first.end]
@@ -147,7 +150,7 @@ def test_after_a_partial_failure_only_the_tables_the_ledger_lacks_are_sent(
     assert sent == 1
 
     bq.delete_table(f"{PROJECT}.{DATASET}.Orders")  # the operator fixes the table, then retries
-    summary = _operator(fake, tmp_path, None, window).execute({})
+    summary = _operator(fake, tmp_path, None, window).execute({})["details"]
 
     assert summary["tables"]["Lines"]["already_sent"] is True
     assert summary["tables"]["Orders"]["already_sent"] is False and summary["tables"]["Orders"]["rows"] == 1
@@ -184,7 +187,8 @@ def test_a_resend_never_sends_an_image_a_later_window_superseded(
     )  # window 2's partial image only: full images at their window need no lookup
     appended = fake.table(PROJECT, DATASET, "Orders").appended_rows
 
-    summary = _operator(fake, tmp_path, lake_root, first, metastore_conn_id=OTHER_CONN_ID).execute({})
+    step = _operator(fake, tmp_path, lake_root, first, metastore_conn_id=OTHER_CONN_ID)
+    summary = step.execute({})["details"]
 
     orders = summary["tables"]["Orders"]
     assert (orders["rows"], orders["upserts"], orders["superseded"]) == (1, 1, 1)  # key 2 only
@@ -209,12 +213,13 @@ def test_a_backfill_of_a_history_sends_nothing_and_a_new_ledger_sends_only_curre
     fake.advance_clock(DELETE_RETENTION * 2)
     appended = {t: fake.table(PROJECT, DATASET, t).appended_rows for t in expected}
     for window, _changes in history.windows:
-        summary = _operator(fake, changesets, lake_root, window).execute({})
+        summary = _operator(fake, changesets, lake_root, window).execute({})["details"]
         assert all(entry["already_sent"] for entry in summary["tables"].values())
     assert {t: fake.table(PROJECT, DATASET, t).appended_rows for t in expected} == appended
     superseded = 0
     for window, _changes in history.windows:  # the same backfill on a ledger that records nothing
-        summary = _operator(fake, changesets, lake_root, window, metastore_conn_id=OTHER_CONN_ID).execute({})
+        step = _operator(fake, changesets, lake_root, window, metastore_conn_id=OTHER_CONN_ID)
+        summary = step.execute({})["details"]
         superseded += sum(entry["superseded"] for entry in summary["tables"].values())
     assert superseded > 0
     assert {t: _bq_rows(fake, t) for t in expected} == expected
@@ -271,7 +276,7 @@ def test_keys_bigquery_refuses_get_the_derived_key_column(
     for window, tables in zip(windows, changes, strict=True):
         _write(tmp_path, window, tables)
         _apply_delta(lake, tmp_path, window)
-        summary = _operator(fake, tmp_path, lake_root, window).execute({})
+        summary = _operator(fake, tmp_path, lake_root, window).execute({})["details"]
         assert all(entry["derived_key"] for entry in summary["tables"].values())
 
     hashes = fake.table(PROJECT, DATASET, "Hashes")
@@ -316,7 +321,7 @@ def test_never_refuses_a_table_bigquery_cannot_key_before_any_table_is_sent(
     # Per table: Zeta keyed on _cdc_key, the rest as before.
     summary = _operator(
         fake, tmp_path, None, window, derived_key={"Zeta": "always", "Alpha": "never"}
-    ).execute({})
+    ).execute({})["details"]
     assert (summary["tables"]["Alpha"]["derived_key"], summary["tables"]["Zeta"]["derived_key"]) == (
         False,
         True,
@@ -332,7 +337,7 @@ def test_existing_tables_keep_their_key_and_a_disagreeing_one_is_refused(
     _write(tmp_path, second, {"Orders": (ORDERS[:2], [_upsert({"Id": 2}, 2, Name="b")])})
     _operator(fake, tmp_path, None, first, derived_key="always").execute({})
     # "auto" follows a table already keyed on _cdc_key.
-    summary = _operator(fake, tmp_path, None, second).execute({})
+    summary = _operator(fake, tmp_path, None, second).execute({})["details"]
     assert summary["tables"]["Orders"]["derived_key"] is True
     assert _bq_rows(fake, "Orders") == _sorted(
         [
@@ -376,7 +381,8 @@ def test_a_partial_update_of_a_row_with_a_null_key_is_completed_from_delta(
     lake = DeltaLakeTarget(lake_root)
     for window in (first, second):
         _apply_delta(lake, tmp_path, window)
-        summary = _operator(fake, tmp_path, lake_root, window, derived_key={"Lines": "always"}).execute({})
+        step = _operator(fake, tmp_path, lake_root, window, derived_key={"Lines": "always"})
+        summary = step.execute({})["details"]
     assert summary["tables"]["Lines"]["superseded"] == 0 and summary["tables"]["Lines"]["rows"] == 1
     assert _bq_rows(fake, "Lines") == _sorted(
         [
@@ -438,7 +444,7 @@ def test_auto_keys_a_table_with_a_nullable_key_column_on_the_derived_key(
     lake = DeltaLakeTarget(lake_root)
     for window in (first, second):
         _apply_delta(lake, tmp_path, window)
-        summary = _operator(fake, tmp_path, lake_root, window).execute({})
+        summary = _operator(fake, tmp_path, lake_root, window).execute({})["details"]
         assert summary["tables"]["Lines"]["derived_key"] is True
     assert fake.table(PROJECT, DATASET, "Lines").primary_key == [DERIVED_KEY_COLUMN]
     assert fake.table(PROJECT, DATASET, "Orders").primary_key == ["Id"]
@@ -460,7 +466,7 @@ def test_a_table_already_keyed_on_its_source_key_keeps_it_when_the_key_turns_out
     _write(tmp_path, first, {"Lines": (LINES, [_upsert({"OrderId": 1, "Sku": "a"}, 1, Units=1)])})
     _write(tmp_path, second, {"Lines": (NULLABLE_LINES, [_upsert({"OrderId": 2, "Sku": "b"}, 2, Units=2)])})
     for window in (first, second):
-        summary = _operator(fake, tmp_path, None, window).execute({})
+        summary = _operator(fake, tmp_path, None, window).execute({})["details"]
         assert summary["tables"]["Lines"]["derived_key"] is False
     assert fake.table(PROJECT, DATASET, "Lines").primary_key == ["OrderId", "Sku"]
     assert [(row["OrderId"], row["Sku"]) for row in _bq_rows(fake, "Lines")] == [(1, "a"), (2, "b")]
@@ -529,6 +535,6 @@ def test_a_run_of_an_earlier_opening_of_the_window_sends_nothing(
     assert store.window_tables(PIPELINE, target=BIGQUERY_TARGET) == []
     assert (PROJECT, DATASET, "Orders") not in fake.state.tables  # nothing was created or sent
 
-    summary = _operator(fake, tmp_path, None, window, epoch="2").execute({})
+    summary = _operator(fake, tmp_path, None, window, epoch="2").execute({})["details"]
     assert summary["tables"]["Orders"]["rows"] == 1
     assert _bq_rows(fake, "Orders") == [{"Id": 1, "Name": "a"}]
