@@ -6,7 +6,13 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 
-from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, format_timestamp, from_micros, to_micros
+from airflow_provider_cdc.core.timestamps import (
+    ONE_MICROSECOND,
+    coerce_timestamp,
+    format_timestamp,
+    from_micros,
+    to_micros,
+)
 
 _WINDOW_ID = re.compile(r"(-?[0-9]+)-(-?[0-9]+)")
 
@@ -86,3 +92,9 @@ class Window:
 
     def __str__(self) -> str:
         return f"[{format_timestamp(self.start)}, {format_timestamp(self.end)})"
+
+
+def snapshot_start(first_window_start: datetime | str) -> str:
+    """The pipeline's first window start when it begins with a snapshot of its source as of ``T - 1µs``:
+    the snapshot window is ``[T - 1µs, T)`` (RFC 3339)."""
+    return format_timestamp(coerce_timestamp(first_window_start) - ONE_MICROSECOND)

@@ -28,6 +28,7 @@ from typing import Any
 
 from airflow_provider_cdc.core.identifiers import InvalidIdentifierError, validate_pipeline_id
 from airflow_provider_cdc.core.timestamps import coerce_timestamp
+from airflow_provider_cdc.core.window import snapshot_start
 from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
 from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
 from airflow_provider_cdc.pipeline.specs import (
@@ -41,7 +42,6 @@ from airflow_provider_cdc.pipeline.specs import (
     apply_order,
     is_template,
 )
-from airflow_provider_cdc.task_groups import snapshot_start
 
 try:  # Airflow 3
     from airflow.sdk import TaskGroup

@@ -3,7 +3,7 @@
 
 A module's layer is that of the longest prefix of its name in :data:`LAYERS`; it may import its own
 layer and the layers under it. The only upward imports allowed are the modules at old public paths that
-re-export a module moved up (:data:`REEXPORTS`) and the imports listed in :data:`NOT_YET_DOWN`.
+re-export a module moved up (:data:`REEXPORTS`).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "adapters",
         (
             "changesets",
+            "lineage",
             "staging",
             "metastore",
             "merge",
@@ -56,7 +57,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("hooks", ("hooks", "sources.hook")),
     ("placement", ("placement", "spark_connect", "dataproc", "job_archive")),
     ("preflight", ("preflight", "operators._window")),
-    ("steps", ("operators", "sensors", "triggers", "sources.operators")),
+    ("steps", ("operators", "sensors", "triggers", "sources.operators", "cli.common")),
     (
         "plug-ins",
         (
@@ -97,19 +98,9 @@ REEXPORTS: frozenset[str] = frozenset(
         "operators.spanner_table",
         "sensors.partitions_drained",
         "triggers.partitions_drained",
+        "repair",
     }
 )
-
-#: Upward imports not yet turned around: (importing module, imported module). Each line says why it is
-#: here; the list only shrinks (the test below fails when a pair is no longer imported).
-NOT_YET_DOWN: frozenset[tuple[str, str]] = frozenset(
-    {
-        # the commit step compares and reads the Delta target directly
-        ("operators.commit", "targets.delta.compare"),
-        ("operators.commit", "targets.delta.target"),
-    }
-)
-
 
 def _layer_index() -> dict[str, int]:
     return {prefix: index for index, (_, prefixes) in enumerate(LAYERS) for prefix in prefixes}
@@ -162,7 +153,7 @@ def _imported(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
 
 
 def upward_imports() -> list[tuple[str, str]]:
-    """Every import of a module from a higher layer, re-exports and the listed exceptions left out."""
+    """Every import of a module from a higher layer, re-exports left out."""
     modules = _modules()
     found = []
     for module, path in modules.items():
@@ -170,7 +161,7 @@ def upward_imports() -> list[tuple[str, str]]:
             continue
         own = layer_of(module)
         for imported in sorted(_imported(module, path, modules)):
-            if layer_of(imported) > own and (module, imported) not in NOT_YET_DOWN:
+            if layer_of(imported) > own:
                 found.append((module, imported))
     return found
 
@@ -183,16 +174,12 @@ def test_every_import_goes_down() -> None:
     assert not wrong, "imports that run up a layer:\n" + "\n".join(wrong)
 
 
-def test_every_reexport_and_exception_is_still_needed() -> None:
+def test_every_reexport_is_still_needed() -> None:
     modules = _modules()
     for module in REEXPORTS:
         assert module in modules, f"{module} is gone: take it out of REEXPORTS"
         assert any(layer_of(m) > layer_of(module) for m in _imported(module, modules[module], modules)), (
             module
-        )
-    for module, imported in NOT_YET_DOWN:
-        assert imported in _imported(module, modules[module], modules), (
-            f"{module} no longer imports {imported}: take the pair out of NOT_YET_DOWN"
         )
 
 

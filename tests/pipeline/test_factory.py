@@ -296,10 +296,9 @@ def test_the_commits_take_the_outlets_and_every_targets_output() -> None:
 
 
 def test_target_specs_live_in_their_folders_and_keep_their_import_paths() -> None:
-    from airflow_provider_cdc.pipeline import specs
     from airflow_provider_cdc.targets.bigquery.pipeline import BigQueryCdc as InFolder
 
-    assert BigQueryCdc is InFolder is specs.BigQueryCdc
+    assert BigQueryCdc is InFolder
     assert (DeltaLake.target, BigQueryCdc.target, BigQueryCdc.reads) == ("delta", "bigquery", ("delta",))
     with pytest.raises(PipelineSpecError, match="lake_root: missing; the DeltaLake target needs it"):
         cdc_pipeline(

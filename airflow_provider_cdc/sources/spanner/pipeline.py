@@ -107,9 +107,9 @@ class SpannerChangeStream(SourceSpec):
         return SourceTasks(before=wait_parents, open_window=open_window, read=read, complete=drained)
 
     def snapshot_tasks(self, snapshot: SnapshotWindow) -> Any:
-        """The snapshot window ``[T - 1µs, T)`` of the tables the stream watches
-        (:func:`~airflow_provider_cdc.task_groups.initial_snapshot`, group ``initial_snapshot``)."""
-        from airflow_provider_cdc.task_groups import initial_snapshot
+        """The snapshot window ``[T - 1µs, T)`` of the tables the stream watches: the task group
+        ``initial_snapshot`` (:func:`.snapshot_group.initial_snapshot`)."""
+        from airflow_provider_cdc.sources.spanner.snapshot_group import initial_snapshot
 
         name = self.snapshot_source or f"{snapshot.pipeline}_snapshot"
         if not is_template(name):

@@ -8,18 +8,7 @@ import argparse
 import json
 from typing import Any
 
-from airflow_provider_cdc.cli import (
-    UnknownPipeline,
-    _count,
-    _dags,
-    _metastore,
-    _named_dag,
-    _store_pipeline,
-    _table,
-    _ts,
-    _unknown,
-    resolve_pipeline,
-)
+from airflow_provider_cdc.cli import common
 
 
 def register(commands: Any, pipeline_command: Any) -> None:
@@ -68,10 +57,10 @@ def _dag_lake_root(name: str) -> str:
     """The lake root of the DAG ``name`` names (a DAG id or its pipeline id): its ``lake_root``."""
     from airflow_provider_cdc.preflight import dag_params
 
-    dags = _dags()
-    found = _named_dag(name, dags)
+    dags = common.dags()
+    found = common.named_dag(name, dags)
     if found is None:
-        raise _unknown(name, [], dags, "of the DAGs")
+        raise common.unknown(name, [], dags, "of the DAGs")
     dag, _pipeline = found
     root = dag_params(dag, None).get("lake_root")
     for task in dag.tasks:
@@ -79,7 +68,7 @@ def _dag_lake_root(name: str) -> str:
         if root is None and isinstance(locations, dict) and isinstance(locations.get("lake_root"), str):
             root = locations["lake_root"] if "{{" not in locations["lake_root"] else None
     if not root:
-        raise UnknownPipeline(f"DAG {dag.dag_id} names no lake_root: give --lake-root")
+        raise common.UnknownPipeline(f"DAG {dag.dag_id} names no lake_root: give --lake-root")
     print(f"Lake of DAG {dag.dag_id}: {root}")
     return str(root)
 
@@ -89,7 +78,9 @@ def _lake_root(args: argparse.Namespace) -> str:
         return str(args.lake_root)
     if args.pipeline:
         return _dag_lake_root(args.pipeline)
-    raise UnknownPipeline("give --lake-root, or --pipeline (a pipeline or DAG id) to take its lake_root")
+    raise common.UnknownPipeline(
+        "give --lake-root, or --pipeline (a pipeline or DAG id) to take its lake_root"
+    )
 
 
 def _table_pipelines(lake: Any, table: str) -> list[str]:
@@ -123,7 +114,7 @@ def _table_pipeline(lake: Any, table: str, name: str) -> str:
     logs = _table_logs(lake, table)
     if app_id is not None and any(dt.transaction_version(app_id) is not None for dt in logs):
         return name
-    return resolve_pipeline(name, _table_pipelines(lake, table), f"in table {table}")[0]
+    return common.resolve_pipeline(name, _table_pipelines(lake, table), f"in table {table}")[0]
 
 
 def _storage_options_argument(args: argparse.Namespace) -> dict[str, str] | None:
@@ -203,8 +194,8 @@ def repair(args: argparse.Namespace) -> int:
     """Re-apply, from their change sets, the windows a restored or rolled-back table lacks."""
     from airflow_provider_cdc.targets.delta.repair import repair_pipeline
 
-    store = _metastore(args.metastore_url)
-    args.pipeline = _store_pipeline(store, args.pipeline)
+    store = common.metastore(args.metastore_url)
+    args.pipeline = common.store_pipeline(store, args.pipeline)
     options = json.loads(args.storage_options) if args.storage_options else None
     reports = repair_pipeline(
         store, args.pipeline, args.lake_root, args.changeset_root, options, dry_run=args.dry_run
@@ -216,14 +207,16 @@ def repair(args: argparse.Namespace) -> int:
         [
             r.table,
             r.expected,
-            _count(r.found),
+            common.count(r.found),
             len(r.reapplied),
             ", ".join(r.missing) or "-",
             (r.problem or "")[:80],
         ]
         for r in reports
     ]
-    print(_table(["table", "metastore", "table held", "re-applied", "change sets gone", "problem"], rows))
+    print(
+        common.table(["table", "metastore", "table held", "re-applied", "change sets gone", "problem"], rows)
+    )
     return 0 if all(r.agrees for r in reports) else 1
 
 
@@ -265,7 +258,7 @@ def latest(args: argparse.Namespace) -> int:
     micros = "" if watermark is None else f", {to_micros(watermark)} µs"
     print(
         f"{args.table}: {rows} rows: Delta version {lake.open(args.table).version()} (apply watermark "
-        f"{_ts(watermark)}{micros}) and {len(windows)} pending window(s)"
+        f"{common.ts(watermark)}{micros}) and {len(windows)} pending window(s)"
         + (f"; written to {args.output}" if args.output else "")
     )
     for row in shown:

@@ -31,136 +31,12 @@ import sys
 from datetime import datetime, timezone
 from typing import Any
 
+from airflow_provider_cdc.cli import common
 from airflow_provider_cdc.core.durations import human_duration
-from airflow_provider_cdc.core.timestamps import format_timestamp
-
-
-def _short(token: str, width: int = 14) -> str:
-    return token if len(token) <= width else token[: width - 1] + "…"
-
-
-def _ts(value: datetime | None) -> str:
-    return format_timestamp(value)[:-4] + "Z" if value else "-"
-
-
-def _seconds(a: datetime | None, b: datetime | None) -> str:
-    return human_duration(b - a) if a and b else "-"
-
-
-def _count(value: int | None) -> str:
-    return "-" if value is None else str(value)
-
-
-def _table(headers: list[str], rows: list[list[Any]]) -> str:
-    cells = [[str(c) for c in row] for row in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in cells]
-    return "\n".join(lines)
-
-
-def _metastore_without_schema(url: str | None) -> Any:
-    from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-    from airflow_provider_cdc.metastore import Metastore
-
-    return Metastore(url or CdcMetastoreHook().get_url())
-
-
-def _metastore(url: str | None) -> Any:
-    if url:
-        from airflow_provider_cdc.metastore import Metastore
-
-        store = Metastore(url)
-        store.create_schema()
-        return store
-    from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-
-    return CdcMetastoreHook().metastore
-
-
-# ----- pipelines named by a pipeline id or a DAG id --------------------------------------------------
-class UnknownPipeline(LookupError):
-    """Neither a pipeline nor a DAG has the name given (the message lists the known ones)."""
-
-
-def _dags() -> list[Any]:
-    """Every DAG of Airflow's DAG folder (none when it cannot be read)."""
-    from airflow_provider_cdc.preflight import dag_bag
-
-    try:
-        return list(dag_bag().dags.values())
-    except Exception as error:  # no Airflow home, an unreadable folder: pipelines by id only
-        print(f"(the DAG folder cannot be read: {type(error).__name__}: {error})", file=sys.stderr)
-        return []
-
-
-def _named_dag(name: str, dags: list[Any]) -> tuple[Any, str] | None:
-    """The DAG named ``name``, or whose pipeline is ``name``, with its pipeline id."""
-    from airflow_provider_cdc.preflight import dag_pipeline_id
-
-    found = None
-    for dag in dags:
-        pipeline = dag_pipeline_id(dag)
-        if dag.dag_id == name:
-            return dag, pipeline
-        if pipeline == name and found is None:
-            found = (dag, pipeline)
-    return found
-
-
-def _unknown(name: str, pipelines: list[str], dags: list[Any], where: str) -> UnknownPipeline:
-    from airflow_provider_cdc.core.findings import suggest
-
-    dag_ids = sorted(dag.dag_id for dag in dags)
-    close = suggest(name, [*pipelines, *dag_ids])
-    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-    return UnknownPipeline(
-        f"no pipeline or DAG is named {name!r}{hint}\n"
-        f"pipelines {where}: {', '.join(pipelines) or 'none'}\n"
-        f"DAGs: {', '.join(dag_ids) or 'none'}"
-    )
-
-
-def resolve_pipeline(name: str, known: list[str], where: str) -> tuple[str, Any]:
-    """The pipeline ``name`` names: itself when it is one of ``known`` (the pipelines ``where``
-    holds), else the pipeline of the DAG ``name`` (or of the DAG whose pipeline it is); the DAG too
-    (``None``: not looked up). Neither: :class:`UnknownPipeline`."""
-    if name in known:
-        return name, None
-    dags = _dags()
-    found = _named_dag(name, dags)
-    if found is None:
-        raise _unknown(name, known, dags, where)
-    dag, pipeline = found
-    if dag.dag_id == name and pipeline != name:
-        print(f"DAG {name} runs pipeline {pipeline}")
-    return pipeline, dag
-
-
-def _pipeline_command(run: Any) -> Any:
-    """``run(args)`` printing an :class:`UnknownPipeline` and returning 2 for it."""
-
-    def command(args: argparse.Namespace) -> int:
-        try:
-            return int(run(args))
-        except UnknownPipeline as error:
-            print(f"{args.command}: {error}", file=sys.stderr)
-            return 2
-
-    command.__doc__ = run.__doc__
-    return command
-
-
-def _store_pipeline(store: Any, name: str) -> str:
-    """The metastore's pipeline ``name`` names (a pipeline id or a DAG id)."""
-    pipeline, _dag = resolve_pipeline(name, store.pipeline_ids(), "in the metastore")
-    if pipeline not in store.pipeline_ids():
-        print(f"Pipeline {pipeline} has recorded no window yet")
-    return pipeline
 
 
 def _window_and_length(start: datetime, end: datetime) -> str:
-    return f"{_ts(start)} + {human_duration(end - start)}"
+    return f"{common.ts(start)} + {human_duration(end - start)}"
 
 
 def _pipeline_state(store: Any, standing: Any) -> str:
@@ -182,11 +58,11 @@ def pipelines(args: argparse.Namespace) -> int:
     from airflow_provider_cdc.core.contract.locations import staging_folder
     from airflow_provider_cdc.preflight import dag_pipeline_id
 
-    store = _metastore(args.metastore_url)
+    store = common.metastore(args.metastore_url)
     now = datetime.now(timezone.utc)
     names = store.pipeline_ids()
     runs: dict[str, list[str]] = {}
-    for dag in [] if args.no_dags else _dags():
+    for dag in [] if args.no_dags else common.dags():
         try:
             runs.setdefault(dag_pipeline_id(dag), []).append(dag.dag_id)
         except Exception as error:  # a DAG whose pipeline cannot be told is listed under none
@@ -212,7 +88,7 @@ def pipelines(args: argparse.Namespace) -> int:
             _window_and_length(last.start, last.end) if last is not None else "-",
             _lag(now, last.end if last is not None else None), _pipeline_state(store, standing),
         ])  # fmt: skip
-    print(_table(headers, rows))
+    print(common.table(headers, rows))
     failed = [name for name, row in zip(names, rows, strict=True) if row[-1] in ("failed", "waiting")]
     if failed:
         print(f"\nwhy: python -m airflow_provider_cdc explain --pipeline {failed[0]}")
@@ -232,17 +108,19 @@ def _explained_window(store: Any, pipeline: str, given: str) -> Any:
     newest = store.newest_window(pipeline)
     if text == "latest":
         if newest is None:
-            raise UnknownPipeline(f"pipeline {pipeline} has recorded no window yet: give --window START")
+            raise common.UnknownPipeline(
+                f"pipeline {pipeline} has recorded no window yet: give --window START"
+            )
         return newest.window
     if re.fullmatch(r"[0-9]+-[0-9]+", text):
         try:
             return Window.from_window_id(text)
         except ValueError as error:
-            raise UnknownPipeline(f"--window {given!r}: {error}") from None
+            raise common.UnknownPipeline(f"--window {given!r}: {error}") from None
     try:
         start = parse_timestamp(text)
     except ValueError:
-        raise UnknownPipeline(
+        raise common.UnknownPipeline(
             f"--window {given!r} is neither 'latest', a window id ({{start_us}}-{{end_us}}) nor an RFC 3339 "
             "start"
         ) from None
@@ -250,9 +128,9 @@ def _explained_window(store: Any, pipeline: str, given: str) -> Any:
     if recorded:
         return recorded[0].window
     if newest is None:
-        raise UnknownPipeline(
-            f"pipeline {pipeline} recorded no window starting at {_ts(start)}, nor any other to take the "
-            "length from: give the window id ({start_us}-{end_us})"
+        raise common.UnknownPipeline(
+            f"pipeline {pipeline} recorded no window starting at {common.ts(start)}, nor any other to "
+            "take the length from: give the window id ({start_us}-{end_us})"
         )
     return Window(start, start + (newest.end - newest.start))
 
@@ -261,8 +139,8 @@ def explain(args: argparse.Namespace) -> int:
     """Why a window failed or is waiting, and what to do (exit 0: it is applied; 1: it is not)."""
     from airflow_provider_cdc.explain import APPLIED, as_dict, explain_window, explanation_lines
 
-    store = _metastore(args.metastore_url)
-    pipeline, dag = resolve_pipeline(args.pipeline, store.pipeline_ids(), "in the metastore")
+    store = common.metastore(args.metastore_url)
+    pipeline, dag = common.resolve_pipeline(args.pipeline, store.pipeline_ids(), "in the metastore")
     if pipeline not in store.pipeline_ids():
         print(f"Pipeline {pipeline} has recorded no window yet")
     window = _explained_window(store, pipeline, args.window)
@@ -276,9 +154,9 @@ def explain(args: argparse.Namespace) -> int:
 
 def status(args: argparse.Namespace) -> int:
     """Windows, partitions (state, watermark, lease, lag) and apply watermarks of a pipeline."""
-    store = _metastore(args.metastore_url)
+    store = common.metastore(args.metastore_url)
     now = datetime.now(timezone.utc)
-    pipeline = args.pipeline = _store_pipeline(store, args.pipeline)
+    pipeline = args.pipeline = common.store_pipeline(store, args.pipeline)
     windows = store.list_windows(pipeline)
     print(f"Windows of pipeline {pipeline}: {len(windows)}")
     headers = [
@@ -291,11 +169,11 @@ def status(args: argparse.Namespace) -> int:
         "opened → applied",
     ]
     rows = [
-        [_ts(w.start), _ts(w.end), w.state.value, w.attempt, _count(w.record_count),
-         _count(w.transaction_count), _seconds(w.opened_at, w.applied_at)]
+        [common.ts(w.start), common.ts(w.end), w.state.value, w.attempt, common.count(w.record_count),
+         common.count(w.transaction_count), common.seconds(w.opened_at, w.applied_at)]
         for w in windows
     ]  # fmt: skip
-    print(_table(headers, rows))
+    print(common.table(headers, rows))
     streams = sorted({w.stream for w in windows} | set(args.stream or []))
     for stream in streams:
         if not store.is_known_stream(stream):
@@ -316,17 +194,18 @@ def status(args: argparse.Namespace) -> int:
             "records",
         ]
         rows = [
-            [_short(p.token), p.state.value, _ts(p.start_timestamp), _ts(p.end_timestamp), _ts(p.watermark),
-             ",".join(_short(t, 8) for t in p.parent_tokens) or "-", p.lease_owner or "-",
-             _ts(p.lease_expires_at), p.record_count]
+            [common.short(p.token), p.state.value, common.ts(p.start_timestamp), common.ts(p.end_timestamp),
+             common.ts(p.watermark),
+             ",".join(common.short(t, 8) for t in p.parent_tokens) or "-", p.lease_owner or "-",
+             common.ts(p.lease_expires_at), p.record_count]
             for p in partitions[-args.limit :]
         ]  # fmt: skip
-        print(_table(headers, rows))
+        print(common.table(headers, rows))
         last = windows[-1].end if windows else None
         if last is not None:
             lagging = store.lagging_partitions(stream, last)
             for p in lagging:
-                print(f"  holding back {_ts(last)}: {p.token} drained to {_ts(p.watermark)}")
+                print(f"  holding back {common.ts(last)}: {p.token} drained to {common.ts(p.watermark)}")
     recorded = _recorded_watermarks(store, args.pipeline)
     if not recorded:
         print(f"\nApply watermarks of {args.pipeline}: none recorded")
@@ -341,9 +220,9 @@ def status(args: argparse.Namespace) -> int:
     for t in tables:
         row = [t]
         for _kind, target_marks in recorded:
-            row += [_ts(target_marks.get(t)), _lag(now, target_marks.get(t))]
+            row += [common.ts(target_marks.get(t)), _lag(now, target_marks.get(t))]
         rows.append(row)
-    print(_table(headers, rows))
+    print(common.table(headers, rows))
     return 0
 
 
@@ -370,10 +249,10 @@ def timings(args: argparse.Namespace) -> int:
     with create_session() as session:
         known = sorted(dag_id for (dag_id,) in session.query(DagModel.dag_id))
     if args.dag_id not in known:
-        dags = _dags()
-        found = _named_dag(args.dag_id, dags)
+        dags = common.dags()
+        found = common.named_dag(args.dag_id, dags)
         if found is None:
-            raise _unknown(args.dag_id, [], dags, "run by the DAGs")
+            raise common.unknown(args.dag_id, [], dags, "run by the DAGs")
         print(f"Pipeline {args.dag_id} is run by DAG {found[0].dag_id}")
         args.dag_id = found[0].dag_id
     with create_session() as session:
@@ -402,11 +281,11 @@ def timings(args: argparse.Namespace) -> int:
     ]
     order += [t for t in task_ids if t not in order]
     print(
-        _table(
+        common.table(
             ["window start", "state", *order, "sum of tasks"],
             [
-                [_ts(run.data_interval_start), run.state, *[human_duration(d.get(t, 0.0)) for t in order],
-                 human_duration(total)]
+                [common.ts(run.data_interval_start), run.state,
+                 *[human_duration(d.get(t, 0.0)) for t in order], human_duration(total)]
                 for run, d, total in rows
             ],
         )
@@ -418,7 +297,7 @@ def migrate(args: argparse.Namespace) -> int:
     """Create or upgrade the metastore's tables to this provider's schema version."""
     from airflow_provider_cdc.metastore import CURRENT_VERSION
 
-    store = _metastore_without_schema(args.metastore_url)
+    store = common.metastore_without_schema(args.metastore_url)
     applied = store.create_schema()
     print(f"metastore at schema version {CURRENT_VERSION}" + (f" (applied {applied})" if applied else ""))
     return 0
@@ -439,7 +318,7 @@ def check(args: argparse.Namespace) -> int:
         return 2
     dag, dag_ids = load_dag(args.dag)
     if dag is None:  # a pipeline id names the DAG that runs it
-        found = _named_dag(args.dag, _dags())
+        found = common.named_dag(args.dag, common.dags())
         dag = found[0] if found is not None else None
         if dag is not None:
             print(f"Pipeline {args.dag} is run by DAG {dag.dag_id}")
@@ -515,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="its START (RFC 3339), its id ({start_us}-{end_us}) or latest (default)")  # fmt: skip
     p.add_argument("--metastore-url", help="SQLAlchemy URL (default: the cdc_metastore_default connection)")
     p.add_argument("--json", action="store_true", help="print the explanation as JSON")
-    p.set_defaults(run=_pipeline_command(explain))
+    p.set_defaults(run=common.pipeline_command(explain))
     p = commands.add_parser("status", help=status.__doc__)
     p.add_argument("--pipeline", required=True, help="pipeline id, or the id of the DAG that runs it")
     p.add_argument(
@@ -523,11 +402,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--metastore-url", help="SQLAlchemy URL (default: the cdc_metastore_default connection)")
     p.add_argument("--limit", type=int, default=40, help="partitions shown per stream (newest)")
-    p.set_defaults(run=_pipeline_command(status))
+    p.set_defaults(run=common.pipeline_command(status))
     p = commands.add_parser("timings", help=timings.__doc__)
     p.add_argument("--dag-id", "--pipeline", dest="dag_id", required=True,
                    help="DAG id, or the id of a pipeline a DAG runs")  # fmt: skip
-    p.set_defaults(run=_pipeline_command(timings))
+    p.set_defaults(run=common.pipeline_command(timings))
     p = commands.add_parser("migrate", help=migrate.__doc__)
     p.add_argument("--metastore-url", help="SQLAlchemy URL (default: the cdc_metastore_default connection)")
     p.set_defaults(run=migrate)
@@ -542,14 +421,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("action", choices=("start", "stop", "status"))
     p.add_argument("--port", type=int, default=15002, help="loopback port of the server (default 15002)")
     p.add_argument("--master", default="local[*]", help="the server's Spark master (default local[*])")
-    p.add_argument("--no-warm-up", action="store_true",
-                   help="skip the small job run after the start (it spares the first window the warm-up)")
-    p.add_argument("--state-dir", help="where the server's pid, port and log are kept "
-                   "(default ~/.cache/cdc-spark-connect, or CDC_SPARK_CONNECT_HOME)")
+    p.add_argument(
+        "--no-warm-up",
+        action="store_true",
+        help="skip the small job run after the start (it spares the first window the warm-up)",
+    )
+    p.add_argument(
+        "--state-dir",
+        help="where the server's pid, port and log are kept "
+        "(default ~/.cache/cdc-spark-connect, or CDC_SPARK_CONNECT_HOME)",
+    )
     p.set_defaults(run=spark_connect)
     for kind in target_kinds():  # each target's own commands (the Delta lake's tables, compare, repair…)
         if kind.cli:
-            importlib.import_module(kind.cli).register(commands, _pipeline_command)
+            importlib.import_module(kind.cli).register(commands, common.pipeline_command)
     args = parser.parse_args(argv)
     return args.run(args)
 
