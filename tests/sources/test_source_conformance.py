@@ -18,16 +18,16 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import pytest
 from support.clock import ManualClock
 from support.source_conformance import (
+    PIPELINE,
     Opened,
+    SourceConformanceChecks,
     SourceUnderTest,
-    check_a_refused_window_is_named_and_loses_nothing,
-    check_only_recorded_claims_are_read,
-    check_reads_stage_the_history,
-    check_sequence_numbers_order_each_key,
+    clocked_metastore,
+    merge_input_rows,
+    on_metastore,
 )
 from support.table_sources import INSTANCE, PROJECT, metastore_connection
 
@@ -40,7 +40,6 @@ from airflow_provider_cdc.testing.workload import (
     schema_ddl,
 )
 
-PIPELINE = "conformance"
 WINDOW = timedelta(seconds=10)
 Decode = Callable[[str, dict[str, Any]], dict[str, Any]]
 
@@ -48,17 +47,8 @@ Decode = Callable[[str, dict[str, Any]], dict[str, Any]]
 # ----- what every adapter shares: the metastore on a clock, and the staging as the merge reads it ----
 def _clocked_hook(hook_class: type, url: str, clock: ManualClock, **arguments: Any) -> Any:
     """A hook of ``hook_class`` whose metastore runs its leases on ``clock``."""
-    from airflow_provider_cdc.metastore import Metastore
-
-    store = Metastore(url, clock=clock)
-    store.ensure_schema()
-
-    class Clocked(hook_class):  # type: ignore[misc, valid-type]
-        @property
-        def metastore(self) -> Metastore:
-            return store
-
-    return Clocked(project_id=PROJECT, instance_id=INSTANCE, **arguments)
+    hook = on_metastore(hook_class, clocked_metastore(url, clock))
+    return hook(project_id=PROJECT, instance_id=INSTANCE, **arguments)
 
 
 def _neutral(row: dict[str, Any], decode: Decode) -> dict[str, Any]:
@@ -75,17 +65,7 @@ def _neutral(row: dict[str, Any], decode: Decode) -> dict[str, Any]:
 
 def _merge_input(source_key: str, location: Path, window: Window, decode: Decode) -> list[dict[str, Any]]:
     """The window's staged changes the merge reads: each recorded unit's recorded files."""
-    from airflow_provider_cdc.hooks.pipeline import CdcPipelineHook
-    from airflow_provider_cdc.merge.input import check_staged_units
-
-    units = CdcPipelineHook().merge_input(source_key, window).units
-    checked = check_staged_units(str(location), window, units)
-    return [
-        _neutral(row, decode)
-        for unit in checked
-        for path in unit.files
-        for row in pq.read_table(path).to_pylist()
-    ]
+    return [_neutral(row, decode) for row in merge_input_rows(source_key, location, window)]
 
 
 def _workload_values(table: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -251,8 +231,11 @@ def _commit_timestamp_writes(database: Any, emulator: Any, seed: int, transactio
         entries = [(a, rng.randint(-500, 500), f"entry {rng.randint(0, 99)}") for a in accounts]
         balances = [(a, rng.randint(0, 10_000), rng.random() < 0.2) for a in accounts if rng.random() < 0.6]
         with database.batch() as batch:
-            batch.insert("AccountLog", ["AccountId", "At", "Amount", "Note"],
-                         [(a, COMMIT_TIMESTAMP, amount, note) for a, amount, note in entries])
+            batch.insert(
+                "AccountLog",
+                ["AccountId", "At", "Amount", "Note"],
+                [(a, COMMIT_TIMESTAMP, amount, note) for a, amount, note in entries],
+            )
             if balances:
                 rows = [(a, balance, closed, COMMIT_TIMESTAMP) for a, balance, closed in balances]
                 batch.insert_or_update("Balances", ["AccountId", "Balance", "Closed", "UpdatedAt"], rows)
@@ -304,13 +287,25 @@ class CommitTimestampSource(_Source):
             if write.table == "Balances" and write.at < window.end:
                 last_balance[write.account] = write
             if write.table == "AccountLog" and window.start <= write.at < window.end:
-                changes.append((write.at, _change("Accounts", {"AccountId": write.account}, "INSERT",
-                                                  {"At": write.at, **write.values})))
+                changes.append(
+                    (
+                        write.at,
+                        _change(
+                            "Accounts",
+                            {"AccountId": write.account},
+                            "INSERT",
+                            {"At": write.at, **write.values},
+                        ),
+                    )
+                )
         for write in last_balance.values():
             if window.start <= write.at:
                 operation = "DELETE" if write.values["Closed"] else "INSERT"
-                values = {} if write.values["Closed"] else {"Balance": write.values["Balance"],
-                                                             "UpdatedAt": write.at}
+                values = (
+                    {}
+                    if write.values["Closed"]
+                    else {"Balance": write.values["Balance"], "UpdatedAt": write.at}
+                )
                 key = {"AccountId": write.account}
                 changes.append((write.at, _change("Balances", key, operation, values)))
         return [change for _, change in sorted(changes, key=lambda item: item[0])]
@@ -325,8 +320,11 @@ class CommitTimestampSource(_Source):
         self.open(read)
         self.read(read, "reader-0")
         with database.batch() as batch:
-            batch.insert("AccountLog", ["AccountId", "At", "Amount", "Note"],
-                         [(99, read.start + timedelta(seconds=1), 1, "late")])
+            batch.insert(
+                "AccountLog",
+                ["AccountId", "At", "Amount", "Note"],
+                [(99, read.start + timedelta(seconds=1), 1, "late")],
+            )
         emulator.clock.set(late.end + timedelta(seconds=1))
         return late
 
@@ -345,8 +343,13 @@ def _change_stream(request: pytest.FixtureRequest, url: str, root: Path) -> Sour
 
     history: WorkloadHistory = request.getfixturevalue("workload_history")
     clock = ManualClock()
-    hook = _clocked_hook(SpannerChangeStreamHook, url, clock, database_id=history.database.database_id,
-                         stream=ALL_CHANGES_STREAM)
+    hook = _clocked_hook(
+        SpannerChangeStreamHook,
+        url,
+        clock,
+        database_id=history.database.database_id,
+        stream=ALL_CHANGES_STREAM,
+    )
     seeded = Window(history.first, history.first + WINDOW)
     return ChangeStreamSource("change stream", hook, root, clock, seeded, _workload_values, history)
 
@@ -357,8 +360,9 @@ def _snapshot(request: pytest.FixtureRequest, url: str, root: Path) -> SourceUnd
 
     history: WorkloadHistory = request.getfixturevalue("workload_history")
     clock = ManualClock()
-    hook = _clocked_hook(SpannerTableHook, url, clock, database_id=history.database.database_id,
-                         source="Snapshot")
+    hook = _clocked_hook(
+        SpannerTableHook, url, clock, database_id=history.database.database_id, source="Snapshot"
+    )
     seeded = snapshot_window(history.first)
     return SnapshotSource("snapshot", hook, root, clock, seeded, _workload_values, history)
 
@@ -370,8 +374,9 @@ def _commit_timestamp(request: pytest.FixtureRequest, url: str, root: Path) -> S
 
     history: CommitTimestampHistory = request.getfixturevalue("commit_timestamp_history")
     clock = ManualClock()
-    hook = _clocked_hook(SpannerTableHook, url, clock, database_id=history.database.database_id,
-                         source="Accounts")
+    hook = _clocked_hook(
+        SpannerTableHook, url, clock, database_id=history.database.database_id, source="Accounts"
+    )
     types = {name: column_types(history.database, name) for name in ("AccountLog", "Balances")}
     decode = _typed_values({"Accounts": types["AccountLog"], "Balances": types["Balances"]})
     name = "commit-timestamp tables"
@@ -395,21 +400,9 @@ def source(request: pytest.FixtureRequest, airflow_env: str, tmp_path: Path) -> 
 
 
 # ----- the checks ------------------------------------------------------------------------------------
-def test_a_window_read_fresh_and_after_a_killed_reader_stages_the_history(source: SourceUnderTest) -> None:
-    check_reads_stage_the_history(source)
-
-
-def test_sequence_numbers_order_each_keys_changes_as_committed(source: SourceUnderTest) -> None:
-    check_sequence_numbers_order_each_key(source)
-
-
-def test_only_recorded_claims_are_read(source: SourceUnderTest) -> None:
-    check_only_recorded_claims_are_read(source)
-
-
-def test_a_refused_window_is_named_and_loses_nothing(source: SourceUnderTest) -> None:
-    error = check_a_refused_window_is_named_and_loses_nothing(source)
-    assert type(error).__name__ == REFUSALS[source.name], f"{source.name}: refused with {error!r}"
+class TestSpannerSourceConformance(SourceConformanceChecks):
+    def refusal(self, source: SourceUnderTest) -> str:
+        return REFUSALS[source.name]
 
 
 def test_the_seeded_windows_change_keys_more_than_once(
