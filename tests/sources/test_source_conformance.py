@@ -29,7 +29,7 @@ from support.source_conformance import (
     merge_input_rows,
     on_metastore,
 )
-from support.table_sources import INSTANCE, PROJECT, metastore_connection
+from support.table_sources import INSTANCE, PROJECT
 
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.testing.workload import (
@@ -330,14 +330,6 @@ class CommitTimestampSource(_Source):
 
 
 # ----- the sources -----------------------------------------------------------------------------------
-@pytest.fixture
-def airflow_env(spanner_emulator: Any, monkeypatch: pytest.MonkeyPatch, sqlite_url: str) -> str:
-    """Airflow sees the emulator and a metastore connection; returns the metastore URL."""
-    monkeypatch.setenv("SPANNER_EMULATOR_HOST", spanner_emulator.host)
-    monkeypatch.setenv("AIRFLOW_CONN_CDC_METASTORE_DEFAULT", metastore_connection(sqlite_url))
-    return sqlite_url
-
-
 def _change_stream(request: pytest.FixtureRequest, url: str, root: Path) -> SourceUnderTest:
     from airflow_provider_cdc.sources.spanner.change_stream_hook import SpannerChangeStreamHook
 
@@ -393,8 +385,10 @@ REFUSALS = {
 
 
 @pytest.fixture(params=sorted(SOURCES))
-def source(request: pytest.FixtureRequest, airflow_env: str, tmp_path: Path) -> Iterator[SourceUnderTest]:
-    made = SOURCES[request.param](request, airflow_env, tmp_path / "staging")
+def source(
+    request: pytest.FixtureRequest, spanner_airflow_env: str, tmp_path: Path
+) -> Iterator[SourceUnderTest]:
+    made = SOURCES[request.param](request, spanner_airflow_env, tmp_path / "staging")
     yield made
     made.hook.metastore.dispose()
 

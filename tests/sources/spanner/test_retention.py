@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from support.table_sources import point_airflow_at
 
 from airflow_provider_cdc.core.window import Window
 
@@ -40,19 +41,17 @@ def database(emulator: Any, emulator_instance: Any) -> Any:
 
 @pytest.fixture
 def airflow_env(emulator: Any, monkeypatch: pytest.MonkeyPatch, sqlite_url: str) -> str:
-    monkeypatch.setenv("SPANNER_EMULATOR_HOST", emulator.host)
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_CDC_METASTORE_DEFAULT",
-        json.dumps({"conn_type": "cdc_metastore", "extra": {"sqlalchemy_url": sqlite_url}}),
-    )
-    return sqlite_url
+    return point_airflow_at(monkeypatch, emulator.host, sqlite_url)
 
 
 def _hook(database_id: str, stream: str = "Weekly", **kwargs: Any) -> Any:
     from airflow_provider_cdc.sources.spanner.change_stream_hook import SpannerChangeStreamHook
 
     return SpannerChangeStreamHook(
-        project_id="test-project", instance_id="test-instance", database_id=database_id, stream=stream,
+        project_id="test-project",
+        instance_id="test-instance",
+        database_id=database_id,
+        stream=stream,
         **kwargs,
     )
 
@@ -166,7 +165,9 @@ def _retentions(database: Any) -> dict[str, Any]:
 def test_the_project_emulator_reports_each_streams_retention(database: Any, airflow_env: str) -> None:
     found = _retentions(database)
     assert (found["Weekly"].period, found["Weekly"].source, found["Weekly"].option_value) == (
-        timedelta(days=7), "stream", "7d"
+        timedelta(days=7),
+        "stream",
+        "7d",
     )
     assert (found["Hours"].period, found["Hours"].option_value) == (timedelta(hours=36), "36h")
     assert (found["Plain"].period, found["Plain"].source) == (timedelta(days=1), "default")
@@ -199,7 +200,9 @@ def test_google_emulator_reports_the_streams_retention(
     monkeypatch.setenv("SPANNER_EMULATOR_HOST", google_spanner_emulator.host)
     found = _retentions(database)
     assert (found["Weekly"].period, found["Weekly"].source, found["Weekly"].option_value) == (
-        timedelta(days=7), "stream", "7d"
+        timedelta(days=7),
+        "stream",
+        "7d",
     )
     assert (found["Hours"].period, found["Hours"].option_value) == (timedelta(hours=36), "36h")
     assert (found["Plain"].period, found["Plain"].source) == (timedelta(days=1), "default")
@@ -320,9 +323,14 @@ def test_a_sensor_looks_the_retention_up_once_for_all_its_pokes(
     _hook(database.database_id).open_window("pipeline", window, str(tmp_path), "reader")  # never read
     queries.clear()
     sensor = SpannerChangeStreamPartitionsDrainedSensor(
-        task_id="waits", project_id="test-project", instance_id="test-instance",
-        database_id=database.database_id, stream="Weekly", timestamp=window.end,
-        window_start=window.start, window_end=window.end,
+        task_id="waits",
+        project_id="test-project",
+        instance_id="test-instance",
+        database_id=database.database_id,
+        stream="Weekly",
+        timestamp=window.end,
+        window_start=window.start,
+        window_end=window.end,
     )
     assert [sensor.poke({}) for _ in range(3)] == [False, False, False]
     assert queries.count(RETENTION_QUERY) == 1, queries

@@ -28,7 +28,6 @@ from support.table_sources import (
     apply_window,
     column_types,
     database_tables,
-    metastore_connection,
     now,
     sleep_until,
     staged_rows,
@@ -41,15 +40,8 @@ from airflow_provider_cdc.core.window import Window
 W = timedelta(seconds=3)
 
 
-@pytest.fixture
-def google_env(google_spanner_emulator: Any, monkeypatch: pytest.MonkeyPatch, sqlite_url: str) -> str:
-    monkeypatch.setenv("SPANNER_EMULATOR_HOST", google_spanner_emulator.host)
-    monkeypatch.setenv("AIRFLOW_CONN_CDC_METASTORE_DEFAULT", metastore_connection(sqlite_url))
-    return sqlite_url
-
-
 def test_snapshot_then_stream_equals_the_database_at_every_window_end(
-    new_google_database: Any, google_env: str, tmp_path: Path
+    new_google_database: Any, google_airflow_env: str, tmp_path: Path
 ) -> None:
     from airflow_provider_cdc.sources.spanner.change_stream_hook import SpannerChangeStreamHook
     from airflow_provider_cdc.sources.spanner.snapshot import snapshot_window
@@ -138,7 +130,7 @@ def _assert_each_row_once(hook: Any, root: Path, window: Window, rows: int = 120
 
 
 def test_a_snapshot_reader_that_loses_its_lease_changes_nothing(
-    new_google_database: Any, google_env: str, tmp_path: Path
+    new_google_database: Any, google_airflow_env: str, tmp_path: Path
 ) -> None:
     from airflow_provider_cdc.sources.spanner.table_reader import TableReadError
 
@@ -210,7 +202,7 @@ def _killed_snapshot_reader(env: dict, database_id: str, window_id: str, root: s
 
 
 def test_a_snapshot_task_killed_mid_way_and_retried_stages_each_row_once(
-    new_google_database: Any, google_env: str, tmp_path: Path
+    new_google_database: Any, google_airflow_env: str, tmp_path: Path
 ) -> None:
     database, window = _wide_database(new_google_database)
     hook = table_hook(database)
@@ -243,7 +235,7 @@ def test_a_snapshot_task_killed_mid_way_and_retried_stages_each_row_once(
 
 
 def test_a_snapshot_older_than_the_version_retention_fails_naming_the_option(
-    new_google_database: Any, google_env: str, tmp_path: Path
+    new_google_database: Any, google_airflow_env: str, tmp_path: Path
 ) -> None:
     from airflow_provider_cdc._errors import RetentionExpiredError
     from airflow_provider_cdc.sources.spanner.snapshot import snapshot_window
