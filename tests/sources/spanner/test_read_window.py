@@ -15,14 +15,13 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from support.staged_changes import canonical as _canonical
 from support.staged_changes import difference as _difference
 from support.staged_changes import expected_changes as _expected
 from support.staged_changes import staged_changes, staged_row_change
 from support.table_sources import point_airflow_at
 
 from airflow_provider_cdc.core.window import Window
-from airflow_provider_cdc.testing.workload import ALL_CHANGES_STREAM, TABLES_BY_NAME, Workload, schema_ddl
+from airflow_provider_cdc.testing.workload import ALL_CHANGES_STREAM, Workload, schema_ddl
 
 
 def _staged(root: Path, window: Window, *, dedupe: bool = True) -> Counter:
@@ -458,20 +457,7 @@ def test_a_reader_that_lost_its_lease_changes_nothing(
     assert {path: Path(path).read_bytes() for path in recorded} == contents  # B's output is intact
     staged = Counter()
     for path in staged_files(staging, ALL_CHANGES_STREAM, window, claims=claims):
-        for row in pq.read_table(path).to_pylist():
-            spec = TABLES_BY_NAME[row["table_name"]]
-            staged[
-                _canonical(
-                    [
-                        row["commit_timestamp"].isoformat(),
-                        row["table_name"],
-                        row["operation"],
-                        spec.decode_values(json.loads(row["keys_json"])),
-                        spec.decode_values(json.loads(row["after_json"])),
-                        spec.decode_values(json.loads(row["before_json"])),
-                    ]
-                )
-            ] += 1
+        staged.update(staged_row_change(row) for row in pq.read_table(path).to_pylist())
     expected = _expected(workload, window)
     assert staged == expected, _difference(staged, expected)  # each change once, none of A's
     item = next(i for i in store.window_partitions(key, window.start, window.end) if i.token == token)
