@@ -20,11 +20,12 @@ from unittest import mock
 import grpc
 import pytest
 from google.api_core import exceptions as api_exceptions
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import bigquery
 from google.cloud.bigquery.table import PrimaryKey, TableConstraints
 from google.cloud.bigquery_storage_v1 import BigQueryWriteClient
-from google.cloud.bigquery_storage_v1.services.big_query_write.transports import BigQueryWriteGrpcTransport
+from support.changes import spanner_columns
+from support.fake_bigquery import fake_clients
+from support.metastores import connected_metastore
 
 from airflow_provider_cdc.changesets.reader import ChangeSetReader
 from airflow_provider_cdc.changesets.writer import Change, change_set_table, write_change_set
@@ -50,31 +51,22 @@ CONN_ID = "cdc_metastore_bq_test"
 START = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 WINDOW = timedelta(minutes=10)
 
-ORDERS = [
-    {"name": "Id", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 1},
-    {"name": "Name", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 2},
-    {"name": "Qty", "type": {"code": "INT64"}, "is_primary_key": False, "ordinal_position": 3},
-    {"name": "Price", "type": {"code": "NUMERIC"}, "is_primary_key": False, "ordinal_position": 4},
-    {"name": "Ratio", "type": {"code": "FLOAT64"}, "is_primary_key": False, "ordinal_position": 5},
-    {"name": "Small", "type": {"code": "FLOAT32"}, "is_primary_key": False, "ordinal_position": 6},
-    {"name": "Paid", "type": {"code": "BOOL"}, "is_primary_key": False, "ordinal_position": 7},
-    {"name": "Day", "type": {"code": "DATE"}, "is_primary_key": False, "ordinal_position": 8},
-    {"name": "At", "type": {"code": "TIMESTAMP"}, "is_primary_key": False, "ordinal_position": 9},
-    {"name": "Doc", "type": {"code": "JSON"}, "is_primary_key": False, "ordinal_position": 10},
-    {"name": "Blob", "type": {"code": "BYTES"}, "is_primary_key": False, "ordinal_position": 11},
-    {
-        "name": "Tags",
-        "type": {"code": "ARRAY", "array_element_type": {"code": "STRING"}},
-        "is_primary_key": False,
-        "ordinal_position": 12,
-    },
-]
-LINES = [
-    {"name": "OrderId", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 1},
-    {"name": "Sku", "type": {"code": "STRING"}, "is_primary_key": True, "ordinal_position": 2},
-    {"name": "Units", "type": {"code": "INT64"}, "is_primary_key": False, "ordinal_position": 3},
-    {"name": "Note", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 4},
-]
+ORDERS = spanner_columns(
+    1,
+    ("Id", "INT64"),
+    ("Name", "STRING"),
+    ("Qty", "INT64"),
+    ("Price", "NUMERIC"),
+    ("Ratio", "FLOAT64"),
+    ("Small", "FLOAT32"),
+    ("Paid", "BOOL"),
+    ("Day", "DATE"),
+    ("At", "TIMESTAMP"),
+    ("Doc", "JSON"),
+    ("Blob", "BYTES"),
+    ("Tags", {"code": "ARRAY", "array_element_type": {"code": "STRING"}}),
+)
+LINES = spanner_columns(2, ("OrderId", "INT64"), ("Sku", "STRING"), ("Units", "INT64"), ("Note", "STRING"))
 SCHEMAS = {"Orders": ORDERS, "Lines": LINES}
 
 
@@ -88,26 +80,11 @@ def fake():
 
 @pytest.fixture
 def store(tmp_path: Path, monkeypatch) -> Metastore:
-    url = f"sqlite:///{tmp_path / 'metastore.db'}"
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_{CONN_ID.upper()}",
-        json.dumps({"conn_type": "cdc_metastore", "extra": {"sqlalchemy_url": url}}),
-    )
-    metastore = Metastore(url)
-    metastore.create_schema()
-    return metastore
+    return connected_metastore(monkeypatch, CONN_ID, f"sqlite:///{tmp_path / 'metastore.db'}")
 
 
 def _clients(fake: FakeBigQuery) -> tuple[bigquery.Client, BigQueryWriteClient]:
-    bq = bigquery.Client(
-        project=PROJECT,
-        credentials=AnonymousCredentials(),
-        client_options={"api_endpoint": fake.rest_endpoint},
-    )
-    write = BigQueryWriteClient(
-        transport=BigQueryWriteGrpcTransport(channel=grpc.insecure_channel(fake.write_endpoint))
-    )
-    return bq, write
+    return fake_clients(fake, PROJECT)
 
 
 # ------------------------------------------------------------------------------------- history
@@ -301,12 +278,9 @@ def test_partial_images_of_a_string_keyed_table_are_completed_from_merged_delta_
     fake: FakeBigQuery, store: Metastore, tmp_path: Path
 ) -> None:
     """Delta files written by a MERGE hold their strings as string_view; the key lookup reads them."""
-    sensors = [
-        {"name": "SensorId", "type": {"code": "STRING"}, "is_primary_key": True, "ordinal_position": 1},
-        {"name": "Seq", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 2},
-        {"name": "Label", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 3},
-        {"name": "Value", "type": {"code": "INT64"}, "is_primary_key": False, "ordinal_position": 4},
-    ]
+    sensors = spanner_columns(
+        2, ("SensorId", "STRING"), ("Seq", "INT64"), ("Label", "STRING"), ("Value", "INT64")
+    )
     windows = [Window(START + i * WINDOW, START + (i + 1) * WINDOW) for i in range(3)]
 
     def change(key: str, seq: int, number: int, present: list[str] | None = None, **values: Any) -> Change:

@@ -2,7 +2,8 @@
 real clock), each giving fresh databases, its notion of now, and a way to let time pass.
 
 A test module takes the ``target`` fixture (``from table_targets import project_tables, target``) and
-runs once per emulator; Google's half is skipped where its emulator is not installed.
+runs once per emulator; Google's half is skipped where its emulator is not installed. The folder's
+``fresh`` fixture makes databases on the target, dropped after the test.
 """
 
 from __future__ import annotations

@@ -17,7 +17,6 @@ syntax problem differently after the same ``Error parsing Spanner DDL statement:
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,20 +95,6 @@ def tracked(column: str, streams: list[str]) -> tuple[str, str, str]:
         f"{','.join(streams)}. Columns explicitly tracked by a Change Stream cannot be dropped. Please alter "
         "the Change Stream to stop tracking the column before dropping the column.",
     )
-
-
-@pytest.fixture
-def fresh(target: Target) -> Iterator[Callable[[list[str]], Any]]:
-    """Databases on ``target``, dropped after the test (Google's emulator holds 100 per instance)."""
-    made: list[Any] = []
-
-    def make(ddl: list[str]) -> Any:
-        made.append(target.database(ddl))
-        return made[-1]
-
-    yield make
-    for database in made:
-        database.drop()
 
 
 A = "ALTER TABLE T "
