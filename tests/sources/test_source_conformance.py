@@ -99,6 +99,11 @@ class _Source:
     def staging_location(self, window: Window) -> Path:
         return self.root / self.hook.stream / window.window_id
 
+    def open_tables(self, window: Window, mode: str, **arguments: Any) -> Opened:
+        """Opens the window of a table source in ``mode``: its epoch and the units it recorded."""
+        summary = self.hook.open_window(PIPELINE, window, str(self.root), mode=mode, **arguments)
+        return Opened(summary["epoch"], self.units(window))
+
     def units(self, window: Window) -> list[str]:
         """The units the window's opening recorded."""
         items = self.hook.metastore.window_partitions(self.hook.stream_key, window.start, window.end)
@@ -161,10 +166,7 @@ class SnapshotSource(_Source):
     history_of: WorkloadHistory
 
     def open(self, window: Window) -> Opened:
-        summary = self.hook.open_window(
-            PIPELINE, window, str(self.root), mode="snapshot", change_stream=ALL_CHANGES_STREAM
-        )
-        return Opened(summary["epoch"], self.units(window))
+        return self.open_tables(window, "snapshot", change_stream=ALL_CHANGES_STREAM)
 
     def history(self, window: Window) -> list[dict[str, Any]]:
         changes = []
@@ -274,10 +276,7 @@ class CommitTimestampSource(_Source):
     history_of: CommitTimestampHistory
 
     def open(self, window: Window) -> Opened:
-        summary = self.hook.open_window(
-            PIPELINE, window, str(self.root), mode="commit_timestamp", tables=COMMIT_TIMESTAMP_TABLES
-        )
-        return Opened(summary["epoch"], self.units(window))
+        return self.open_tables(window, "commit_timestamp", tables=COMMIT_TIMESTAMP_TABLES)
 
     def history(self, window: Window) -> list[dict[str, Any]]:
         """The changelog's entries in the window; of each balance, its state at the window end when it

@@ -162,8 +162,8 @@ def _retentions(database: Any) -> dict[str, Any]:
     return {name: _hook(database.database_id, stream=name).retention for name in ("Weekly", "Hours", "Plain")}
 
 
-def test_the_project_emulator_reports_each_streams_retention(database: Any, airflow_env: str) -> None:
-    found = _retentions(database)
+def _assert_the_streams_retentions(found: dict[str, Any]) -> None:
+    """``Weekly`` keeps 7 days (its option), ``Hours`` 36 hours, ``Plain`` Spanner's default day."""
     assert (found["Weekly"].period, found["Weekly"].source, found["Weekly"].option_value) == (
         timedelta(days=7),
         "stream",
@@ -171,6 +171,11 @@ def test_the_project_emulator_reports_each_streams_retention(database: Any, airf
     )
     assert (found["Hours"].period, found["Hours"].option_value) == (timedelta(hours=36), "36h")
     assert (found["Plain"].period, found["Plain"].source) == (timedelta(days=1), "default")
+
+
+def test_the_project_emulator_reports_each_streams_retention(database: Any, airflow_env: str) -> None:
+    found = _retentions(database)
+    _assert_the_streams_retentions(found)
     assert "Spanner's default" in found["Plain"].describe()
 
 
@@ -199,13 +204,7 @@ def test_google_emulator_reports_the_streams_retention(
     database = new_google_database(STREAMS, prefix="retention")
     monkeypatch.setenv("SPANNER_EMULATOR_HOST", google_spanner_emulator.host)
     found = _retentions(database)
-    assert (found["Weekly"].period, found["Weekly"].source, found["Weekly"].option_value) == (
-        timedelta(days=7),
-        "stream",
-        "7d",
-    )
-    assert (found["Hours"].period, found["Hours"].option_value) == (timedelta(hours=36), "36h")
-    assert (found["Plain"].period, found["Plain"].source) == (timedelta(days=1), "default")
+    _assert_the_streams_retentions(found)
     assert _hook(database.database_id, retention="2h").retention.period == timedelta(hours=2)
     now = _hook(database.database_id).database_now()
     assert abs((now - datetime.now(now.tzinfo)).total_seconds()) < 60
