@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from support.metastores import clock, store
 
 from airflow_provider_cdc.core.identifiers import InvalidIdentifierError
 from airflow_provider_cdc.core.timestamps import to_micros
@@ -50,6 +51,8 @@ ROOT = Path(__file__).resolve().parents[2]
 STREAM = "projects/test-project/instances/test-instance/databases/shop/OrdersStream"
 PIPELINE = "shop_orders"
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+__all__ = ["clock", "store"]  # fixtures
 
 
 def at(seconds: float) -> datetime:

@@ -1,12 +1,30 @@
-"""A metastore that Airflow finds through a connection, for tests of steps that look it up by id."""
+"""Metastores of tests: on a clock the test moves (the fixtures ``clock`` and ``store``, which a test
+module imports and names in its ``__all__``), and one Airflow finds through a connection."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
 
 from airflow_provider_cdc.metastore import Metastore
+from support.clock import ManualClock
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """The metastore's clock, from 0 µs; a module that starts it elsewhere defines its own."""
+    return ManualClock()
+
+
+@pytest.fixture
+def store(metastore_url: str, clock: ManualClock) -> Iterator[Metastore]:
+    """A metastore (schema made) whose leases and timings follow ``clock``, which only the test moves."""
+    metastore = Metastore(metastore_url, clock=clock)
+    metastore.create_schema()
+    yield metastore
+    metastore.dispose()
 
 
 def connected_metastore(monkeypatch: pytest.MonkeyPatch, conn_id: str, url: str) -> Metastore:

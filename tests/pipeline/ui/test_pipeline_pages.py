@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from support.metastores import store
 
 from airflow_provider_cdc.core.timestamps import to_micros
 from airflow_provider_cdc.metastore import Metastore, WindowRecord
@@ -22,6 +23,8 @@ from tests.support.clock import ManualClock
 from tests.support.pipeline_pages import READER, T0, WINDOW, applied_after, record_pipeline, window_rows
 
 DAG = "orders_to_lake"
+
+__all__ = ["store"]  # a fixture
 
 
 class Links:

@@ -14,11 +14,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from google.cloud.spanner_v1 import KeySet
-from table_targets import Target, project_tables, target
+from table_targets import Target, fresh, project_tables, target
 
 from airflow_provider_cdc.testing.lineage_walk import walk_lineage
 
-__all__ = ["project_tables", "target"]
+__all__ = ["fresh", "project_tables", "target"]
 
 SCHEMA = [
     "CREATE TABLE T (K INT64 NOT NULL, S STRING(MAX), X STRING(MAX), U INT64, Y BYTES(MAX)) PRIMARY KEY (K)",

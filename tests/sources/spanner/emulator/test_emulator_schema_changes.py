@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 from google.api_core import exceptions
 from google.cloud.spanner_v1 import KeySet, param_types
-from table_targets import Target, message, project_tables, target
+from table_targets import Target, fresh, message, project_tables, target
 
-__all__ = ["project_tables", "target"]
+__all__ = ["fresh", "project_tables", "target"]
 
 BASE = [
     "CREATE TABLE T (K INT64 NOT NULL, K2 STRING(20) NOT NULL, S STRING(MAX), N INT64, B BYTES(MAX), "
