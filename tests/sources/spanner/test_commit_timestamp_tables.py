@@ -216,29 +216,17 @@ def test_a_column_that_is_not_a_commit_timestamp_is_refused(
 
     database, windows = history
     hook = table_hook(database, source="Refused")
-    with pytest.raises(
-        TableSourceConfigError, match="'Title' of table 'Docs' is not a commit-timestamp column"
-    ):
-        hook.open_window(
-            "refused",
-            windows[0],
-            str(tmp_path),
-            mode="commit_timestamp",
-            tables=[{"table": "Docs", "timestamp_column": "Title"}],
-        )
-    with pytest.raises(TableSourceConfigError, match="has no column 'Nope'"):
-        hook.open_window(
-            "refused",
-            windows[0],
-            str(tmp_path),
-            mode="commit_timestamp",
-            tables=[{"table": "Docs", "timestamp_column": "UpdatedAt", "soft_delete_column": "Nope"}],
-        )
-    with pytest.raises(TableSourceConfigError, match="does not exist"):
-        hook.open_window(
-            "refused",
-            windows[0],
-            str(tmp_path),
-            mode="commit_timestamp",
-            tables=[{"table": "Nothing", "timestamp_column": "UpdatedAt"}],
-        )
+    refusals = [
+        (
+            {"table": "Docs", "timestamp_column": "Title"},
+            "'Title' of table 'Docs' is not a commit-timestamp column",
+        ),
+        (
+            {"table": "Docs", "timestamp_column": "UpdatedAt", "soft_delete_column": "Nope"},
+            "has no column 'Nope'",
+        ),
+        ({"table": "Nothing", "timestamp_column": "UpdatedAt"}, "does not exist"),
+    ]
+    for table, message in refusals:
+        with pytest.raises(TableSourceConfigError, match=message):
+            hook.open_window("refused", windows[0], str(tmp_path), mode="commit_timestamp", tables=[table])

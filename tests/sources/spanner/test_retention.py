@@ -158,6 +158,19 @@ def test_a_retention_that_is_not_a_duration_is_refused(value: Any, airflow_env: 
         _hook("anydb", retention=value)
 
 
+def _drained_sensor_arguments(database: Any, window: Any) -> dict[str, Any]:
+    """The drained sensor's arguments for ``window`` of the stream ``Weekly`` of ``database``."""
+    return dict(
+        project_id="test-project",
+        instance_id="test-instance",
+        database_id=database.database_id,
+        stream="Weekly",
+        timestamp=window.end,
+        window_start=window.start,
+        window_end=window.end,
+    )
+
+
 def _retentions(database: Any) -> dict[str, Any]:
     return {name: _hook(database.database_id, stream=name).retention for name in ("Weekly", "Hours", "Plain")}
 
@@ -261,15 +274,7 @@ def test_sensor_and_trigger_carry_retention_and_fail_for_an_expired_window(
     hook = _hook(database.database_id)
     hook.open_window("pipeline", window, str(tmp_path), "reader")  # opened, never read
     emulator.clock.set(window.start + timedelta(days=2))
-    kwargs = dict(
-        project_id="test-project",
-        instance_id="test-instance",
-        database_id=database.database_id,
-        stream="Weekly",
-        timestamp=window.end,
-        window_start=window.start,
-        window_end=window.end,
-    )
+    kwargs = _drained_sensor_arguments(database, window)
     assert "retention" in SpannerChangeStreamPartitionsDrainedSensor.template_fields
     assert SpannerChangeStreamPartitionsDrainedSensor(task_id="waits", **kwargs).poke({}) is False
     expired = SpannerChangeStreamPartitionsDrainedSensor(task_id="expired", retention="1d", **kwargs)
@@ -322,14 +327,7 @@ def test_a_sensor_looks_the_retention_up_once_for_all_its_pokes(
     _hook(database.database_id).open_window("pipeline", window, str(tmp_path), "reader")  # never read
     queries.clear()
     sensor = SpannerChangeStreamPartitionsDrainedSensor(
-        task_id="waits",
-        project_id="test-project",
-        instance_id="test-instance",
-        database_id=database.database_id,
-        stream="Weekly",
-        timestamp=window.end,
-        window_start=window.start,
-        window_end=window.end,
+        task_id="waits", **_drained_sensor_arguments(database, window)
     )
     assert [sensor.poke({}) for _ in range(3)] == [False, False, False]
     assert queries.count(RETENTION_QUERY) == 1, queries
