@@ -1,6 +1,6 @@
-"""What the end-to-end DAG tests share: the switch that runs them, a report on the example DAGs from a
-fresh interpreter, and the runs of an example DAG on its Airflow home (its windows, ``airflow dags
-test`` of one, the committed history up to a window's end, its metastore)."""
+"""What the end-to-end DAG tests share: the switches that run them (and the Airflow 2.11 tests), a
+report on the example DAGs from a fresh interpreter, and the runs of an example DAG on its Airflow home
+(its windows, ``airflow dags test`` of one, the committed history up to a window's end, its metastore)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,17 @@ END_TO_END = pytest.mark.skipif(
     os.environ.get("CDC_E2E_TESTS") != "1",
     reason="end-to-end DAG tests run with CDC_E2E_TESTS=1, as scripts/test.sh sets it",
 )
+
+#: The Airflow 2.11 virtualenv in which the Airflow 2 tests run their commands.
+AIRFLOW2_VENV = Path(__file__).resolve().parents[2] / ".venv-airflow2"
+#: Marks an Airflow 2.11 test module: it needs that virtualenv.
+ON_AIRFLOW2 = [
+    pytest.mark.airflow2,
+    pytest.mark.skipif(
+        not (AIRFLOW2_VENV / "bin" / "airflow").exists(),
+        reason=f"{AIRFLOW2_VENV} (Airflow 2.11) is missing: create it with scripts/setup.sh --airflow2",
+    ),
+]
 
 #: The example DAGs' folder.
 EXAMPLE_DAGS = Path(__file__).resolve().parents[2] / "example_dags"
