@@ -45,10 +45,14 @@ Decode = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 
 # ----- what every adapter shares: the metastore on a clock, and the staging as the merge reads it ----
-def _clocked_hook(hook_class: type, url: str, clock: ManualClock, **arguments: Any) -> Any:
-    """A hook of ``hook_class`` whose metastore runs its leases on ``clock``."""
+def _clocked_hook(hook_class: type, url: str, database: Any, **arguments: Any) -> tuple[Any, ManualClock]:
+    """A hook of ``hook_class`` on ``database`` whose metastore (at ``url``) runs its leases on a
+    :class:`ManualClock` of its own; the hook and that clock."""
+    clock = ManualClock()
     hook = on_metastore(hook_class, clocked_metastore(url, clock))
-    return hook(project_id=PROJECT, instance_id=INSTANCE, **arguments)
+    return hook(
+        project_id=PROJECT, instance_id=INSTANCE, database_id=database.database_id, **arguments
+    ), clock
 
 
 def _neutral(row: dict[str, Any], decode: Decode) -> dict[str, Any]:
@@ -333,14 +337,7 @@ def _change_stream(request: pytest.FixtureRequest, url: str, root: Path) -> Sour
     from airflow_provider_cdc.sources.spanner.change_stream_hook import SpannerChangeStreamHook
 
     history: WorkloadHistory = request.getfixturevalue("workload_history")
-    clock = ManualClock()
-    hook = _clocked_hook(
-        SpannerChangeStreamHook,
-        url,
-        clock,
-        database_id=history.database.database_id,
-        stream=ALL_CHANGES_STREAM,
-    )
+    hook, clock = _clocked_hook(SpannerChangeStreamHook, url, history.database, stream=ALL_CHANGES_STREAM)
     seeded = Window(history.first, history.first + WINDOW)
     return ChangeStreamSource("change stream", hook, root, clock, seeded, _workload_values, history)
 
@@ -350,10 +347,7 @@ def _snapshot(request: pytest.FixtureRequest, url: str, root: Path) -> SourceUnd
     from airflow_provider_cdc.sources.spanner.table_hook import SpannerTableHook
 
     history: WorkloadHistory = request.getfixturevalue("workload_history")
-    clock = ManualClock()
-    hook = _clocked_hook(
-        SpannerTableHook, url, clock, database_id=history.database.database_id, source="Snapshot"
-    )
+    hook, clock = _clocked_hook(SpannerTableHook, url, history.database, source="Snapshot")
     seeded = snapshot_window(history.first)
     return SnapshotSource("snapshot", hook, root, clock, seeded, _workload_values, history)
 
@@ -364,10 +358,7 @@ def _commit_timestamp(request: pytest.FixtureRequest, url: str, root: Path) -> S
     from airflow_provider_cdc.sources.spanner.table_hook import SpannerTableHook
 
     history: CommitTimestampHistory = request.getfixturevalue("commit_timestamp_history")
-    clock = ManualClock()
-    hook = _clocked_hook(
-        SpannerTableHook, url, clock, database_id=history.database.database_id, source="Accounts"
-    )
+    hook, clock = _clocked_hook(SpannerTableHook, url, history.database, source="Accounts")
     types = {name: column_types(history.database, name) for name in ("AccountLog", "Balances")}
     decode = _typed_values({"Accounts": types["AccountLog"], "Balances": types["Balances"]})
     name = "commit-timestamp tables"
