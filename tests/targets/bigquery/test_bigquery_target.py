@@ -175,6 +175,13 @@ class History:
                 str(root / window.window_id), {t: change_set_table(SCHEMAS[t], c) for t, c in changes.items()}
             )
 
+    def write_beside_a_lake(self, root: Path) -> tuple[Path, str, DeltaLakeTarget]:
+        """Writes the change sets under ``root/changesets``; that folder, and the lake root ``root/lake``
+        with its (empty) Delta target."""
+        changesets, lake_root = root / "changesets", str(root / "lake")
+        self.write(changesets)
+        return changesets, lake_root, DeltaLakeTarget(lake_root)
+
 
 def _expected(rows: dict[tuple, dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
@@ -226,9 +233,7 @@ def test_windows_land_equal_to_the_committed_history_and_reruns_change_nothing(
     fake: FakeBigQuery, store: Metastore, tmp_path: Path
 ) -> None:
     history = History(seed=7, windows=6)
-    changesets, lake_root = tmp_path / "changesets", str(tmp_path / "lake")
-    history.write(changesets)
-    lake = DeltaLakeTarget(lake_root)
+    changesets, lake_root, lake = history.write_beside_a_lake(tmp_path)
     partial_rows = 0
     for window, changes in history.windows:
         partial_rows += sum(1 for c in changes["Orders"] if c.present is not None)
@@ -311,9 +316,7 @@ def test_a_retryable_failure_is_retried_and_the_table_is_still_exact(
     fake: FakeBigQuery, store: Metastore, tmp_path: Path
 ) -> None:
     history = History(seed=11, windows=3)
-    changesets, lake_root = tmp_path / "changesets", str(tmp_path / "lake")
-    history.write(changesets)
-    lake = DeltaLakeTarget(lake_root)
+    changesets, lake_root, lake = history.write_beside_a_lake(tmp_path)
     fake.write.fail_appends(2, grpc.StatusCode.UNAVAILABLE)
     retries = 0
     for window, _changes in history.windows:
@@ -529,14 +532,19 @@ def test_array_with_null_element_is_refused(fake: FakeBigQuery, store: Metastore
 
 
 # ------------------------------------------------------------------------------------- the wire
-def _raw_table(fake: FakeBigQuery, name: str, key: list[str] | None, columns: int = 2) -> None:
+def _create_table(
+    fake: FakeBigQuery, name: str, schema: list[bigquery.SchemaField], key: list[str] | None
+) -> None:
+    """Creates the table ``name`` of the dataset in ``fake`` with ``schema`` and primary key ``key``."""
     bq, _write = _clients(fake)
-    table = bigquery.Table(
-        f"{PROJECT}.{DATASET}.{name}", schema=[bigquery.SchemaField(f"C{i}", "INT64") for i in range(columns)]
-    )
+    table = bigquery.Table(f"{PROJECT}.{DATASET}.{name}", schema=schema)
     if key:
         table.table_constraints = TableConstraints(primary_key=PrimaryKey(columns=key), foreign_keys=None)
     bq.create_table(table)
+
+
+def _raw_table(fake: FakeBigQuery, name: str, key: list[str] | None, columns: int = 2) -> None:
+    _create_table(fake, name, [bigquery.SchemaField(f"C{i}", "INT64") for i in range(columns)], key)
 
 
 def _raw_writer(
@@ -622,13 +630,9 @@ def test_the_fake_refuses_unknown_columns_other_streams_and_large_requests(fake:
     with pytest.raises(api_exceptions.NotFound, match="Table demo-project:cdc.Missing"):
         writer.append([_row(cls, "UPSERT", "1", C0=1)])
     # The writer keeps requests under 10 MB; one built by hand above the limit is refused.
-    bq, write = _clients(fake)
-    table = bigquery.Table(
-        f"{PROJECT}.{DATASET}.Big",
-        schema=[bigquery.SchemaField("C0", "INT64"), bigquery.SchemaField("S", "STRING")],
-    )
-    table.table_constraints = TableConstraints(primary_key=PrimaryKey(columns=["C0"]), foreign_keys=None)
-    bq.create_table(table)
+    _bq, write = _clients(fake)
+    big = [bigquery.SchemaField("C0", "INT64"), bigquery.SchemaField("S", "STRING")]
+    _create_table(fake, "Big", big, ["C0"])
     writer, cls = _raw_writer(fake, "Big", [BigQueryColumn("C0", "INT64"), BigQueryColumn("S", "STRING")])
     rows = [_row(cls, "UPSERT", "1", C0=i, S=f"{i:04d}" * 250) for i in range(11_000)]
     assert sum(len(r) for r in rows) > 10 * 1024 * 1024

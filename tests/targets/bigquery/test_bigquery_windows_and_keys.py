@@ -21,7 +21,6 @@ from unittest import mock
 import pyarrow as pa
 import pytest
 from google.cloud import bigquery
-from google.cloud.bigquery.table import PrimaryKey, TableConstraints
 from support.changes import spanner_columns
 from support.metastores import connected_metastore
 
@@ -48,6 +47,7 @@ from tests.targets.bigquery.test_bigquery_target import (
     _apply_delta,
     _bq_rows,
     _clients,
+    _create_table,
     _expected,
     _operator,
     _sorted,
@@ -127,12 +127,8 @@ def test_after_a_partial_failure_only_the_tables_the_ledger_lacks_are_sent(
         tmp_path, window, {"Lines": (LINES, lines), "Orders": (ORDERS[:2], [_upsert({"Id": 1}, 2, Name="a")])}
     )
     bq, _write_client = _clients(fake)
-    broken = bigquery.Table(
-        f"{PROJECT}.{DATASET}.Orders",
-        schema=[bigquery.SchemaField("Id", "INT64"), bigquery.SchemaField("Name", "INT64")],
-    )
-    broken.table_constraints = TableConstraints(primary_key=PrimaryKey(columns=["Id"]), foreign_keys=None)
-    bq.create_table(broken)
+    broken = [bigquery.SchemaField("Id", "INT64"), bigquery.SchemaField("Name", "INT64")]
+    _create_table(fake, "Orders", broken, ["Id"])
     with pytest.raises(BigQuerySchemaError, match=r"column 'Name' is INT64 in BigQuery but .* needs STRING"):
         _operator(fake, tmp_path, None, window).execute({})
     # Lines was sent before Orders failed, and the ledger says so.
@@ -192,9 +188,7 @@ def test_a_backfill_of_a_history_sends_nothing_and_a_new_ledger_sends_only_curre
     fake: FakeBigQuery, store: Metastore, other_store: Metastore, tmp_path: Path
 ) -> None:
     history = History(seed=5, windows=5)
-    changesets, lake_root = tmp_path / "changesets", str(tmp_path / "lake")
-    history.write(changesets)
-    lake = DeltaLakeTarget(lake_root)
+    changesets, lake_root, lake = history.write_beside_a_lake(tmp_path)
     for window, _changes in history.windows:
         _apply_delta(lake, changesets, window)
         _operator(fake, changesets, lake_root, window).execute({})
