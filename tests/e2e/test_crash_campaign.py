@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.dag_runs import END_TO_END
 from test_example_dag import (
     DAG_ID,
     TABLES,
@@ -62,7 +61,13 @@ KILLS_PER_WINDOW = 5  # kill points per window, so windows = 1 (clean) + points 
 SPECIAL_SHARE = 0.35  # of the read and upsert kill points, killed after a staged file or table commit
 RUNNER_TIMEOUT = 900.0
 
-pytestmark = [pytest.mark.spark, END_TO_END]
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.skipif(
+        os.environ.get("CDC_E2E_TESTS") != "1",
+        reason="end-to-end DAG tests (about 8 minutes) run with CDC_E2E_TESTS=1, as scripts/test.sh sets it",
+    ),
+]
 
 
 def crash_seed() -> int:
