@@ -155,6 +155,22 @@ def sqlite_url(tmp_path: Any) -> str:
     return f"sqlite:///{tmp_path / 'metastore.db'}"
 
 
+@pytest.fixture
+def spanner_airflow_env(spanner_emulator: Any, monkeypatch: pytest.MonkeyPatch, sqlite_url: str) -> str:
+    """Airflow's hooks see the session's project emulator and a SQLite metastore; the metastore URL."""
+    from support.table_sources import point_airflow_at
+
+    return point_airflow_at(monkeypatch, spanner_emulator.host, sqlite_url)
+
+
+@pytest.fixture
+def google_airflow_env(google_spanner_emulator: Any, monkeypatch: pytest.MonkeyPatch, sqlite_url: str) -> str:
+    """Airflow's hooks see Google's emulator and a SQLite metastore; the metastore URL."""
+    from support.table_sources import point_airflow_at
+
+    return point_airflow_at(monkeypatch, google_spanner_emulator.host, sqlite_url)
+
+
 @pytest.fixture(scope="session")
 def _postgres_server_url() -> str:
     """``CDC_TEST_POSTGRES_URL`` once the server answers; skips PostgreSQL tests otherwise."""

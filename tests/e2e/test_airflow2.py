@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.dag_runs import AIRFLOW2_VENV, ON_AIRFLOW2
 
 from airflow_provider_cdc import __version__
 from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, format_timestamp, to_micros
@@ -34,7 +35,6 @@ from airflow_provider_cdc.testing.demo import DemoSettings, encoded_state, load_
 from airflow_provider_cdc.testing.workload import TABLES_BY_NAME, State
 
 REPO = Path(__file__).resolve().parents[2]
-AIRFLOW2_VENV = REPO / ".venv-airflow2"
 AIRFLOW2 = AIRFLOW2_VENV / "bin" / "airflow"
 DAGS_FOLDER = REPO / "example_dags"
 DAG_ID = "spanner_change_stream_to_lake"
@@ -51,13 +51,7 @@ SNAPSHOT_WINDOW = (SETTINGS.start - ONE_MICROSECOND, SETTINGS.start)
 BACKFILL_RANGE = ["-s", WINDOWS[0][0].isoformat(), "-e", WINDOWS[-1][0].isoformat()]
 BACKFILL_TIMEOUT = 1200.0
 
-pytestmark = [
-    pytest.mark.airflow2,
-    pytest.mark.skipif(
-        not AIRFLOW2.exists(),
-        reason=f"{AIRFLOW2_VENV} (Airflow 2.11) is missing: create it with scripts/setup.sh --airflow2",
-    ),
-]
+pytestmark = ON_AIRFLOW2
 
 
 def _tail(path: Path, lines: int = 60) -> str:

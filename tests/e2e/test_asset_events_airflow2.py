@@ -7,18 +7,10 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
 from support.asset_events import PRODUCER_DAG_ID, expected_orders_extra, producer_home
+from support.dag_runs import AIRFLOW2_VENV, ON_AIRFLOW2
 
-AIRFLOW2_VENV = Path(__file__).resolve().parents[2] / ".venv-airflow2"
-
-pytestmark = [
-    pytest.mark.airflow2,
-    pytest.mark.skipif(
-        not (AIRFLOW2_VENV / "bin" / "airflow").exists(),
-        reason=f"{AIRFLOW2_VENV} (Airflow 2.11) is missing: create it with scripts/setup.sh --airflow2",
-    ),
-]
+pytestmark = ON_AIRFLOW2
 
 RUN = """
 import json, sys

@@ -23,13 +23,13 @@ the other tables on their Spanner keys.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import datetime
+from typing import Any, ClassVar
 
 import pytest
+from support.dag_runs import END_TO_END, ExampleDagRuns
 
 DAG_ID = "spanner_change_stream_to_bigquery"
 PIPELINE = DAG_ID  # the DAG's default pipeline_id
@@ -39,22 +39,21 @@ WINDOWS = 3
 CHANGES_PER_WINDOW = 200
 RERUN_WINDOW = 1
 
-pytestmark = [
-    pytest.mark.spark,
-    pytest.mark.skipif(
-        os.environ.get("CDC_E2E_TESTS") != "1",
-        reason="end-to-end DAG tests run with CDC_E2E_TESTS=1, as scripts/test.sh sets it",
-    ),
-]
+pytestmark = [pytest.mark.spark, END_TO_END]
 
 
 @dataclass
-class BigQueryDag:
+class BigQueryDag(ExampleDagRuns):
     """The DAG's Airflow home, the emulator's history and the BigQuery fake."""
 
+    dag_id: ClassVar[str] = DAG_ID
     home: Any  # ExampleDagHome
     fake: Any  # FakeBigQuery
     roots: Any  # GcsRoots: every root on the Cloud Storage fake
+
+    @property
+    def conf(self) -> dict[str, str]:
+        return self.roots.conf
 
     @property
     def lake_root(self) -> str:
@@ -62,38 +61,6 @@ class BigQueryDag:
 
     def lake(self) -> Any:
         return self.roots.lake()
-
-    def window(self, index: int) -> tuple[datetime, datetime]:
-        return self.home.settings.window_bounds(index)
-
-    def snapshot_window(self) -> tuple[datetime, datetime]:
-        """The initial snapshot's window ``[T - 1µs, T)``, applied by the first window's run."""
-        start = self.window(0)[0]
-        return start - timedelta(microseconds=1), start
-
-    def run(self, index: int, name: str) -> str:
-        """``airflow dags test`` of window ``index``; returns its output."""
-        end = self.window(index)[1]
-        return self.home.airflow(
-            "dags", "test", DAG_ID, end.isoformat(), "-c", json.dumps(self.roots.conf),
-            log=self.home.root / f"{name}.log", timeout=600,
-        )  # fmt: skip
-
-    def truth_after(self, index: int) -> dict[str, list[dict[str, Any]]]:
-        """The tables' rows once every transaction committed before window ``index``'s end is applied."""
-        from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND
-        from airflow_provider_cdc.testing.workload import TABLES_BY_NAME
-
-        state = self.home.workload.state_at(self.window(index)[1] - ONE_MICROSECOND)
-        return {
-            name: [TABLES_BY_NAME[name].encode_values(rows[key]) for key in sorted(rows)]
-            for name, rows in state.items()
-        }
-
-    def metastore(self) -> Any:
-        from airflow_provider_cdc.metastore import Metastore
-
-        return Metastore(self.home.metastore_url)
 
     def lake_snapshot(self) -> dict[str, tuple[int, list[str]]]:
         """Per Delta table: version and every row (hidden CDC columns included), sorted."""
@@ -147,8 +114,6 @@ def bigquery_dag(
         )
         roots.configure(home.env)
         yield BigQueryDag(home, fake, roots)
-
-
 
 
 def _assert_equal_to_history(dag: BigQueryDag, index: int, when: str) -> None:

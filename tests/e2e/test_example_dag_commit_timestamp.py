@@ -15,7 +15,6 @@ at its first task, and a window run again changes nothing.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.dag_runs import END_TO_END, example_dags_report
 
 DAG_ID = "spanner_commit_timestamp_tables_to_lake"
 PIPELINE = DAG_ID  # the DAG's default pipeline_id
@@ -34,10 +34,7 @@ TRANSACTIONS_PER_WINDOW = 60
 RERUN_WINDOW = 1
 DAGS_FOLDER = Path(__file__).resolve().parents[2] / "example_dags"
 
-_e2e = pytest.mark.skipif(
-    os.environ.get("CDC_E2E_TESTS") != "1",
-    reason="end-to-end DAG tests run with CDC_E2E_TESTS=1, as scripts/test.sh sets it",
-)
+_e2e = END_TO_END
 
 
 @dataclass
@@ -130,17 +127,7 @@ if dag is not None:
     )
 print(json.dumps(report))
 """
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "CDC_"))}
-    env.update(AIRFLOW_HOME=str(tmp_path / "airflow"), AIRFLOW__CORE__LOAD_EXAMPLES="False")
-    result = subprocess.run(
-        [sys.executable, "-c", check, str(DAGS_FOLDER / f"{DAG_ID}.py"), DAG_ID],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = example_dags_report(check, tmp_path, str(DAGS_FOLDER / f"{DAG_ID}.py"), DAG_ID)
 
     from airflow_provider_cdc.testing.commit_timestamp_demo import TABLES
 

@@ -14,11 +14,11 @@ as they do after a local window.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from support.dag_runs import END_TO_END
 from support.gcs_dag import BUCKET, DAG_ID, PIPELINE, TABLES, GcsDag, assert_equal_to_history, gcs_dag_home
 
 #: Per window: the Spark connection its run names (DAG param ``spark_conn_id``).
@@ -26,13 +26,7 @@ WINDOW_SPARK = ("spark_default", "dataproc_cluster", "dataproc_serverless")
 WINDOWS = len(WINDOW_SPARK)
 LINEAGE_FILE = "openlineage-events.jsonl"
 
-pytestmark = [
-    pytest.mark.spark,
-    pytest.mark.skipif(
-        os.environ.get("CDC_E2E_TESTS") != "1",
-        reason="end-to-end DAG tests run with CDC_E2E_TESTS=1, as scripts/test.sh sets it",
-    ),
-]
+pytestmark = [pytest.mark.spark, END_TO_END]
 
 
 @pytest.fixture(scope="module")

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.dag_runs import END_TO_END, EXAMPLE_DAGS, example_dags_report
 
 from airflow_provider_cdc.testing.datastream.compare import compare_to_truth, delta_rows
 from airflow_provider_cdc.testing.datastream.scenario import DatastreamScenario
@@ -38,10 +39,7 @@ WINDOWS = 3
 WINDOW_SECONDS = 60
 DATASET = ("demo-project", "cdc_demo")
 
-_e2e = pytest.mark.skipif(
-    os.environ.get("CDC_E2E_TESTS") != "1",
-    reason="end-to-end DAG tests run with CDC_E2E_TESTS=1, as scripts/test.sh sets it",
-)
+_e2e = END_TO_END
 
 
 @dataclass
@@ -229,14 +227,7 @@ for dag_id in ("datastream_to_lake", "datastream_to_bigquery"):
     }
 print(json.dumps(report))
 """
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "CDC_"))}
-    env.update(AIRFLOW_HOME=str(tmp_path / "airflow"), AIRFLOW__CORE__LOAD_EXAMPLES="False")
-    dags_folder = Path(__file__).resolve().parents[2] / "example_dags"
-    result = subprocess.run(
-        [sys.executable, "-c", check, str(dags_folder)], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = example_dags_report(check, tmp_path, str(EXAMPLE_DAGS))
     assert report["errors"] == {}
     assert {LAKE_DAG, BIGQUERY_DAG} <= set(report["dags"])
     lake, bigquery = report[LAKE_DAG], report[BIGQUERY_DAG]
@@ -266,18 +257,7 @@ for days in (7, 0.5, 0, -1):
         report[str(days)] = f"{type(error).__name__}: {error}"
 print(json.dumps(report))
 """
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "CDC_"))}
-    env.update(AIRFLOW_HOME=str(tmp_path / "airflow"), AIRFLOW__CORE__LOAD_EXAMPLES="False")
-    dag_file = Path(__file__).resolve().parents[2] / "example_dags" / "datastream_to_lake.py"
-    result = subprocess.run(
-        [sys.executable, "-c", check, str(dag_file), LAKE_DAG],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = example_dags_report(check, tmp_path, str(EXAMPLE_DAGS / "datastream_to_lake.py"), LAKE_DAG)
     assert report["7"] == report["0.5"] == "accepted"
     for days in ("0", "-1"):
         assert report[days].startswith(

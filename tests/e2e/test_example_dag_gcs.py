@@ -27,12 +27,12 @@ the last window runs again and changes nothing.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.dag_runs import END_TO_END
 from support.gcs_dag import BUCKET, DAG_ID, PIPELINE, TABLES, GcsDag, assert_equal_to_history, gcs_dag_home
 
 #: Per window: where the credentials come from, and where the merge runs (a cold ``spark-submit`` per
@@ -41,13 +41,7 @@ WINDOW_RUNS = (("key", "submit"), ("adc", "connect"))
 WINDOWS = len(WINDOW_RUNS)
 RERUN_WINDOW = WINDOWS - 1  # the last: its run has no snapshot to read again
 
-pytestmark = [
-    pytest.mark.spark,
-    pytest.mark.skipif(
-        os.environ.get("CDC_E2E_TESTS") != "1",
-        reason="end-to-end DAG tests run with CDC_E2E_TESTS=1, as scripts/test.sh sets it",
-    ),
-]
+pytestmark = [pytest.mark.spark, END_TO_END]
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ and writes some rows several times in one transaction (``max_writes_per_row``).
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from support.dag_runs import END_TO_END
 
 DAG_ID = "spanner_change_stream_to_lake"
 PIPELINE = DAG_ID
@@ -33,13 +33,7 @@ WINDOWS = 3
 PRIOR_CHANGES = 60  # committed before the first window: the initial snapshot's rows
 CHANGES_PER_SECOND = 12
 
-pytestmark = [
-    pytest.mark.spark,
-    pytest.mark.skipif(
-        os.environ.get("CDC_E2E_TESTS") != "1",
-        reason="end-to-end DAG tests run with CDC_E2E_TESTS=1, as scripts/test.sh sets it",
-    ),
-]
+pytestmark = [pytest.mark.spark, END_TO_END]
 
 
 def _now() -> datetime:
@@ -175,8 +169,6 @@ def _truth_at(workload: Any, moment: datetime) -> dict[str, list[dict[str, Any]]
         name: [TABLES_BY_NAME[name].encode_values(rows[key]) for key in sorted(rows)]
         for name, rows in state.items()
     }
-
-
 
 
 def test_consecutive_windows_against_google_emulator_equal_the_committed_history(

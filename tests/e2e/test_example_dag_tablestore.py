@@ -14,7 +14,6 @@ run again changes nothing.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.dag_runs import END_TO_END, EXAMPLE_DAGS, example_dags_report
 
 LAKE_DAG, BIGQUERY_DAG = "tablestore_stream_to_lake", "tablestore_stream_to_bigquery"
 WINDOWS = 3
@@ -29,10 +29,7 @@ WINDOW_SECONDS = 60
 DATASET = ("demo-project", "cdc_demo")
 KEY = ("region", "order_id")
 
-_e2e = pytest.mark.skipif(
-    os.environ.get("CDC_E2E_TESTS") != "1",
-    reason="end-to-end DAG tests run with CDC_E2E_TESTS=1, as scripts/test.sh sets it",
-)
+_e2e = END_TO_END
 
 
 @dataclass
@@ -153,8 +150,6 @@ def test_both_dags_equal_the_emulators_table_after_every_window(tablestore_dags:
 
 
 def test_both_dags_load(tmp_path: Path) -> None:
-    import subprocess
-    import sys
 
     check = """
 import json, sys
@@ -164,14 +159,7 @@ print(json.dumps({"errors": {str(k): v for k, v in bag.import_errors.items()},
                   "tasks": {d: sorted(t.task_id for t in bag.dags[d].tasks)
                             for d in ("tablestore_stream_to_lake", "tablestore_stream_to_bigquery")}}))
 """
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "CDC_"))}
-    env.update(AIRFLOW_HOME=str(tmp_path / "airflow"), AIRFLOW__CORE__LOAD_EXAMPLES="False")
-    folder = Path(__file__).resolve().parents[2] / "example_dags"
-    result = subprocess.run(
-        [sys.executable, "-c", check, str(folder)], env=env, capture_output=True, text=True
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = example_dags_report(check, tmp_path, str(EXAMPLE_DAGS))
     assert report["errors"] == {}
     assert report["tasks"][LAKE_DAG] == ["commit", "complete", "merge", "open_window", "read", "upsert"]
     assert report["tasks"][BIGQUERY_DAG] == [

@@ -13,7 +13,6 @@ several times (``max_writes_per_row``), which Spanner reports as one mod per row
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from datetime import datetime, timedelta, timezone
@@ -37,7 +36,6 @@ from airflow_provider_cdc.testing.workload import (
 WINDOW = timedelta(seconds=20)
 WINDOWS = 4
 CHANGES_PER_SECOND = 20
-
 
 
 def _now() -> datetime:
@@ -77,17 +75,6 @@ def churned_history(new_google_database: Any) -> tuple[Any, Workload, datetime]:
     commit_in_real_time(workload, begin + WINDOW * WINDOWS, CHANGES_PER_SECOND)
     _sleep_until(begin + WINDOW * WINDOWS + timedelta(seconds=1))
     return database, workload, begin
-
-
-@pytest.fixture
-def google_airflow_env(google_spanner_emulator: Any, monkeypatch: pytest.MonkeyPatch, sqlite_url: str) -> str:
-    """The hook sees Google's emulator and a SQLite metastore; returns the metastore URL."""
-    monkeypatch.setenv("SPANNER_EMULATOR_HOST", google_spanner_emulator.host)
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_CDC_METASTORE_DEFAULT",
-        json.dumps({"conn_type": "cdc_metastore", "extra": {"sqlalchemy_url": sqlite_url}}),
-    )
-    return sqlite_url
 
 
 def _hook(database: Any) -> Any:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.dag_runs import AIRFLOW2_VENV, ON_AIRFLOW2
 
 from airflow_provider_cdc.core.timestamps import to_micros
 from airflow_provider_cdc.metastore import Metastore
@@ -24,16 +25,9 @@ from tests.support.clock import ManualClock
 from tests.support.pipeline_pages import T0, record_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
-AIRFLOW2_VENV = REPO / ".venv-airflow2"
 CLIENT = Path(__file__).with_name("airflow2_pages_client.py")
 
-pytestmark = [
-    pytest.mark.airflow2,
-    pytest.mark.skipif(
-        not (AIRFLOW2_VENV / "bin" / "airflow").exists(),
-        reason=f"{AIRFLOW2_VENV} (Airflow 2.11) is missing: create it with scripts/setup.sh --airflow2",
-    ),
-]
+pytestmark = ON_AIRFLOW2
 
 DAG_FILE = '''
 from datetime import datetime, timedelta, timezone

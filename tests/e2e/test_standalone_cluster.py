@@ -10,15 +10,15 @@ worker's Python and submits nothing. After every window the Delta tables equal t
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
-from support.gcs_dag import GcsDag, assert_equal_to_history
+from support.dag_runs import END_TO_END, ExampleDagRuns
+from support.gcs_dag import assert_equal_to_history
 
 DAG_ID = "spanner_change_stream_to_lake"
 TABLES = ("Customers", "Orders", "Readings")
@@ -26,26 +26,16 @@ WINDOWS = 3
 #: the message Spark logs when an application runs in local mode (its executor is the driver)
 LOCAL_MODE = "Starting executor ID driver"
 
-pytestmark = [
-    pytest.mark.spark,
-    pytest.mark.skipif(
-        os.environ.get("CDC_E2E_TESTS") != "1",
-        reason="end-to-end DAG tests run with CDC_E2E_TESTS=1, as scripts/test.sh sets it",
-    ),
-]
+pytestmark = [pytest.mark.spark, END_TO_END]
 
 
 @dataclass
-class ClusterDag:
+class ClusterDag(ExampleDagRuns):
     """The example DAG's home with ``spark_default`` on the cluster."""
 
+    dag_id: ClassVar[str] = DAG_ID
     home: Any  # ExampleDagHome
     cluster: Any  # StandaloneCluster
-
-    def window(self, index: int) -> Any:
-        return self.home.settings.window_bounds(index)
-
-    truth_after = GcsDag.truth_after
 
     def lake(self) -> Any:
         from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
@@ -90,7 +80,7 @@ def test_every_merge_runs_on_the_cluster_and_the_lake_equals_the_history(cluster
         assert_equal_to_history(dag, index, f"after window {index} on the cluster")
 
         apps = dag.cluster.applications()
-        assert [app["id"] for app in apps][-len(ran):] == [app_id for _, app_id in ran]
+        assert [app["id"] for app in apps][-len(ran) :] == [app_id for _, app_id in ran]
         executors = dag.cluster.executor_applications()
         for _, app_id in ran:
             assert app_id in executors, f"application {app_id} had no executor on the worker"

@@ -10,13 +10,14 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from support.metastores import clock, store
 
 from airflow_provider_cdc.core.identifiers import InvalidIdentifierError
 from airflow_provider_cdc.core.timestamps import to_micros
@@ -51,23 +52,11 @@ STREAM = "projects/test-project/instances/test-instance/databases/shop/OrdersStr
 PIPELINE = "shop_orders"
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 
+__all__ = ["clock", "store"]  # fixtures
+
 
 def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def store(metastore_url: str, clock: ManualClock) -> Iterator[Metastore]:
-    """A metastore whose leases and timings follow ``clock``, which only the test moves."""
-    metastore = Metastore(metastore_url, clock=clock)
-    metastore.create_schema()
-    yield metastore
-    metastore.dispose()
 
 
 def run_threads(
@@ -97,6 +86,31 @@ def run_threads(
     for t in threads:
         t.join(timeout=timeout)
     assert not errors, errors
+
+
+def race_threads(
+    metastore_url: str, reader: Callable[[Metastore, str, Callable[[list], None]], None]
+) -> list[list]:
+    """Four threads (owners ``thread-0`` to ``thread-3``), each on a metastore of its own and released
+    together, run ``reader(metastore, owner, record)``; returns the claims they recorded."""
+    claims: list[list] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(4)
+
+    def record(claim: list) -> None:
+        with lock:
+            claims.append(claim)
+
+    def run(owner: str) -> None:
+        metastore = Metastore(metastore_url)
+        try:
+            barrier.wait(timeout=30)
+            reader(metastore, owner, record)
+        finally:
+            metastore.dispose()
+
+    run_threads(run, [f"thread-{n}" for n in range(4)], timeout=120, barrier=barrier)
+    return claims
 
 
 def run_workers(code: str, args: list[list[str]], timeout: float = 60) -> list[str]:
@@ -575,30 +589,21 @@ def assert_no_overlapping_holds(claims: list[list]) -> None:
 
 def test_threads_never_hold_a_partition_at_once(store: Metastore, metastore_url: str) -> None:
     store.add_partitions(STREAM, [PartitionSpec(f"p{i}", T0) for i in range(6)])
-    claims: list[list] = []
-    lock = threading.Lock()
-    start = threading.Barrier(4)
 
-    def reader(owner: str) -> None:
-        metastore = Metastore(metastore_url)
-        try:
-            start.wait(timeout=30)
-            for _ in range(15):
-                got = claim_any(metastore, owner)
-                if got is None:
-                    time.sleep(0.002)
-                    continue
-                began = time.monotonic()
-                time.sleep(HOLD_SECONDS)
-                metastore.advance_watermark(STREAM, got.token, at(time.monotonic()), owner=owner)
-                ended = time.monotonic()
-                assert metastore.release(STREAM, got.token, owner)
-                with lock:
-                    claims.append([owner, got.token, began, ended])
-        finally:
-            metastore.dispose()
+    def reader(metastore: Metastore, owner: str, record: Callable[[list], None]) -> None:
+        for _ in range(15):
+            got = claim_any(metastore, owner)
+            if got is None:
+                time.sleep(0.002)
+                continue
+            began = time.monotonic()
+            time.sleep(HOLD_SECONDS)
+            metastore.advance_watermark(STREAM, got.token, at(time.monotonic()), owner=owner)
+            ended = time.monotonic()
+            assert metastore.release(STREAM, got.token, owner)
+            record([owner, got.token, began, ended])
 
-    run_threads(reader, [f"thread-{n}" for n in range(4)], timeout=120, barrier=start)
+    claims = race_threads(metastore_url, reader)
     assert len(claims) >= 30
     assert_no_overlapping_holds(claims)
     assert sum(p.attempts for p in store.list_partitions(STREAM)) == len(claims)
@@ -1063,15 +1068,22 @@ def test_only_the_latest_claim_completes_a_partition_and_names_its_output(
     assert store.claim_window_partition(STREAM, W_START, W_END, "r2", 30, claim_id="c2") == "a"
     # The same reader claiming again (a retried task) fences its own earlier claim out too.
     assert store.claim_window_partition(STREAM, W_START, W_END, "r2", 30, claim_id="c3") == "a"
-    assert not store.complete_window_partition(STREAM, W_START, W_END, "a", "r2", rows=5, transactions=1,
-                                               claim_id="c2", output_files=1)
-    assert store.complete_window_partition(STREAM, W_START, W_END, "a", "r2", rows=5, transactions=1,
-                                           claim_id="c3", output_files=2)
-    assert not store.complete_window_partition(STREAM, W_START, W_END, "a", "r1", rows=9, transactions=1,
-                                               claim_id="c1", output_files=7)
+    assert not store.complete_window_partition(
+        STREAM, W_START, W_END, "a", "r2", rows=5, transactions=1, claim_id="c2", output_files=1
+    )
+    assert store.complete_window_partition(
+        STREAM, W_START, W_END, "a", "r2", rows=5, transactions=1, claim_id="c3", output_files=2
+    )
+    assert not store.complete_window_partition(
+        STREAM, W_START, W_END, "a", "r1", rows=9, transactions=1, claim_id="c1", output_files=7
+    )
     (item,) = store.window_partitions(STREAM, W_START, W_END)
     assert (item.state, item.claim_id, item.output_files, item.rows, item.attempts) == (
-        WindowPartitionState.DONE, "c3", 2, 5, 3
+        WindowPartitionState.DONE,
+        "c3",
+        2,
+        5,
+        3,
     )
     with pytest.raises(ValueError, match="invalid claim id '../x'"):
         store.claim_window_partition(STREAM, W_START, W_END, "r3", 30, claim_id="../x")
@@ -1194,34 +1206,25 @@ def assert_window_read_once_in_lineage_order(
 
 def test_threads_never_read_a_window_partition_at_once(store: Metastore, metastore_url: str) -> None:
     merges = build_merging_window(store)
-    claims: list[list] = []
-    lock = threading.Lock()
-    barrier = threading.Barrier(4)
 
-    def reader(owner: str) -> None:
-        metastore = Metastore(metastore_url)
-        try:
-            barrier.wait(timeout=30)
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                token = metastore.claim_window_partition(STREAM, W_START, W_END, owner, 30)
-                if token is None:
-                    if all(p.is_done for p in metastore.window_partitions(STREAM, W_START, W_END)):
-                        return
-                    time.sleep(0.002)
-                    continue
-                began = time.monotonic()
-                time.sleep(HOLD_SECONDS)
-                ended = time.monotonic()
-                assert metastore.complete_window_partition(
-                    STREAM, W_START, W_END, token, owner, rows=1, transactions=0.5
-                )
-                with lock:
-                    claims.append([owner, token, began, ended])
-        finally:
-            metastore.dispose()
+    def reader(metastore: Metastore, owner: str, record: Callable[[list], None]) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            token = metastore.claim_window_partition(STREAM, W_START, W_END, owner, 30)
+            if token is None:
+                if all(p.is_done for p in metastore.window_partitions(STREAM, W_START, W_END)):
+                    return
+                time.sleep(0.002)
+                continue
+            began = time.monotonic()
+            time.sleep(HOLD_SECONDS)
+            ended = time.monotonic()
+            assert metastore.complete_window_partition(
+                STREAM, W_START, W_END, token, owner, rows=1, transactions=0.5
+            )
+            record([owner, token, began, ended])
 
-    run_threads(reader, [f"thread-{n}" for n in range(4)], timeout=120, barrier=barrier)
+    claims = race_threads(metastore_url, reader)
     assert_window_read_once_in_lineage_order(store, claims, merges)
 
 
@@ -1303,7 +1306,9 @@ def test_table_versions_come_from_applied_windows_only(store: Metastore) -> None
     store.record_window_tables(PIPELINE, T0, at(60), {"Orders": (7, 7)})
     orders = store.window_tables(PIPELINE, table="Orders")
     assert [(r.window_end, r.target_version, r.rows) for r in orders] == [
-        (at(60), 0, 5), (at(120), 1, 3), (at(180), 2, 1)
+        (at(60), 0, 5),
+        (at(120), 1, 3),
+        (at(180), 2, 1),
     ]
 
 
@@ -1334,18 +1339,28 @@ def test_upgrade_to_version_4_records_existing_pipelines(metastore_url: str) -> 
     store.dispose()
 
 
+def minute_window(n: int) -> dict[str, int]:
+    """The ``n``-th minute window from T0 as the SQL parameters ``start`` and ``end`` (µs)."""
+    return {"start": to_micros(at(60 * n)), "end": to_micros(at(60 * n + 60))}
+
+
+def migrate_to(conn: sa.Connection, version: int) -> None:
+    """The schema as version ``version`` left it: its steps applied and recorded, from an empty database."""
+    schema_module.schema_version.create(conn)
+    for step in migrations.MIGRATIONS[:version]:
+        step.apply(conn)
+        conn.execute(
+            schema_module.schema_version.insert().values(
+                version=step.version, description=step.description, applied_us=1700000000000000
+            )
+        )
+
+
 def build_version_4(url: str) -> None:
     """A database at schema version 4 holding windows in each state version 4 knew."""
     engine = sa.create_engine(url)
     with engine.begin() as conn:
-        schema_module.schema_version.create(conn)
-        for step in migrations.MIGRATIONS[:4]:
-            step.apply(conn)
-            conn.execute(
-                schema_module.schema_version.insert().values(
-                    version=step.version, description=step.description, applied_us=1700000000000000
-                )
-            )
+        migrate_to(conn, 4)
         rows = [
             (0, "applied", 1, "file:///cs/0", None, 100, 200, 300),
             (1, "merged", 2, "file:///cs/1", "upsert failed: disk full", 400, 500, None),
@@ -1362,10 +1377,18 @@ def build_version_4(url: str) -> None:
                     ":change_set, 3, 4, :error)"
                 ),
                 {
-                    "pipeline": PIPELINE, "start": to_micros(at(60 * n)), "end": to_micros(at(60 * n + 60)),
-                    "stream": STREAM, "state": state, "attempt": attempt, "staging": f"file:///staging/{n}",
-                    "count": 10 + n, "drained": drained, "merged": merged, "applied": applied,
-                    "change_set": change_set, "error": error,
+                    "pipeline": PIPELINE,
+                    **minute_window(n),
+                    "stream": STREAM,
+                    "state": state,
+                    "attempt": attempt,
+                    "staging": f"file:///staging/{n}",
+                    "count": 10 + n,
+                    "drained": drained,
+                    "merged": merged,
+                    "applied": applied,
+                    "change_set": change_set,
+                    "error": error,
                 },
             )
         conn.execute(
@@ -1458,22 +1481,18 @@ def build_version_5(url: str) -> None:
     under ``{pipeline}.bigquery``, of the BigQuery tables, as version 5 recorded them."""
     engine = sa.create_engine(url)
     with engine.begin() as conn:
-        schema_module.schema_version.create(conn)
-        for step in migrations.MIGRATIONS[:5]:
-            step.apply(conn)
-            conn.execute(
-                schema_module.schema_version.insert().values(
-                    version=step.version, description=step.description, applied_us=1700000000000000
-                )
-            )
+        migrate_to(conn, 5)
         for n in range(2):
             conn.execute(
                 sa.text(
                     "INSERT INTO cdc_windows (pipeline, start_us, end_us, stream, state, attempt, opened_us, "
                     "updated_us, applied_us) VALUES (:pipeline, :start, :end, :stream, 'applied', 1, 1, 2, 3)"
                 ),
-                {"pipeline": PIPELINE, "start": to_micros(at(60 * n)), "end": to_micros(at(60 * n + 60)),
-                 "stream": STREAM},
+                {
+                    "pipeline": PIPELINE,
+                    **minute_window(n),
+                    "stream": STREAM,
+                },
             )
         conn.execute(
             sa.text("INSERT INTO cdc_pipelines VALUES (:pipeline, :first, NULL, 1)"),
@@ -1494,8 +1513,13 @@ def build_version_5(url: str) -> None:
                     "target_version, rows, recorded_us) VALUES (:pipeline, :start, :end, :table, :version, "
                     ":rows, 5)"
                 ),
-                {"pipeline": pipeline, "start": to_micros(at(60 * n)), "end": to_micros(at(60 * n + 60)),
-                 "table": table, "version": version, "rows": rows},
+                {
+                    "pipeline": pipeline,
+                    **minute_window(n),
+                    "table": table,
+                    "version": version,
+                    "rows": rows,
+                },
             )
         marks = [
             (PIPELINE, "Orders", 120),
@@ -1520,12 +1544,16 @@ def test_upgrade_from_version_5_keys_the_ledger_and_watermarks_by_target(metasto
     assert store.schema_version() == CURRENT_VERSION == 9
 
     def ledger(pipeline: str, target: str = "delta") -> list[tuple]:
-        return [(r.table, r.window_end, r.target_version, r.rows)
-                for r in store.window_tables(pipeline, target=target)]
+        return [
+            (r.table, r.window_end, r.target_version, r.rows)
+            for r in store.window_tables(pipeline, target=target)
+        ]
 
     # Rows under {pipeline}.bigquery are the pipeline's own, target bigquery; all others are Delta's.
     assert ledger(PIPELINE) == [
-        ("Customers", at(60), 4, 1), ("Orders", at(60), 7, 5), ("Orders", at(120), 8, 2)
+        ("Customers", at(60), 4, 1),
+        ("Orders", at(60), 7, 5),
+        ("Orders", at(120), 8, 2),
     ]
     assert ledger(PIPELINE, "bigquery") == [("Orders", at(60), None, 5), ("Orders", at(120), None, 2)]
     assert ledger("shop.eu") == [("Orders", at(60), 1, 9)] and ledger("shop.eu", "bigquery") == []
@@ -1545,16 +1573,26 @@ def test_upgrade_from_version_5_keys_the_ledger_and_watermarks_by_target(metasto
     assert columns_of(store.engine) == expected
     inspector = sa.inspect(store.engine)
     assert inspector.get_pk_constraint("cdc_window_tables")["constrained_columns"] == [
-        "pipeline", "target", "window_start_us", "window_end_us", "table_name"
+        "pipeline",
+        "target",
+        "window_start_us",
+        "window_end_us",
+        "table_name",
     ]
     assert inspector.get_pk_constraint("cdc_table_watermarks")["constrained_columns"] == [
-        "pipeline", "target", "table_name"
+        "pipeline",
+        "target",
+        "table_name",
     ]
     indexes = {i["name"]: i["column_names"] for i in inspector.get_indexes("cdc_window_tables")}
     assert indexes["ix_cdc_window_tables_table"] == ["pipeline", "target", "table_name", "window_end_us"]
     with pytest.raises(sa.exc.IntegrityError), store.engine.begin() as conn:  # no row without a target
-        conn.execute(sa.text("INSERT INTO cdc_table_watermarks (pipeline, table_name, watermark_us, "
-                             "updated_us) VALUES ('shop', 'Lines', 1, 1)"))
+        conn.execute(
+            sa.text(
+                "INSERT INTO cdc_table_watermarks (pipeline, table_name, watermark_us, "
+                "updated_us) VALUES ('shop', 'Lines', 1, 1)"
+            )
+        )
 
     # Both targets carry on under the pipeline's own id, each only forward.
     assert store.advance_table_watermark(PIPELINE, "Orders", at(150), target="bigquery")
@@ -1685,11 +1723,7 @@ def test_hook_close_disposes_its_engine_and_a_later_use_reconnects(
 def test_upgrade_from_version_8_keeps_windows_and_adds_their_failure(metastore_url: str) -> None:
     engine = sa.create_engine(metastore_url)
     with engine.begin() as conn:
-        migrations.schema_version.create(conn)
-        for step in migrations.MIGRATIONS[:8]:
-            step.apply(conn)
-            conn.execute(migrations.schema_version.insert().values(
-                version=step.version, description=step.description, applied_us=1700000000000000))  # fmt: skip
+        migrate_to(conn, 8)
         conn.execute(sa.text(
             "INSERT INTO cdc_windows (pipeline, start_us, end_us, stream, state, attempt, opened_us, "
             "updated_us) VALUES ('shop', 1767225600000000, 1767225660000000, 'OrdersStream', 'reading', 2, "
@@ -1763,7 +1797,8 @@ def test_where_a_pipeline_stands(store: Metastore) -> None:
     assert [w.end for w in store.windows_ending_at(PIPELINE, at(60))] == [at(60)]
     assert store.newest_window(PIPELINE).start == at(180) and store.newest_window("other") is None
     assert store.target_watermarks(PIPELINE) == {
-        "delta": {"Customers": at(30), "Orders": at(60)}, "bigquery": {"Orders": at(50)}
+        "delta": {"Customers": at(30), "Orders": at(60)},
+        "bigquery": {"Orders": at(50)},
     }
     empty = store.pipeline_standing("other")
     assert (empty.applied, empty.failed, empty.in_flight, empty.newest, empty.targets) == (0, 0, 0, None, ())

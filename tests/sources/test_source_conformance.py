@@ -18,18 +18,18 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import pytest
 from support.clock import ManualClock
 from support.source_conformance import (
+    PIPELINE,
     Opened,
+    SourceConformanceChecks,
     SourceUnderTest,
-    check_a_refused_window_is_named_and_loses_nothing,
-    check_only_recorded_claims_are_read,
-    check_reads_stage_the_history,
-    check_sequence_numbers_order_each_key,
+    clocked_metastore,
+    merge_input_rows,
+    on_metastore,
 )
-from support.table_sources import INSTANCE, PROJECT, metastore_connection
+from support.table_sources import INSTANCE, PROJECT
 
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.testing.workload import (
@@ -40,25 +40,19 @@ from airflow_provider_cdc.testing.workload import (
     schema_ddl,
 )
 
-PIPELINE = "conformance"
 WINDOW = timedelta(seconds=10)
 Decode = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 
 # ----- what every adapter shares: the metastore on a clock, and the staging as the merge reads it ----
-def _clocked_hook(hook_class: type, url: str, clock: ManualClock, **arguments: Any) -> Any:
-    """A hook of ``hook_class`` whose metastore runs its leases on ``clock``."""
-    from airflow_provider_cdc.metastore import Metastore
-
-    store = Metastore(url, clock=clock)
-    store.ensure_schema()
-
-    class Clocked(hook_class):  # type: ignore[misc, valid-type]
-        @property
-        def metastore(self) -> Metastore:
-            return store
-
-    return Clocked(project_id=PROJECT, instance_id=INSTANCE, **arguments)
+def _clocked_hook(hook_class: type, url: str, database: Any, **arguments: Any) -> tuple[Any, ManualClock]:
+    """A hook of ``hook_class`` on ``database`` whose metastore (at ``url``) runs its leases on a
+    :class:`ManualClock` of its own; the hook and that clock."""
+    clock = ManualClock()
+    hook = on_metastore(hook_class, clocked_metastore(url, clock))
+    return hook(
+        project_id=PROJECT, instance_id=INSTANCE, database_id=database.database_id, **arguments
+    ), clock
 
 
 def _neutral(row: dict[str, Any], decode: Decode) -> dict[str, Any]:
@@ -75,17 +69,7 @@ def _neutral(row: dict[str, Any], decode: Decode) -> dict[str, Any]:
 
 def _merge_input(source_key: str, location: Path, window: Window, decode: Decode) -> list[dict[str, Any]]:
     """The window's staged changes the merge reads: each recorded unit's recorded files."""
-    from airflow_provider_cdc.hooks.pipeline import CdcPipelineHook
-    from airflow_provider_cdc.merge.input import check_staged_units
-
-    units = CdcPipelineHook().merge_input(source_key, window).units
-    checked = check_staged_units(str(location), window, units)
-    return [
-        _neutral(row, decode)
-        for unit in checked
-        for path in unit.files
-        for row in pq.read_table(path).to_pylist()
-    ]
+    return [_neutral(row, decode) for row in merge_input_rows(source_key, location, window)]
 
 
 def _workload_values(table: str, values: dict[str, Any]) -> dict[str, Any]:
@@ -118,6 +102,11 @@ class _Source:
 
     def staging_location(self, window: Window) -> Path:
         return self.root / self.hook.stream / window.window_id
+
+    def open_tables(self, window: Window, mode: str, **arguments: Any) -> Opened:
+        """Opens the window of a table source in ``mode``: its epoch and the units it recorded."""
+        summary = self.hook.open_window(PIPELINE, window, str(self.root), mode=mode, **arguments)
+        return Opened(summary["epoch"], self.units(window))
 
     def units(self, window: Window) -> list[str]:
         """The units the window's opening recorded."""
@@ -181,10 +170,7 @@ class SnapshotSource(_Source):
     history_of: WorkloadHistory
 
     def open(self, window: Window) -> Opened:
-        summary = self.hook.open_window(
-            PIPELINE, window, str(self.root), mode="snapshot", change_stream=ALL_CHANGES_STREAM
-        )
-        return Opened(summary["epoch"], self.units(window))
+        return self.open_tables(window, "snapshot", change_stream=ALL_CHANGES_STREAM)
 
     def history(self, window: Window) -> list[dict[str, Any]]:
         changes = []
@@ -251,8 +237,11 @@ def _commit_timestamp_writes(database: Any, emulator: Any, seed: int, transactio
         entries = [(a, rng.randint(-500, 500), f"entry {rng.randint(0, 99)}") for a in accounts]
         balances = [(a, rng.randint(0, 10_000), rng.random() < 0.2) for a in accounts if rng.random() < 0.6]
         with database.batch() as batch:
-            batch.insert("AccountLog", ["AccountId", "At", "Amount", "Note"],
-                         [(a, COMMIT_TIMESTAMP, amount, note) for a, amount, note in entries])
+            batch.insert(
+                "AccountLog",
+                ["AccountId", "At", "Amount", "Note"],
+                [(a, COMMIT_TIMESTAMP, amount, note) for a, amount, note in entries],
+            )
             if balances:
                 rows = [(a, balance, closed, COMMIT_TIMESTAMP) for a, balance, closed in balances]
                 batch.insert_or_update("Balances", ["AccountId", "Balance", "Closed", "UpdatedAt"], rows)
@@ -291,10 +280,7 @@ class CommitTimestampSource(_Source):
     history_of: CommitTimestampHistory
 
     def open(self, window: Window) -> Opened:
-        summary = self.hook.open_window(
-            PIPELINE, window, str(self.root), mode="commit_timestamp", tables=COMMIT_TIMESTAMP_TABLES
-        )
-        return Opened(summary["epoch"], self.units(window))
+        return self.open_tables(window, "commit_timestamp", tables=COMMIT_TIMESTAMP_TABLES)
 
     def history(self, window: Window) -> list[dict[str, Any]]:
         """The changelog's entries in the window; of each balance, its state at the window end when it
@@ -304,13 +290,25 @@ class CommitTimestampSource(_Source):
             if write.table == "Balances" and write.at < window.end:
                 last_balance[write.account] = write
             if write.table == "AccountLog" and window.start <= write.at < window.end:
-                changes.append((write.at, _change("Accounts", {"AccountId": write.account}, "INSERT",
-                                                  {"At": write.at, **write.values})))
+                changes.append(
+                    (
+                        write.at,
+                        _change(
+                            "Accounts",
+                            {"AccountId": write.account},
+                            "INSERT",
+                            {"At": write.at, **write.values},
+                        ),
+                    )
+                )
         for write in last_balance.values():
             if window.start <= write.at:
                 operation = "DELETE" if write.values["Closed"] else "INSERT"
-                values = {} if write.values["Closed"] else {"Balance": write.values["Balance"],
-                                                             "UpdatedAt": write.at}
+                values = (
+                    {}
+                    if write.values["Closed"]
+                    else {"Balance": write.values["Balance"], "UpdatedAt": write.at}
+                )
                 key = {"AccountId": write.account}
                 changes.append((write.at, _change("Balances", key, operation, values)))
         return [change for _, change in sorted(changes, key=lambda item: item[0])]
@@ -325,28 +323,21 @@ class CommitTimestampSource(_Source):
         self.open(read)
         self.read(read, "reader-0")
         with database.batch() as batch:
-            batch.insert("AccountLog", ["AccountId", "At", "Amount", "Note"],
-                         [(99, read.start + timedelta(seconds=1), 1, "late")])
+            batch.insert(
+                "AccountLog",
+                ["AccountId", "At", "Amount", "Note"],
+                [(99, read.start + timedelta(seconds=1), 1, "late")],
+            )
         emulator.clock.set(late.end + timedelta(seconds=1))
         return late
 
 
 # ----- the sources -----------------------------------------------------------------------------------
-@pytest.fixture
-def airflow_env(spanner_emulator: Any, monkeypatch: pytest.MonkeyPatch, sqlite_url: str) -> str:
-    """Airflow sees the emulator and a metastore connection; returns the metastore URL."""
-    monkeypatch.setenv("SPANNER_EMULATOR_HOST", spanner_emulator.host)
-    monkeypatch.setenv("AIRFLOW_CONN_CDC_METASTORE_DEFAULT", metastore_connection(sqlite_url))
-    return sqlite_url
-
-
 def _change_stream(request: pytest.FixtureRequest, url: str, root: Path) -> SourceUnderTest:
     from airflow_provider_cdc.sources.spanner.change_stream_hook import SpannerChangeStreamHook
 
     history: WorkloadHistory = request.getfixturevalue("workload_history")
-    clock = ManualClock()
-    hook = _clocked_hook(SpannerChangeStreamHook, url, clock, database_id=history.database.database_id,
-                         stream=ALL_CHANGES_STREAM)
+    hook, clock = _clocked_hook(SpannerChangeStreamHook, url, history.database, stream=ALL_CHANGES_STREAM)
     seeded = Window(history.first, history.first + WINDOW)
     return ChangeStreamSource("change stream", hook, root, clock, seeded, _workload_values, history)
 
@@ -356,9 +347,7 @@ def _snapshot(request: pytest.FixtureRequest, url: str, root: Path) -> SourceUnd
     from airflow_provider_cdc.sources.spanner.table_hook import SpannerTableHook
 
     history: WorkloadHistory = request.getfixturevalue("workload_history")
-    clock = ManualClock()
-    hook = _clocked_hook(SpannerTableHook, url, clock, database_id=history.database.database_id,
-                         source="Snapshot")
+    hook, clock = _clocked_hook(SpannerTableHook, url, history.database, source="Snapshot")
     seeded = snapshot_window(history.first)
     return SnapshotSource("snapshot", hook, root, clock, seeded, _workload_values, history)
 
@@ -369,9 +358,7 @@ def _commit_timestamp(request: pytest.FixtureRequest, url: str, root: Path) -> S
     from airflow_provider_cdc.sources.spanner.table_hook import SpannerTableHook
 
     history: CommitTimestampHistory = request.getfixturevalue("commit_timestamp_history")
-    clock = ManualClock()
-    hook = _clocked_hook(SpannerTableHook, url, clock, database_id=history.database.database_id,
-                         source="Accounts")
+    hook, clock = _clocked_hook(SpannerTableHook, url, history.database, source="Accounts")
     types = {name: column_types(history.database, name) for name in ("AccountLog", "Balances")}
     decode = _typed_values({"Accounts": types["AccountLog"], "Balances": types["Balances"]})
     name = "commit-timestamp tables"
@@ -388,28 +375,18 @@ REFUSALS = {
 
 
 @pytest.fixture(params=sorted(SOURCES))
-def source(request: pytest.FixtureRequest, airflow_env: str, tmp_path: Path) -> Iterator[SourceUnderTest]:
-    made = SOURCES[request.param](request, airflow_env, tmp_path / "staging")
+def source(
+    request: pytest.FixtureRequest, spanner_airflow_env: str, tmp_path: Path
+) -> Iterator[SourceUnderTest]:
+    made = SOURCES[request.param](request, spanner_airflow_env, tmp_path / "staging")
     yield made
     made.hook.metastore.dispose()
 
 
 # ----- the checks ------------------------------------------------------------------------------------
-def test_a_window_read_fresh_and_after_a_killed_reader_stages_the_history(source: SourceUnderTest) -> None:
-    check_reads_stage_the_history(source)
-
-
-def test_sequence_numbers_order_each_keys_changes_as_committed(source: SourceUnderTest) -> None:
-    check_sequence_numbers_order_each_key(source)
-
-
-def test_only_recorded_claims_are_read(source: SourceUnderTest) -> None:
-    check_only_recorded_claims_are_read(source)
-
-
-def test_a_refused_window_is_named_and_loses_nothing(source: SourceUnderTest) -> None:
-    error = check_a_refused_window_is_named_and_loses_nothing(source)
-    assert type(error).__name__ == REFUSALS[source.name], f"{source.name}: refused with {error!r}"
+class TestSpannerSourceConformance(SourceConformanceChecks):
+    def refusal(self, source: SourceUnderTest) -> str:
+        return REFUSALS[source.name]
 
 
 def test_the_seeded_windows_change_keys_more_than_once(

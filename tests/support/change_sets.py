@@ -9,17 +9,10 @@ from typing import Any
 
 from airflow_provider_cdc.changesets.writer import Change, change_set_table, write_change_set
 from airflow_provider_cdc.core.timestamps import to_micros
+from support.changes import spanner_columns
 
-ORDERS = [
-    {"name": "OrderId", "type": {"code": "STRING"}, "is_primary_key": True, "ordinal_position": 1},
-    {"name": "Amount", "type": {"code": "NUMERIC"}, "is_primary_key": False, "ordinal_position": 2},
-    {"name": "PlacedAt", "type": {"code": "TIMESTAMP"}, "is_primary_key": False, "ordinal_position": 3},
-]
-CUSTOMERS = [
-    {"name": "CustomerId", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 1},
-    {"name": "Email", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 2},
-    {"name": "Photo", "type": {"code": "BYTES"}, "is_primary_key": False, "ordinal_position": 3},
-]
+ORDERS = spanner_columns(1, ("OrderId", "STRING"), ("Amount", "NUMERIC"), ("PlacedAt", "TIMESTAMP"))
+CUSTOMERS = spanner_columns(1, ("CustomerId", "INT64"), ("Email", "STRING"), ("Photo", "BYTES"))
 START = datetime(2024, 6, 1, 12, 0, tzinfo=timezone.utc)
 END = START + timedelta(minutes=5)
 WINDOW_ID = f"{to_micros(START)}-{to_micros(END)}"

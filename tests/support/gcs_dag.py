@@ -7,9 +7,10 @@ import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+from support.dag_runs import ExampleDagRuns
 
 DAG_ID = "spanner_change_stream_to_lake"
 PIPELINE = DAG_ID  # the DAG's default pipeline_id
@@ -72,10 +73,11 @@ class GcsRoots:
 
 
 @dataclass
-class GcsDag(GcsRoots):
+class GcsDag(GcsRoots, ExampleDagRuns):
     """The change-stream DAG's Airflow home, the emulator's history and the Cloud Storage fake holding
-    every root (under ``gs://cdc/demo``)."""
+    every root (under ``gs://cdc/demo``); its runs name the roots in their conf."""
 
+    dag_id: ClassVar[str] = DAG_ID
     home: Any = None  # ExampleDagHome
     spark_connect_port: int = 0
 
@@ -101,39 +103,8 @@ class GcsDag(GcsRoots):
         if where == "connect":
             self.home.env["AIRFLOW_CONN_SPARK_DEFAULT"] = spark_connect_connection(self.spark_connect_port)
 
-    def window(self, index: int) -> tuple[datetime, datetime]:
-        return self.home.settings.window_bounds(index)
-
-    def snapshot_window(self) -> tuple[datetime, datetime]:
-        start = self.window(0)[0]
-        return start - timedelta(microseconds=1), start
-
-    def run(self, index: int, name: str) -> str:
-        """``airflow dags test`` of window ``index`` (the date given is the window's end)."""
-        end = self.window(index)[1]
-        return self.home.airflow(
-            "dags", "test", DAG_ID, end.isoformat(), "-c", json.dumps(self.conf),
-            log=self.home.root / f"{name}.log", timeout=600,
-        )  # fmt: skip
-
-
-    def truth_after(self, index: int) -> dict[str, list[dict[str, Any]]]:
-        from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND
-        from airflow_provider_cdc.testing.workload import TABLES_BY_NAME
-
-        state = self.home.workload.state_at(self.window(index)[1] - ONE_MICROSECOND)
-        return {
-            name: [TABLES_BY_NAME[name].encode_values(rows[key]) for key in sorted(rows)]
-            for name, rows in state.items()
-        }
-
     def lake_snapshot(self, tables: Sequence[str] = TABLES) -> dict[str, tuple[int, list[str]]]:
         return super().lake_snapshot(tables)
-
-    def metastore(self) -> Any:
-        from airflow_provider_cdc.metastore import Metastore
-
-        return Metastore(self.home.metastore_url)
 
 
 @contextmanager

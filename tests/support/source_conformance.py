@@ -14,19 +14,25 @@ recorded. The checks:
 - :func:`check_a_refused_window_is_named_and_loses_nothing`: a window the source refuses (past its
   retention, or late rows) fails naming the window, stages nothing and is not readable as empty.
 
+:class:`SourceConformanceChecks` runs the four as tests; the adapters share the metastore on a clock
+(:func:`clocked_metastore`, :func:`on_metastore`), the staging as the merge reads it
+(:func:`merge_input_rows`, :func:`typed_change`) and, for sources that open a window by epoch,
+:class:`EpochSource`.
+
 Changes are compared as neutral dicts: ``table``, ``key`` (column → value), ``operation``,
 ``values`` (column → value) and, for staged rows, ``change_sequence_number``.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -38,6 +44,8 @@ from airflow_provider_cdc.core.window import Window
 from support.clock import ManualClock
 from support.staged_changes import canonical
 
+#: The pipeline the adapters open their windows for.
+PIPELINE = "conformance"
 #: Rows per staged file while a reader is killed: a claim's second file is where it dies, so the
 #: first unit of two rows or more is staged in part.
 KILL_ROWS_PER_FILE = 1
@@ -312,8 +320,8 @@ def check_only_recorded_claims_are_read(source: SourceUnderTest) -> None:
         if _part_files(claim):
             shutil.copytree(claim, claim.parent / f"{CLAIM_DIR_PREFIX}{uuid.uuid4().hex}")
     sample = next(path for claim in claims for path in _part_files(claim))
-    unknown = folder / f"{PARTITION_DIR_PREFIX}{uuid.uuid4().hex[:16]}" / (
-        f"{CLAIM_DIR_PREFIX}{uuid.uuid4().hex}"
+    unknown = (
+        folder / f"{PARTITION_DIR_PREFIX}{uuid.uuid4().hex[:16]}" / (f"{CLAIM_DIR_PREFIX}{uuid.uuid4().hex}")
     )
     unknown.mkdir(parents=True)
     shutil.copy(sample, unknown / "part-00000.parquet")  # a unit the window does not have
@@ -362,3 +370,114 @@ def check_a_refused_window_is_named_and_loses_nothing(source: SourceUnderTest) -
             f"{source.name}: the error refusing {window} (id {window.window_id}) does not name it: {message}"
         )
     return error
+
+
+# ----- what the adapters share ------------------------------------------------------------------------
+Hook = TypeVar("Hook")
+
+
+def clocked_metastore(url: str, clock: ManualClock) -> Any:
+    """A metastore at ``url`` (schema made) whose leases run on ``clock``."""
+    from airflow_provider_cdc.metastore import Metastore
+
+    store = Metastore(url, clock=clock)
+    store.ensure_schema()
+    return store
+
+
+def on_metastore(hook_class: type[Hook], store: Any) -> type[Hook]:
+    """``hook_class`` with ``store`` as its metastore."""
+
+    class Clocked(hook_class):  # type: ignore[misc, valid-type]
+        @property
+        def metastore(self) -> Any:
+            return store
+
+    return Clocked
+
+
+def merge_input_rows(source_key: str, location: Path, window: Window) -> list[dict[str, Any]]:
+    """The window's staged rows the merge reads: each recorded unit's recorded files."""
+    from airflow_provider_cdc.hooks.pipeline import CdcPipelineHook
+    from airflow_provider_cdc.merge.input import check_staged_units
+
+    units = CdcPipelineHook().merge_input(source_key, window).units
+    checked = check_staged_units(str(location), window, units)
+    return [row for unit in checked for path in unit.files for row in pq.read_table(path).to_pylist()]
+
+
+def typed_change(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A staged row as a neutral change, its key and image decoded by the row's column types."""
+    from airflow_provider_cdc.core.types import decode_value, parse_logical_type
+
+    types = {
+        c["name"]: parse_logical_type(c["type"], c["name"]) for c in json.loads(row["column_types_json"])
+    }
+
+    def decode(text: str) -> dict[str, Any]:
+        return {name: decode_value(types[name], value, name) for name, value in json.loads(text).items()}
+
+    return {
+        "table": row["table_name"],
+        "key": decode(row["keys_json"]),
+        "operation": row["operation"],
+        "values": decode(row["after_json"]),
+        "change_sequence_number": row["change_sequence_number"],
+    }
+
+
+@dataclass
+class EpochSource:
+    """An adapter of a source whose hook opens a window's epoch (``open_window_epoch``) and stages it under
+    its ``staging_folder``; :meth:`history`, :meth:`window` and :meth:`retention_error` are the source's."""
+
+    name: str
+    hook: Any
+    root: Path
+    lease_clock: ManualClock
+
+    def open(self, window: Window) -> Opened:
+        epoch, units = self.hook.open_window_epoch(PIPELINE, window, str(self.root), "opener")
+        return Opened(epoch, units)
+
+    def read(self, window: Window, owner: str, **reader_kwargs: Any) -> Any:
+        return self.hook.read_window(window, str(self.root), owner, **reader_kwargs)
+
+    def staging_location(self, window: Window) -> Path:
+        return self.root / self.hook.staging_folder / window.window_id
+
+    def staged(self, window: Window) -> list[dict[str, Any]]:
+        rows = merge_input_rows(self.hook.source_key, self.staging_location(window), window)
+        return [self.change(row) for row in rows]
+
+    def change(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """A staged row as a neutral change."""
+        return typed_change(row)
+
+
+class SourceConformanceChecks:
+    """The checks as tests, for a test module whose ``source`` fixture yields a :class:`SourceUnderTest`.
+
+    A subclass names the provider error its source refuses a window with (:attr:`refused_with`, or
+    :meth:`refusal` when it differs by source)."""
+
+    refused_with = ""
+
+    def refusal(self, source: SourceUnderTest) -> str:
+        """The name of the error ``source`` refuses its refused window with."""
+        return self.refused_with
+
+    def test_a_window_read_fresh_and_after_a_killed_reader_stages_the_history(
+        self, source: SourceUnderTest
+    ) -> None:
+        check_reads_stage_the_history(source)
+
+    def test_sequence_numbers_order_each_keys_changes_as_committed(self, source: SourceUnderTest) -> None:
+        check_sequence_numbers_order_each_key(source)
+
+    def test_only_recorded_claims_are_read(self, source: SourceUnderTest) -> None:
+        check_only_recorded_claims_are_read(source)
+
+    def test_a_refused_window_is_named_and_loses_nothing(self, source: SourceUnderTest) -> None:
+        error = check_a_refused_window_is_named_and_loses_nothing(source)
+        assert type(error).__name__ == self.refusal(source), f"{source.name}: refused with {error!r}"

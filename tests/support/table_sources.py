@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import random
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from airflow_provider_cdc.core.collapse import collapse_window
 from airflow_provider_cdc.core.values import decode_value
@@ -29,6 +31,14 @@ def sleep_until(moment: datetime) -> None:
 def metastore_connection(url: str) -> str:
     """``AIRFLOW_CONN_CDC_METASTORE_DEFAULT`` for a metastore URL."""
     return json.dumps({"conn_type": "cdc_metastore", "extra": {"sqlalchemy_url": url}})
+
+
+def point_airflow_at(monkeypatch: pytest.MonkeyPatch, emulator_host: str, metastore_url: str) -> str:
+    """Airflow's Spanner hooks use the emulator at ``emulator_host`` and the metastore at ``metastore_url``
+    (``SPANNER_EMULATOR_HOST``, ``AIRFLOW_CONN_CDC_METASTORE_DEFAULT``); returns the metastore URL."""
+    monkeypatch.setenv("SPANNER_EMULATOR_HOST", emulator_host)
+    monkeypatch.setenv("AIRFLOW_CONN_CDC_METASTORE_DEFAULT", metastore_connection(metastore_url))
+    return metastore_url
 
 
 def table_hook(database: Any, source: str = "Snapshot") -> Any:
@@ -166,6 +176,30 @@ class Writes:
             else:
                 self._insert(batch, self.next_id)
                 self.next_id += 1
+
+
+def seeded_writes(
+    database: Any, clock: Any, *, seed: int, accounts: int, steps: int
+) -> tuple[Writes, datetime]:
+    """``accounts`` accounts inserted a second on the emulator's ``clock``, then ``steps`` random writes
+    10 ms apart; returns the writes and T, the first whole second at least 2 s after them."""
+    clock.advance(timedelta(seconds=1))
+    writes = Writes(database, seed=seed)
+    writes.insert_accounts(accounts)
+    for _ in range(steps):
+        writes.step()
+        clock.advance(timedelta(milliseconds=10))
+    return writes, (clock.now() + timedelta(seconds=2)).replace(microsecond=0)
+
+
+def write_across(writes: Writes, clock: Any, start: datetime, end: datetime, step: timedelta) -> None:
+    """Random writes ``step`` apart on the emulator's ``clock`` from ``start`` until 100 ms before ``end``;
+    the clock is then a second past ``end``, so every window up to it is complete."""
+    clock.set(start)
+    while clock.now() < end - timedelta(milliseconds=100):
+        writes.step()
+        clock.advance(step)
+    clock.set(end + timedelta(seconds=1))
 
 
 def keyset(keys: list[list[int]]) -> Any:

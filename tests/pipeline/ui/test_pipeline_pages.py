@@ -4,13 +4,14 @@ through windows, and that a page's database work does not grow with the number o
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from html.parser import HTMLParser
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from support.metastores import store
 
 from airflow_provider_cdc.core.timestamps import to_micros
 from airflow_provider_cdc.metastore import Metastore, WindowRecord
@@ -23,14 +24,18 @@ from tests.support.pipeline_pages import READER, T0, WINDOW, applied_after, reco
 
 DAG = "orders_to_lake"
 
+__all__ = ["store"]  # a fixture
+
 
 class Links:
     def index(self) -> str:
         return "/cdc/"
 
     def pipeline(self, pipeline: str, *, older: str | None = None, newer: str | None = None) -> str:
-        return f"/cdc/pipelines/{pipeline}" + (f"?older={older}" if older else "") + (
-            f"?newer={newer}" if newer else ""
+        return (
+            f"/cdc/pipelines/{pipeline}"
+            + (f"?older={older}" if older else "")
+            + (f"?newer={newer}" if newer else "")
         )
 
     def run(self, dag_id: str, run_id: str) -> str:
@@ -67,14 +72,6 @@ def run_of(window_id: str, state: str, failed_task: str | None = None) -> RunRec
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock(to_micros(T0))
-
-
-@pytest.fixture
-def store(metastore_url: str, clock: ManualClock) -> Iterator[Metastore]:
-    metastore = Metastore(metastore_url, clock=clock)
-    metastore.create_schema()
-    yield metastore
-    metastore.dispose()
 
 
 class Page(HTMLParser):
@@ -142,7 +139,10 @@ def test_a_pipeline_page_shows_its_windows_tables_units_and_plots(
 
     view = page.pipeline
     assert (view.pipeline, view.dag_ids, view.source, view.targets) == (
-        "orders", (DAG,), recorded.stream, "bigquery, delta"
+        "orders",
+        (DAG,),
+        recorded.stream,
+        "bigquery, delta",
     )
     assert view.last_applied == "[2026-01-01 00:20:00, 2026-01-01 00:30:00)"
     assert view.lag == "30 min" and view.state_kind == "failed"
@@ -236,7 +236,9 @@ def test_the_list_shows_the_pipelines_the_dags_run_and_the_metastore_knows(
     assert views["payments"].state == "applied through 2026-01-01 00:20:00"
     assert views["payments"].targets == "delta"
     assert (views["refunds"].state, views["refunds"].lag, views["refunds"].source) == (
-        "no window recorded yet", "-", "-"
+        "no window recorded yet",
+        "-",
+        "-",
     )
     assert runs.lookups == [[ids[3]]]  # only the window holding a pipeline back is looked up
     html = render_pipelines(PipelinesPage(tuple(views.values()), (), "now"))

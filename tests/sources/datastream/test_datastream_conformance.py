@@ -11,34 +11,30 @@ source refuses.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import pytest
 from support.clock import ManualClock
 from support.source_conformance import (
-    Opened,
+    EpochSource,
+    SourceConformanceChecks,
     SourceUnderTest,
-    check_a_refused_window_is_named_and_loses_nothing,
-    check_only_recorded_claims_are_read,
-    check_reads_stage_the_history,
-    check_sequence_numbers_order_each_key,
+    clocked_metastore,
+    on_metastore,
+    typed_change,
 )
 from support.table_sources import metastore_connection
 
 from airflow_provider_cdc.core.window import Window
-from airflow_provider_cdc.metastore import Metastore
 from airflow_provider_cdc.sources.datastream.hook import DatastreamHook
 from airflow_provider_cdc.testing.datastream.compare import TABLES, comparable
 from airflow_provider_cdc.testing.datastream.scenario import DatastreamScenario
 from airflow_provider_cdc.testing.datastream.writer import LocalFolderSink
 
-PIPELINE = "conformance"
 #: The window the checks read: the second, where the backfill, CDC and the schema change meet.
 SEEDED_WINDOW = 1
 
@@ -53,59 +49,20 @@ def _neutral(table: str, key: dict[str, Any], operation: str, values: dict[str, 
     }
 
 
-def _decoded(row: dict[str, Any]) -> dict[str, Any]:
-    """A staged row's key and image as Python values (its column types decode them)."""
-    from airflow_provider_cdc.core.types import decode_value, parse_logical_type
-
-    types = {
-        c["name"]: parse_logical_type(c["type"], c["name"]) for c in json.loads(row["column_types_json"])
-    }
-    key = {
-        name: decode_value(types[name], value, name) for name, value in json.loads(row["keys_json"]).items()
-    }
-    values = {
-        name: decode_value(types[name], value, name) for name, value in json.loads(row["after_json"]).items()
-    }
-    neutral = _neutral(row["table_name"], key, row["operation"], values)
-    return {**neutral, "change_sequence_number": row["change_sequence_number"]}
-
-
 @dataclass
-class DatastreamSource:
+class DatastreamSource(EpochSource):
     """The conformance adapter of one database's stream."""
 
-    name: str
-    hook: DatastreamHook
-    root: Path
-    lease_clock: ManualClock
     scenario: DatastreamScenario
     now: list[datetime]
 
     def window(self) -> Window:
         return Window(*self.scenario.windows[SEEDED_WINDOW])
 
-    def open(self, window: Window) -> Opened:
-        epoch, units = self.hook.open_window_epoch(PIPELINE, window, str(self.root), "opener")
-        return Opened(epoch, units)
-
-    def read(self, window: Window, owner: str, **reader_kwargs: Any) -> Any:
-        return self.hook.read_window(window, str(self.root), owner, **reader_kwargs)
-
-    def staging_location(self, window: Window) -> Path:
-        return self.root / self.hook.staging_folder / window.window_id
-
-    def staged(self, window: Window) -> list[dict[str, Any]]:
-        from airflow_provider_cdc.hooks.pipeline import CdcPipelineHook
-        from airflow_provider_cdc.merge.input import check_staged_units
-
-        units = CdcPipelineHook().merge_input(self.hook.source_key, window).units
-        checked = check_staged_units(str(self.staging_location(window)), window, units)
-        return [
-            _decoded(row)
-            for unit in checked
-            for path in unit.files
-            for row in pq.read_table(path).to_pylist()
-        ]
+    def change(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        change = typed_change(row)
+        neutral = _neutral(change["table"], change["key"], change["operation"], change["values"])
+        return {**neutral, "change_sequence_number": change["change_sequence_number"]}
 
     def history(self, window: Window) -> list[dict[str, Any]]:
         index = self.scenario.windows.index((window.start, window.end))
@@ -140,35 +97,16 @@ def source(
     for index in range(len(scenario.windows)):
         scenario.write_window(index, LocalFolderSink(str(tmp_path / "stream")))
     clock = ManualClock()
-    store = Metastore(sqlite_url, clock=clock)
-    store.ensure_schema()
-
-    class Clocked(DatastreamHook):
-        @property
-        def metastore(self) -> Metastore:
-            return store
-
+    store = clocked_metastore(sqlite_url, clock)
     now = [scenario.windows[-1][1] + timedelta(hours=1)]
     settings = {"column_types": scenario.jsonl_column_types()} if file_format == "jsonl" else {}
-    hook = Clocked(str(tmp_path / "stream"), "shop", settings=settings, clock=lambda: now[0])
+    hook_class = on_metastore(DatastreamHook, store)
+    hook = hook_class(str(tmp_path / "stream"), "shop", settings=settings, clock=lambda: now[0])
     yield DatastreamSource(
         f"datastream {database} {file_format}", hook, tmp_path / "staging", clock, scenario, now
     )
     store.dispose()
 
 
-def test_a_window_read_fresh_and_after_a_killed_reader_stages_the_history(source: SourceUnderTest) -> None:
-    check_reads_stage_the_history(source)
-
-
-def test_sequence_numbers_order_each_keys_changes_as_committed(source: SourceUnderTest) -> None:
-    check_sequence_numbers_order_each_key(source)
-
-
-def test_only_recorded_claims_are_read(source: SourceUnderTest) -> None:
-    check_only_recorded_claims_are_read(source)
-
-
-def test_a_window_still_arriving_is_refused_naming_it(source: SourceUnderTest) -> None:
-    error = check_a_refused_window_is_named_and_loses_nothing(source)
-    assert type(error).__name__ == "WindowNotArrivedError", error
+class TestDatastreamConformance(SourceConformanceChecks):
+    refused_with = "WindowNotArrivedError"  # its files may still be arriving

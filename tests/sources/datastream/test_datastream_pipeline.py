@@ -18,13 +18,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
-from google.auth.credentials import AnonymousCredentials
-from google.cloud import bigquery
-from google.cloud.bigquery_storage_v1 import BigQueryWriteClient
-from google.cloud.bigquery_storage_v1.services.big_query_write.transports import BigQueryWriteGrpcTransport
 from support.clock import ManualClock
+from support.fake_bigquery import fake_clients
 from support.log_lines import LineLog
 
 from airflow_provider_cdc.changesets.reader import ChangeSetReader
@@ -145,14 +141,7 @@ def streams(spark_connect_server: Any, tmp_path_factory: pytest.TempPathFactory)
 
 
 def _bigquery(fake: FakeBigQuery, dataset: str, ledger: Metastore) -> BigQueryCdcTarget:
-    client = bigquery.Client(
-        project=PROJECT,
-        credentials=AnonymousCredentials(),
-        client_options={"api_endpoint": fake.rest_endpoint},
-    )
-    write = BigQueryWriteClient(
-        transport=BigQueryWriteGrpcTransport(channel=grpc.insecure_channel(fake.write_endpoint))
-    )
+    client, write = fake_clients(fake, PROJECT)
     return BigQueryCdcTarget(client, write, PROJECT, dataset, ledger=ledger)
 
 

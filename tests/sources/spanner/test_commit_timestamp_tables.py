@@ -18,7 +18,6 @@ from support.table_sources import (
     apply_window,
     column_types,
     decoded,
-    metastore_connection,
     sleep_until,
     staged_rows,
     table_hook,
@@ -51,13 +50,6 @@ LATE_KEY = 9
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
-
-
-@pytest.fixture
-def google_env(google_spanner_emulator: Any, monkeypatch: pytest.MonkeyPatch, sqlite_url: str) -> str:
-    monkeypatch.setenv("SPANNER_EMULATOR_HOST", google_spanner_emulator.host)
-    monkeypatch.setenv("AIRFLOW_CONN_CDC_METASTORE_DEFAULT", metastore_connection(sqlite_url))
-    return sqlite_url
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +140,11 @@ def expected_tables(database: Any, types: dict[str, dict], first: datetime, end:
 
 @pytest.mark.parametrize("page_rows", [None, 2], ids=["partitioned", "pages-of-2"])
 def test_commit_timestamp_windows_equal_the_tables_and_name_late_rows(
-    history: tuple, google_env: str, tmp_path: Path, page_rows: int | None, capsys: pytest.CaptureFixture[str]
+    history: tuple,
+    google_airflow_env: str,
+    tmp_path: Path,
+    page_rows: int | None,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     from airflow_provider_cdc.sources.spanner.table_hook import LateRowsError
 
@@ -193,7 +189,9 @@ def test_commit_timestamp_windows_equal_the_tables_and_name_late_rows(
     assert sorted(dict(key)["Id"] for key in state["Docs"]) == [1, 2, 3, 4, 5, 6]  # 3 undeleted, 9 late
 
 
-def test_a_window_is_read_again_at_its_own_timestamp(history: tuple, google_env: str, tmp_path: Path) -> None:
+def test_a_window_is_read_again_at_its_own_timestamp(
+    history: tuple, google_airflow_env: str, tmp_path: Path
+) -> None:
     database, windows = history
     hook = table_hook(database, source="Again")
     window = windows[0]
@@ -212,35 +210,23 @@ def test_a_window_is_read_again_at_its_own_timestamp(history: tuple, google_env:
 
 
 def test_a_column_that_is_not_a_commit_timestamp_is_refused(
-    history: tuple, google_env: str, tmp_path: Path
+    history: tuple, google_airflow_env: str, tmp_path: Path
 ) -> None:
     from airflow_provider_cdc.sources.spanner.table_hook import TableSourceConfigError
 
     database, windows = history
     hook = table_hook(database, source="Refused")
-    with pytest.raises(
-        TableSourceConfigError, match="'Title' of table 'Docs' is not a commit-timestamp column"
-    ):
-        hook.open_window(
-            "refused",
-            windows[0],
-            str(tmp_path),
-            mode="commit_timestamp",
-            tables=[{"table": "Docs", "timestamp_column": "Title"}],
-        )
-    with pytest.raises(TableSourceConfigError, match="has no column 'Nope'"):
-        hook.open_window(
-            "refused",
-            windows[0],
-            str(tmp_path),
-            mode="commit_timestamp",
-            tables=[{"table": "Docs", "timestamp_column": "UpdatedAt", "soft_delete_column": "Nope"}],
-        )
-    with pytest.raises(TableSourceConfigError, match="does not exist"):
-        hook.open_window(
-            "refused",
-            windows[0],
-            str(tmp_path),
-            mode="commit_timestamp",
-            tables=[{"table": "Nothing", "timestamp_column": "UpdatedAt"}],
-        )
+    refusals = [
+        (
+            {"table": "Docs", "timestamp_column": "Title"},
+            "'Title' of table 'Docs' is not a commit-timestamp column",
+        ),
+        (
+            {"table": "Docs", "timestamp_column": "UpdatedAt", "soft_delete_column": "Nope"},
+            "has no column 'Nope'",
+        ),
+        ({"table": "Nothing", "timestamp_column": "UpdatedAt"}, "does not exist"),
+    ]
+    for table, message in refusals:
+        with pytest.raises(TableSourceConfigError, match=message):
+            hook.open_window("refused", windows[0], str(tmp_path), mode="commit_timestamp", tables=[table])

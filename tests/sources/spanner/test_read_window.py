@@ -15,13 +15,13 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from support.staged_changes import canonical as _canonical
 from support.staged_changes import difference as _difference
 from support.staged_changes import expected_changes as _expected
 from support.staged_changes import staged_changes, staged_row_change
+from support.table_sources import point_airflow_at
 
 from airflow_provider_cdc.core.window import Window
-from airflow_provider_cdc.testing.workload import ALL_CHANGES_STREAM, TABLES_BY_NAME, Workload, schema_ddl
+from airflow_provider_cdc.testing.workload import ALL_CHANGES_STREAM, Workload, schema_ddl
 
 
 def _staged(root: Path, window: Window, *, dedupe: bool = True) -> Counter:
@@ -30,18 +30,6 @@ def _staged(root: Path, window: Window, *, dedupe: bool = True) -> Counter:
 
 WINDOW = timedelta(seconds=60)
 WINDOWS = 20
-
-
-def _connection_env(url: str) -> str:
-    return json.dumps({"conn_type": "cdc_metastore", "extra": {"sqlalchemy_url": url}})
-
-
-@pytest.fixture
-def airflow_env(spanner_emulator: Any, monkeypatch: pytest.MonkeyPatch, sqlite_url: str) -> str:
-    """Airflow sees the emulator and a metastore connection; returns the metastore URL."""
-    monkeypatch.setenv("SPANNER_EMULATOR_HOST", spanner_emulator.host)
-    monkeypatch.setenv("AIRFLOW_CONN_CDC_METASTORE_DEFAULT", _connection_env(sqlite_url))
-    return sqlite_url
 
 
 def _hook(database: Any, **kwargs: Any) -> Any:
@@ -91,7 +79,7 @@ def _read(hook: Any, window: Window, root: Path, owner: str = "reader-0", **kwar
 
 
 def test_consecutive_windows_stage_the_committed_history_exactly_once(
-    history: tuple, airflow_env: str, tmp_path: Path
+    history: tuple, spanner_airflow_env: str, tmp_path: Path
 ) -> None:
     database, workload, begin = history
     hook = _hook(database)
@@ -112,7 +100,7 @@ def test_consecutive_windows_stage_the_committed_history_exactly_once(
 
 
 def test_rereading_a_past_window_stages_identical_records(
-    history: tuple, airflow_env: str, tmp_path: Path
+    history: tuple, spanner_airflow_env: str, tmp_path: Path
 ) -> None:
     database, workload, begin = history
     hook = _hook(database)
@@ -134,7 +122,7 @@ def test_rereading_a_past_window_stages_identical_records(
 
 
 def test_backfill_of_a_window_before_the_first_one_read(
-    history: tuple, airflow_env: str, tmp_path: Path
+    history: tuple, spanner_airflow_env: str, tmp_path: Path
 ) -> None:
     database, workload, begin = history
     hook = _hook(database)
@@ -177,7 +165,7 @@ def _read_in_subprocess(env: dict, database_id: str, window: tuple[str, str], ro
 
 
 def test_a_reader_killed_mid_partition_is_taken_over_and_nothing_is_lost(
-    history: tuple, airflow_env: str, tmp_path: Path
+    history: tuple, spanner_airflow_env: str, tmp_path: Path
 ) -> None:
     database, workload, begin = history
     window = Window(begin, begin + WINDOW * 3)  # a wide window: partitions with hundreds of records
@@ -240,8 +228,7 @@ def test_concurrent_readers_never_read_one_partition_at_the_same_time(
     request: Any,
 ) -> None:
     url = request.getfixturevalue("sqlite_url" if backend == "sqlite" else "postgres_url")
-    monkeypatch.setenv("SPANNER_EMULATOR_HOST", spanner_emulator.host)
-    monkeypatch.setenv("AIRFLOW_CONN_CDC_METASTORE_DEFAULT", _connection_env(url))
+    point_airflow_at(monkeypatch, spanner_emulator.host, url)
     database, workload, begin = history
     windows = _windows(begin)
     _hook(database).open_window("pipeline", windows[0], str(tmp_path), "opener")
@@ -258,7 +245,7 @@ def test_concurrent_readers_never_read_one_partition_at_the_same_time(
 
 @pytest.mark.parametrize("code", ["UNAVAILABLE", "ABORTED"])
 def test_interrupted_partition_queries_resume_without_loss_or_duplicates(
-    history: tuple, spanner_emulator: Any, airflow_env: str, tmp_path: Path, code: str
+    history: tuple, spanner_emulator: Any, spanner_airflow_env: str, tmp_path: Path, code: str
 ) -> None:
     database, workload, begin = history
     window = _windows(begin)[2]
@@ -273,7 +260,7 @@ def test_interrupted_partition_queries_resume_without_loss_or_duplicates(
 
 
 def test_sensor_pokes_and_defers_until_partitions_are_drained(
-    history: tuple, airflow_env: str, tmp_path: Path
+    history: tuple, spanner_airflow_env: str, tmp_path: Path
 ) -> None:
     from airflow.exceptions import TaskDeferred
 
@@ -321,7 +308,7 @@ def test_sensor_pokes_and_defers_until_partitions_are_drained(
 
 
 def test_the_drain_check_names_a_reader_that_stopped_reporting(
-    history: tuple, airflow_env: str, tmp_path: Path
+    history: tuple, spanner_airflow_env: str, tmp_path: Path
 ) -> None:
     import sqlalchemy as sa
 
@@ -338,8 +325,12 @@ def test_the_drain_check_names_a_reader_that_stopped_reporting(
     assert store.claim_partition(hook.stream_key, held, "reader-gone", 600) is not None
     assert "reader-gone" not in describe_lagging(hook.lagging_partitions(window.end))  # it just started
     with store.engine.begin() as conn:  # ten minutes without a record or heartbeat from its reader
-        conn.execute(sa.text("UPDATE cdc_partitions SET progress_us = progress_us - 600000000, "
-                             "updated_us = updated_us - 600000000"))
+        conn.execute(
+            sa.text(
+                "UPDATE cdc_partitions SET progress_us = progress_us - 600000000, "
+                "updated_us = updated_us - 600000000"
+            )
+        )
     reasons = {p.token: p.reason for p in hook.lagging_partitions(window.end)}
     stall = "its reader reader-gone has reported no progress for 3 heartbeat intervals of 10000 ms"
     assert stall in reasons[held]
@@ -348,7 +339,7 @@ def test_the_drain_check_names_a_reader_that_stopped_reporting(
 
 
 def test_operators_open_and_read_a_window_through_their_fields(
-    history: tuple, airflow_env: str, tmp_path: Path
+    history: tuple, spanner_airflow_env: str, tmp_path: Path
 ) -> None:
     from airflow_provider_cdc.sources.spanner.change_stream_operators import (
         SpannerChangeStreamOpenWindowOperator,
@@ -398,7 +389,7 @@ def test_operators_open_and_read_a_window_through_their_fields(
 @pytest.mark.parametrize(
     "stream", ["Orders; DROP TABLE Orders", "READ_x(", "1abc", "a b", "x" * 200, "Ünïcode"]
 )
-def test_hostile_stream_names_are_rejected_before_any_sql(stream: str, airflow_env: str) -> None:
+def test_hostile_stream_names_are_rejected_before_any_sql(stream: str, spanner_airflow_env: str) -> None:
     from airflow_provider_cdc.sources.spanner.change_stream_hook import SpannerChangeStreamHook
     from airflow_provider_cdc.sources.spanner.errors import ChangeStreamConfigError
 
@@ -406,7 +397,9 @@ def test_hostile_stream_names_are_rejected_before_any_sql(stream: str, airflow_e
         SpannerChangeStreamHook(project_id="p", instance_id="test-instance", database_id="db1", stream=stream)
 
 
-def test_errors_name_the_window_token_and_cause(history: tuple, airflow_env: str, tmp_path: Path) -> None:
+def test_errors_name_the_window_token_and_cause(
+    history: tuple, spanner_airflow_env: str, tmp_path: Path
+) -> None:
     from airflow_provider_cdc.sources.spanner.errors import ChangeStreamError
 
     database, workload, begin = history
@@ -419,7 +412,9 @@ def test_errors_name_the_window_token_and_cause(history: tuple, airflow_env: str
     assert "Table-valued function not found: READ_NoSuchStream" in message
 
 
-def test_a_reader_that_lost_its_lease_changes_nothing(airflow_env: str, history: Any, tmp_path: Path) -> None:
+def test_a_reader_that_lost_its_lease_changes_nothing(
+    spanner_airflow_env: str, history: Any, tmp_path: Path
+) -> None:
     """Reader A pauses past its lease, B reads and completes the partition, A wakes, writes, clears
     and completes: B's rows stay intact and count once; A's completion is refused."""
     import pyarrow.parquet as pq
@@ -449,19 +444,21 @@ def test_a_reader_that_lost_its_lease_changes_nothing(airflow_env: str, history:
     with StagingWriter(staging, ALL_CHANGES_STREAM, window, token, claim_id="a1") as writer:
         writer.write_rows(rows)
     assert not store.complete_window_partition(
-        key, window.start, window.end, token, "reader-a", rows=3, transactions=1, claim_id="a1",
+        key,
+        window.start,
+        window.end,
+        token,
+        "reader-a",
+        rows=3,
+        transactions=1,
+        claim_id="a1",
         output_files=1,
     )
 
     assert {path: Path(path).read_bytes() for path in recorded} == contents  # B's output is intact
     staged = Counter()
     for path in staged_files(staging, ALL_CHANGES_STREAM, window, claims=claims):
-        for row in pq.read_table(path).to_pylist():
-            spec = TABLES_BY_NAME[row["table_name"]]
-            staged[_canonical([row["commit_timestamp"].isoformat(), row["table_name"], row["operation"],
-                               spec.decode_values(json.loads(row["keys_json"])),
-                               spec.decode_values(json.loads(row["after_json"])),
-                               spec.decode_values(json.loads(row["before_json"]))])] += 1
+        staged.update(staged_row_change(row) for row in pq.read_table(path).to_pylist())
     expected = _expected(workload, window)
     assert staged == expected, _difference(staged, expected)  # each change once, none of A's
     item = next(i for i in store.window_partitions(key, window.start, window.end) if i.token == token)
@@ -479,7 +476,7 @@ PARTS_DDL = [
 def test_a_read_window_stages_each_columns_nullability_and_a_nullable_key_reaches_bigquery_keyed(
     spanner_emulator: Any,
     new_spanner_database: Any,
-    airflow_env: str,
+    spanner_airflow_env: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

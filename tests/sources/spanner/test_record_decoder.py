@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -178,24 +179,41 @@ def test_a_malformed_record_fails_naming_the_field(override: dict, field: str) -
         ChangeRecordDecoder("tok").decode(_row(**override), _decode_row)
 
 
-def test_fast_path_equals_the_record_parser_on_a_real_stream(
-    spanner_emulator: Any, new_spanner_database: Any
-) -> None:
-    database = new_spanner_database(schema_ddl(), prefix="decoder")
-    begin = spanner_emulator.clock.advance(timedelta(seconds=1))
-    workload = Workload(database, spanner_emulator, seed=5)
+def _real_stream(emulator: Any, new_database: Any, prefix: str, seed: int) -> tuple[Any, datetime, datetime]:
+    """A change stream over 1,500 seeded changes with splits: its query and the bounds that hold them."""
+    database = new_database(schema_ddl(), prefix=prefix)
+    begin = emulator.clock.advance(timedelta(seconds=1))
+    workload = Workload(database, emulator, seed=seed)
     workload.run(changes=1_500, step=timedelta(milliseconds=200), split_every=500)
-    end = spanner_emulator.clock.advance(timedelta(seconds=1))
-    query = ChangeStreamQuery(database, ALL_CHANGES_STREAM)
+    end = emulator.clock.advance(timedelta(seconds=1))
+    return ChangeStreamQuery(database, ALL_CHANGES_STREAM), begin, end
+
+
+def _read_every_partition(
+    query: Any, begin: datetime, end: datetime, read: Callable[[str, datetime], list[Any]]
+) -> None:
+    """Reads each partition of ``[begin, end)`` once, the root's children first: ``read(token, start)``
+    returns the partition's records, whose child partitions are read next."""
     pending = [(c.token, begin) for r in query.records(None, begin, end) for c in r.child_partitions]
     seen: set[str] = set()
-    compared = 0
     while pending:
         token, start = pending.pop()
         if token in seen:
             continue
         seen.add(token)
-        decoder = ChangeRecordDecoder(token)
+        for record in read(token, start):
+            pending.extend((c.token, record.timestamp) for c in getattr(record, "child_partitions", ()))
+
+
+def test_fast_path_equals_the_record_parser_on_a_real_stream(
+    spanner_emulator: Any, new_spanner_database: Any
+) -> None:
+    query, begin, end = _real_stream(spanner_emulator, new_spanner_database, "decoder", seed=5)
+    compared = 0
+
+    def read(token: str, start: datetime) -> list[Any]:
+        nonlocal compared
+        decoder, records = ChangeRecordDecoder(token), []
         for (row, decode_row), record in zip(
             query.lazy_rows(token, start, end), query.records(token, start, end), strict=True
         ):
@@ -208,7 +226,10 @@ def test_fast_path_equals_the_record_parser_on_a_real_stream(
                 compared += len(fast.rows)
             else:
                 assert fast == [record]
-                pending.extend((c.token, record.timestamp) for c in getattr(record, "child_partitions", ()))
+            records.append(record)
+        return records
+
+    _read_every_partition(query, begin, end, read)
     assert compared == 1_500
 
 
@@ -295,7 +316,11 @@ def _data_rows() -> list[list[struct_pb2.Value]]:
 BATCHES = {
     "data records": lambda: _data_rows(),
     "heartbeats and children between": lambda: [
-        _heartbeat(), *_data_rows()[:2], _heartbeat("2026-01-01T00:00:02.5Z"), *_data_rows()[2:], _children()
+        _heartbeat(),
+        *_data_rows()[:2],
+        _heartbeat("2026-01-01T00:00:02.5Z"),
+        *_data_rows()[2:],
+        _children(),
     ],
     "texts to re-encode": lambda: [
         *_data_rows()[:2],
@@ -306,7 +331,9 @@ BATCHES = {
     "a NULL transaction tag": lambda: [_data_rows()[0], _with_null_tag(_row()), _data_rows()[1]],
     "NULL kinds": lambda: [_with_null_kinds(_row()), _with_null_kinds(_row(record_sequence="00000009"))],
     "two records in a row, none in another": lambda: [
-        _two_elements(_row(), _heartbeat()), [struct_pb2.Value(list_value=struct_pb2.ListValue())], _row()
+        _two_elements(_row(), _heartbeat()),
+        [struct_pb2.Value(list_value=struct_pb2.ListValue())],
+        _row(),
     ],
     "one row": lambda: [_row()],
 }
@@ -317,6 +344,7 @@ def test_a_batch_decodes_as_the_record_parser_decodes_its_rows(name: str) -> Non
     rows = BATCHES[name]()
     items = ChangeRecordDecoder("tok").decode_batch(_batch(*rows))
     assert _flat(items, "tok") == _flat(_general_records(rows), "tok")
+
     # with nullability, and without the metadata that lets rows be read together: the same again
     def nullability(table: str) -> dict[str, bool]:
         return {"SingerId": False, "Name": True}
@@ -422,20 +450,11 @@ class _Iterable:
 def test_batches_of_a_real_stream_decode_as_the_record_parser(
     spanner_emulator: Any, new_spanner_database: Any
 ) -> None:
-    database = new_spanner_database(schema_ddl(), prefix="batches")
-    begin = spanner_emulator.clock.advance(timedelta(seconds=1))
-    workload = Workload(database, spanner_emulator, seed=6)
-    workload.run(changes=1_500, step=timedelta(milliseconds=200), split_every=500)
-    end = spanner_emulator.clock.advance(timedelta(seconds=1))
-    query = ChangeStreamQuery(database, ALL_CHANGES_STREAM)
-    pending = [(c.token, begin) for r in query.records(None, begin, end) for c in r.child_partitions]
-    seen: set[str] = set()
+    query, begin, end = _real_stream(spanner_emulator, new_spanner_database, "batches", seed=6)
     staged = runs = 0
-    while pending:
-        token, start = pending.pop()
-        if token in seen:
-            continue
-        seen.add(token)
+
+    def read(token: str, start: datetime) -> list[Any]:
+        nonlocal staged, runs
         decoder = ChangeRecordDecoder(token)
         batches = query.row_batches(token, start, end)
         items = [item for batch in batches for item in decoder.decode_batch(batch)]
@@ -443,7 +462,9 @@ def test_batches_of_a_real_stream_decode_as_the_record_parser(
         assert _flat(items, token) == _flat(records, token)
         runs += sum(isinstance(item, DataRecordRun) and len(item.counts) > 1 for item in items)
         staged += sum(len(item.columns[0]) for item in items if isinstance(item, DataRecordRun))
-        pending.extend((c.token, r.timestamp) for r in records for c in getattr(r, "child_partitions", ()))
+        return records
+
+    _read_every_partition(query, begin, end, read)
     assert staged == 1_500 and runs
 
 

@@ -40,45 +40,33 @@ _ACCOUNT_BALANCE_COLUMNS = [
     {"name": "Balance", "type": {"code": "INT"}, "is_primary_key": False, "ordinal_position": 3},
 ]
 
-TRANSFER_FIRST = {
-    "commit_timestamp": "2022-09-27T12:30:00.123456Z",
-    "record_sequence": "00000000",
-    "server_transaction_id": "6329047911",
-    "is_last_record_in_transaction_in_partition": True,
-    "table_name": "AccountBalance",
-    "column_types": _ACCOUNT_BALANCE_COLUMNS,
-    "mods": [
-        {
-            "keys": {"AccountId": "Id1"},
-            "new_values": {"LastUpdate": "2022-09-27T12:30:00.123456Z", "Balance": 1000},
-            "old_values": {"LastUpdate": "2022-09-26T11:28:00.189413Z", "Balance": 1500},
-        }
-    ],
-    "mod_type": "UPDATE",
-    "value_capture_type": "OLD_AND_NEW_VALUES",
-    "number_of_records_in_transaction": 2,
-    "number_of_partitions_in_transaction": 2,
-}
 
-TRANSFER_SECOND = {
-    "commit_timestamp": "2022-09-27T12:30:00.123456Z",
-    "record_sequence": "00000001",
-    "server_transaction_id": "6329047911",
-    "is_last_record_in_transaction_in_partition": True,
-    "table_name": "AccountBalance",
-    "column_types": _ACCOUNT_BALANCE_COLUMNS,
-    "mods": [
-        {
-            "keys": {"AccountId": "Id2"},
-            "new_values": {"LastUpdate": "2022-09-27T12:30:00.123456Z", "Balance": 2000},
-            "old_values": {"LastUpdate": "2022-01-20T11:25:00.199915Z", "Balance": 1500},
-        }
-    ],
-    "mod_type": "UPDATE",
-    "value_capture_type": "OLD_AND_NEW_VALUES",
-    "number_of_records_in_transaction": 2,
-    "number_of_partitions_in_transaction": 2,
-}
+def _transfer(sequence: str, account: str, balance: int, updated_before: str) -> dict:
+    """A record of the seed document's transfer: one transaction of two records, one account's update
+    each, its balance from 1500."""
+    return {
+        "commit_timestamp": "2022-09-27T12:30:00.123456Z",
+        "record_sequence": sequence,
+        "server_transaction_id": "6329047911",
+        "is_last_record_in_transaction_in_partition": True,
+        "table_name": "AccountBalance",
+        "column_types": _ACCOUNT_BALANCE_COLUMNS,
+        "mods": [
+            {
+                "keys": {"AccountId": account},
+                "new_values": {"LastUpdate": "2022-09-27T12:30:00.123456Z", "Balance": balance},
+                "old_values": {"LastUpdate": updated_before, "Balance": 1500},
+            }
+        ],
+        "mod_type": "UPDATE",
+        "value_capture_type": "OLD_AND_NEW_VALUES",
+        "number_of_records_in_transaction": 2,
+        "number_of_partitions_in_transaction": 2,
+    }
+
+
+TRANSFER_FIRST = _transfer("00000000", "Id1", 1000, updated_before="2022-09-26T11:28:00.189413Z")
+TRANSFER_SECOND = _transfer("00000001", "Id2", 2000, updated_before="2022-01-20T11:25:00.199915Z")
 
 HEARTBEAT = {"timestamp": "2022-09-27T12:35:00.312486Z"}
 
@@ -271,10 +259,14 @@ def test_record_columns_keep_the_stream_type_json_and_parse_as_column_types():
     record = parse_record_dict("data_change_record", {**TRANSFER_FIRST, "column_types": columns})
     assert [c.to_json_dict() for c in record.column_types] == columns  # staged as the stream sent it
     assert str(record.column_types[1].logical_type) == "NUMERIC"
-    assert parse_column_types(record.column_types) == parse_spanner_column_types(record.column_types) == [
-        ColumnType("Id", LogicalType("INT64"), True, 1),
-        ColumnType("Amount", {"code": "NUMERIC"}, False, 2),
-    ]
+    assert (
+        parse_column_types(record.column_types)
+        == parse_spanner_column_types(record.column_types)
+        == [
+            ColumnType("Id", LogicalType("INT64"), True, 1),
+            ColumnType("Amount", {"code": "NUMERIC"}, False, 2),
+        ]
+    )
     assert len({*record.column_types, *record.column_types}) == 2
     unknown = parse_record_dict("data_change_record", TRANSFER_FIRST).column_types
     with pytest.raises(SpannerTypeError, match="column 'Balance': unsupported Spanner type"):

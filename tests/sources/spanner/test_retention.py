@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from support.table_sources import point_airflow_at
 
 from airflow_provider_cdc.core.window import Window
 
@@ -40,19 +41,17 @@ def database(emulator: Any, emulator_instance: Any) -> Any:
 
 @pytest.fixture
 def airflow_env(emulator: Any, monkeypatch: pytest.MonkeyPatch, sqlite_url: str) -> str:
-    monkeypatch.setenv("SPANNER_EMULATOR_HOST", emulator.host)
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_CDC_METASTORE_DEFAULT",
-        json.dumps({"conn_type": "cdc_metastore", "extra": {"sqlalchemy_url": sqlite_url}}),
-    )
-    return sqlite_url
+    return point_airflow_at(monkeypatch, emulator.host, sqlite_url)
 
 
 def _hook(database_id: str, stream: str = "Weekly", **kwargs: Any) -> Any:
     from airflow_provider_cdc.sources.spanner.change_stream_hook import SpannerChangeStreamHook
 
     return SpannerChangeStreamHook(
-        project_id="test-project", instance_id="test-instance", database_id=database_id, stream=stream,
+        project_id="test-project",
+        instance_id="test-instance",
+        database_id=database_id,
+        stream=stream,
         **kwargs,
     )
 
@@ -159,17 +158,37 @@ def test_a_retention_that_is_not_a_duration_is_refused(value: Any, airflow_env: 
         _hook("anydb", retention=value)
 
 
+def _drained_sensor_arguments(database: Any, window: Any) -> dict[str, Any]:
+    """The drained sensor's arguments for ``window`` of the stream ``Weekly`` of ``database``."""
+    return dict(
+        project_id="test-project",
+        instance_id="test-instance",
+        database_id=database.database_id,
+        stream="Weekly",
+        timestamp=window.end,
+        window_start=window.start,
+        window_end=window.end,
+    )
+
+
 def _retentions(database: Any) -> dict[str, Any]:
     return {name: _hook(database.database_id, stream=name).retention for name in ("Weekly", "Hours", "Plain")}
 
 
-def test_the_project_emulator_reports_each_streams_retention(database: Any, airflow_env: str) -> None:
-    found = _retentions(database)
+def _assert_the_streams_retentions(found: dict[str, Any]) -> None:
+    """``Weekly`` keeps 7 days (its option), ``Hours`` 36 hours, ``Plain`` Spanner's default day."""
     assert (found["Weekly"].period, found["Weekly"].source, found["Weekly"].option_value) == (
-        timedelta(days=7), "stream", "7d"
+        timedelta(days=7),
+        "stream",
+        "7d",
     )
     assert (found["Hours"].period, found["Hours"].option_value) == (timedelta(hours=36), "36h")
     assert (found["Plain"].period, found["Plain"].source) == (timedelta(days=1), "default")
+
+
+def test_the_project_emulator_reports_each_streams_retention(database: Any, airflow_env: str) -> None:
+    found = _retentions(database)
+    _assert_the_streams_retentions(found)
     assert "Spanner's default" in found["Plain"].describe()
 
 
@@ -198,11 +217,7 @@ def test_google_emulator_reports_the_streams_retention(
     database = new_google_database(STREAMS, prefix="retention")
     monkeypatch.setenv("SPANNER_EMULATOR_HOST", google_spanner_emulator.host)
     found = _retentions(database)
-    assert (found["Weekly"].period, found["Weekly"].source, found["Weekly"].option_value) == (
-        timedelta(days=7), "stream", "7d"
-    )
-    assert (found["Hours"].period, found["Hours"].option_value) == (timedelta(hours=36), "36h")
-    assert (found["Plain"].period, found["Plain"].source) == (timedelta(days=1), "default")
+    _assert_the_streams_retentions(found)
     assert _hook(database.database_id, retention="2h").retention.period == timedelta(hours=2)
     now = _hook(database.database_id).database_now()
     assert abs((now - datetime.now(now.tzinfo)).total_seconds()) < 60
@@ -260,15 +275,7 @@ def test_sensor_and_trigger_carry_retention_and_fail_for_an_expired_window(
     hook = _hook(database.database_id)
     hook.open_window("pipeline", window, str(tmp_path), "reader")  # opened, never read
     emulator.clock.set(window.start + timedelta(days=2))
-    kwargs = dict(
-        project_id="test-project",
-        instance_id="test-instance",
-        database_id=database.database_id,
-        stream="Weekly",
-        timestamp=window.end,
-        window_start=window.start,
-        window_end=window.end,
-    )
+    kwargs = _drained_sensor_arguments(database, window)
     assert "retention" in SpannerChangeStreamPartitionsDrainedSensor.template_fields
     assert SpannerChangeStreamPartitionsDrainedSensor(task_id="waits", **kwargs).poke({}) is False
     expired = SpannerChangeStreamPartitionsDrainedSensor(task_id="expired", retention="1d", **kwargs)
@@ -321,9 +328,7 @@ def test_a_sensor_looks_the_retention_up_once_for_all_its_pokes(
     _hook(database.database_id).open_window("pipeline", window, str(tmp_path), "reader")  # never read
     queries.clear()
     sensor = SpannerChangeStreamPartitionsDrainedSensor(
-        task_id="waits", project_id="test-project", instance_id="test-instance",
-        database_id=database.database_id, stream="Weekly", timestamp=window.end,
-        window_start=window.start, window_end=window.end,
+        task_id="waits", **_drained_sensor_arguments(database, window)
     )
     assert [sensor.poke({}) for _ in range(3)] == [False, False, False]
     assert queries.count(RETENTION_QUERY) == 1, queries

@@ -15,6 +15,7 @@ import multiprocessing
 import os
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,6 @@ from support.table_sources import (
     apply_window,
     column_types,
     database_tables,
-    metastore_connection,
     now,
     sleep_until,
     staged_rows,
@@ -41,15 +41,8 @@ from airflow_provider_cdc.core.window import Window
 W = timedelta(seconds=3)
 
 
-@pytest.fixture
-def google_env(google_spanner_emulator: Any, monkeypatch: pytest.MonkeyPatch, sqlite_url: str) -> str:
-    monkeypatch.setenv("SPANNER_EMULATOR_HOST", google_spanner_emulator.host)
-    monkeypatch.setenv("AIRFLOW_CONN_CDC_METASTORE_DEFAULT", metastore_connection(sqlite_url))
-    return sqlite_url
-
-
 def test_snapshot_then_stream_equals_the_database_at_every_window_end(
-    new_google_database: Any, google_env: str, tmp_path: Path
+    new_google_database: Any, google_airflow_env: str, tmp_path: Path
 ) -> None:
     from airflow_provider_cdc.sources.spanner.change_stream_hook import SpannerChangeStreamHook
     from airflow_provider_cdc.sources.spanner.snapshot import snapshot_window
@@ -131,6 +124,33 @@ def _wide_database(new_google_database: Any, rows: int = 120) -> tuple[Any, Wind
     return database, window
 
 
+def _opened_wide_snapshot(new_google_database: Any, root: Path) -> tuple[Any, Window, Any]:
+    """The :func:`_wide_database`'s snapshot window opened under ``root``: the database, the window and
+    the hook that opened it."""
+    database, window = _wide_database(new_google_database)
+    hook = table_hook(database)
+    hook.open_window("pipe", window, str(root), mode="snapshot", tables=["T0", "T1", "T2"])
+    return database, window, hook
+
+
+def _before_each_chunk(reader: Any, call: Callable[[], None]) -> None:
+    """Makes the table reader ``reader`` call ``call`` before it encodes each chunk of rows."""
+    original = reader._encoder
+
+    def encoder(*args: Any) -> Any:
+        made = original(*args)
+        columns = made.columns
+
+        def intercepted(rows: Any) -> Any:
+            call()
+            return columns(rows)
+
+        made.columns = intercepted
+        return made
+
+    reader._encoder = encoder
+
+
 def _assert_each_row_once(hook: Any, root: Path, window: Window, rows: int = 120) -> None:
     staged = staged_rows(hook, root, window)
     keys = [(r["table_name"], r["keys_json"]) for r in staged]
@@ -138,30 +158,20 @@ def _assert_each_row_once(hook: Any, root: Path, window: Window, rows: int = 120
 
 
 def test_a_snapshot_reader_that_loses_its_lease_changes_nothing(
-    new_google_database: Any, google_env: str, tmp_path: Path
+    new_google_database: Any, google_airflow_env: str, tmp_path: Path
 ) -> None:
     from airflow_provider_cdc.sources.spanner.table_reader import TableReadError
 
-    database, window = _wide_database(new_google_database)
-    hook = table_hook(database)
-    hook.open_window("pipe", window, str(tmp_path), mode="snapshot", tables=["T0", "T1", "T2"])
+    database, window, hook = _opened_wide_snapshot(new_google_database, tmp_path)
     slow = hook.table_reader(str(tmp_path), "slow", lease_seconds=1.0, rows_per_file=10, chunk_rows=10)
-    original, stalled = slow._encoder, threading.Event()
+    stalled = threading.Event()
 
-    def encoder(*args: Any) -> Any:
-        made = original(*args)
-        columns = made.columns
+    def pause_once() -> None:
+        if not stalled.is_set():
+            stalled.set()
+            time.sleep(3.0)  # past its lease: another reader takes the batch over
 
-        def paused(rows: Any) -> Any:
-            if not stalled.is_set():
-                stalled.set()
-                time.sleep(3.0)  # past its lease: another reader takes the batch over
-            return columns(rows)
-
-        made.columns = paused
-        return made
-
-    slow._encoder = encoder
+    _before_each_chunk(slow, pause_once)
     errors: list[BaseException] = []
 
     def run_slow() -> None:
@@ -189,32 +199,22 @@ def _killed_snapshot_reader(env: dict, database_id: str, window_id: str, root: s
         project_id=PROJECT, instance_id=INSTANCE, database_id=database_id, source="Snapshot"
     )
     reader = hook.table_reader(root, "dag/run/read/0", rows_per_file=10, chunk_rows=10)
-    original, calls = reader._encoder, [0]
+    calls = [0]
 
-    def encoder(*args: Any) -> Any:
-        made = original(*args)
-        columns = made.columns
+    def count_and_die() -> None:
+        calls[0] += 1
+        if calls[0] == 16:  # mid-way through the second table's rows
+            Path(marker).write_text("killing")
+            os.kill(os.getpid(), 9)
 
-        def counted(rows: Any) -> Any:
-            calls[0] += 1
-            if calls[0] == 16:  # mid-way through the second table's rows
-                Path(marker).write_text("killing")
-                os.kill(os.getpid(), 9)
-            return columns(rows)
-
-        made.columns = counted
-        return made
-
-    reader._encoder = encoder
+    _before_each_chunk(reader, count_and_die)
     reader.read(Window.from_window_id(window_id))
 
 
 def test_a_snapshot_task_killed_mid_way_and_retried_stages_each_row_once(
-    new_google_database: Any, google_env: str, tmp_path: Path
+    new_google_database: Any, google_airflow_env: str, tmp_path: Path
 ) -> None:
-    database, window = _wide_database(new_google_database)
-    hook = table_hook(database)
-    hook.open_window("pipe", window, str(tmp_path), mode="snapshot", tables=["T0", "T1", "T2"])
+    database, window, hook = _opened_wide_snapshot(new_google_database, tmp_path)
     env = {k: os.environ[k] for k in ("SPANNER_EMULATOR_HOST", "AIRFLOW_CONN_CDC_METASTORE_DEFAULT")}
     marker = tmp_path / "killed"
     process = multiprocessing.get_context("spawn").Process(
@@ -243,7 +243,7 @@ def test_a_snapshot_task_killed_mid_way_and_retried_stages_each_row_once(
 
 
 def test_a_snapshot_older_than_the_version_retention_fails_naming_the_option(
-    new_google_database: Any, google_env: str, tmp_path: Path
+    new_google_database: Any, google_airflow_env: str, tmp_path: Path
 ) -> None:
     from airflow_provider_cdc.sources.spanner.errors import RetentionExpiredError
     from airflow_provider_cdc.sources.spanner.snapshot import snapshot_window

@@ -20,10 +20,11 @@ from support.table_sources import (
     INSTANCE,
     PROJECT,
     SNAPSHOT_DDL,
-    Writes,
     column_types,
     database_tables,
-    metastore_connection,
+    point_airflow_at,
+    seeded_writes,
+    write_across,
 )
 
 from airflow_provider_cdc._compat import AirflowFailException
@@ -150,24 +151,15 @@ def test_a_snapshot_is_applied_as_the_pipelines_first_window_and_the_stream_foll
     )
     from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
 
-    monkeypatch.setenv("SPANNER_EMULATOR_HOST", spanner_emulator.host)
-    monkeypatch.setenv("AIRFLOW_CONN_CDC_METASTORE_DEFAULT", metastore_connection(sqlite_url))
+    point_airflow_at(monkeypatch, spanner_emulator.host, sqlite_url)
     monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
     clock = spanner_emulator.clock
     database = new_spanner_database(SNAPSHOT_DDL, prefix="ops")
-    clock.advance(timedelta(seconds=1))
-    writes = Writes(database, seed=21)
-    writes.insert_accounts(50)
-    for _ in range(40):
-        writes.step()
-        clock.advance(timedelta(milliseconds=10))
-    first = (clock.now() + timedelta(seconds=2)).replace(microsecond=0)
+    writes, first = seeded_writes(database, clock, seed=21, accounts=50, steps=40)
     stream_window = Window(first, first + timedelta(seconds=10))
-    clock.set(first - timedelta(milliseconds=200))
-    while clock.now() < stream_window.end - timedelta(milliseconds=100):
-        writes.step()
-        clock.advance(timedelta(milliseconds=50))
-    clock.set(stream_window.end + timedelta(seconds=1))
+    write_across(
+        writes, clock, first - timedelta(milliseconds=200), stream_window.end, timedelta(milliseconds=50)
+    )
 
     roots = {name: str(tmp_path / name) for name in ("staging_root", "changeset_root", "lake_root")}
     spanner = {"project_id": PROJECT, "instance_id": INSTANCE, "database_id": database.database_id}
@@ -267,8 +259,12 @@ def test_tables_rendered_as_json_text_reach_the_hook_as_a_list() -> None:
 
 
 def _snapshot_pipeline(
-    spanner_emulator: Any, new_spanner_database: Any, monkeypatch: pytest.MonkeyPatch, sqlite_url: str,
-    tmp_path: Path, prefix: str,
+    spanner_emulator: Any,
+    new_spanner_database: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    sqlite_url: str,
+    tmp_path: Path,
+    prefix: str,
 ) -> SimpleNamespace:
     """A snapshot window of a written database and its steps as one run executes them (each takes the
     epoch its run opened): ``open_and_read``, ``merge``, ``upsert``, ``commit``."""
@@ -277,19 +273,12 @@ def _snapshot_pipeline(
     from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
     from airflow_provider_cdc.targets.delta.operators import SparkUpsertWindowOperator
 
-    monkeypatch.setenv("SPANNER_EMULATOR_HOST", spanner_emulator.host)
-    monkeypatch.setenv("AIRFLOW_CONN_CDC_METASTORE_DEFAULT", metastore_connection(sqlite_url))
+    point_airflow_at(monkeypatch, spanner_emulator.host, sqlite_url)
     monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
     monkeypatch.delenv("AIRFLOW_CONN_SPARK_DEFAULT", raising=False)  # Spark on this worker
     clock = spanner_emulator.clock
     database = new_spanner_database(SNAPSHOT_DDL, prefix=prefix)
-    clock.advance(timedelta(seconds=1))
-    writes = Writes(database, seed=5)
-    writes.insert_accounts(60)
-    for _ in range(30):
-        writes.step()
-        clock.advance(timedelta(milliseconds=10))
-    first = (clock.now() + timedelta(seconds=2)).replace(microsecond=0)
+    _, first = seeded_writes(database, clock, seed=5, accounts=60, steps=30)
     clock.set(first + timedelta(seconds=1))
 
     roots = {name: str(tmp_path / name) for name in ("staging_root", "changeset_root", "lake_root")}
@@ -338,10 +327,18 @@ def _snapshot_pipeline(
         ).execute(_context("commit"))  # fmt: skip
 
     return SimpleNamespace(
-        database=database, window=window, stream_key=stream_key, store=Metastore(sqlite_url),
+        database=database,
+        window=window,
+        stream_key=stream_key,
+        store=Metastore(sqlite_url),
         types={name: column_types(database, name) for name in ("Accounts", "Notes")},
-        change_set=tmp_path / "changeset_root" / window.window_id, open_window=open_window, read=read,
-        open_and_read=open_and_read, merge=merge, upsert=upsert, commit=commit,
+        change_set=tmp_path / "changeset_root" / window.window_id,
+        open_window=open_window,
+        read=read,
+        open_and_read=open_and_read,
+        merge=merge,
+        upsert=upsert,
+        commit=commit,
     )
 
 
@@ -416,7 +413,11 @@ def test_a_second_run_reopening_the_snapshot_fences_the_first_and_a_lost_batch_f
     database, window, types, store = run.database, run.window, run.types, run.store
     change_set = run.change_set
     stream_key, open_and_read, merge, upsert, commit = (
-        run.stream_key, run.open_and_read, run.merge, run.upsert, run.commit
+        run.stream_key,
+        run.open_and_read,
+        run.merge,
+        run.upsert,
+        run.commit,
     )
 
     def staged_part_files() -> set[Path]:
@@ -457,8 +458,13 @@ def test_a_second_run_reopening_the_snapshot_fences_the_first_and_a_lost_batch_f
     lost = recorded[0]
     from airflow_provider_cdc.core.contract.locations import claim_folder, partition_key
 
-    folder = Path(claim_folder(str(tmp_path / "staging_root" / "Snapshot" / window.window_id),
-                               partition_key(lost.token), lost.claim_id))
+    folder = Path(
+        claim_folder(
+            str(tmp_path / "staging_root" / "Snapshot" / window.window_id),
+            partition_key(lost.token),
+            lost.claim_id,
+        )
+    )
     (folder / "part-00000.parquet").unlink()
     with pytest.raises(StagedInputMissingError) as refused:
         merge(2)

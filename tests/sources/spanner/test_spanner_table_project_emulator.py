@@ -18,13 +18,13 @@ from support.table_sources import (
     INSTANCE,
     PROJECT,
     SNAPSHOT_DDL,
-    Writes,
     apply_window,
     column_types,
     database_tables,
-    metastore_connection,
+    seeded_writes,
     staged_rows,
     table_hook,
+    write_across,
 )
 
 from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND
@@ -34,9 +34,8 @@ W = timedelta(seconds=10)
 
 
 @pytest.fixture
-def project_env(spanner_emulator: Any, monkeypatch: pytest.MonkeyPatch, sqlite_url: str) -> Any:
-    monkeypatch.setenv("SPANNER_EMULATOR_HOST", spanner_emulator.host)
-    monkeypatch.setenv("AIRFLOW_CONN_CDC_METASTORE_DEFAULT", metastore_connection(sqlite_url))
+def project_env(spanner_emulator: Any, spanner_airflow_env: str) -> Any:
+    """The session's project emulator, which Airflow's hooks see (with a SQLite metastore)."""
     return spanner_emulator
 
 
@@ -59,19 +58,11 @@ def test_snapshot_then_stream_equals_the_database_at_every_window_end(
 
     clock = project_env.clock
     database = new_spanner_database(SNAPSHOT_DDL, prefix="snap")
-    clock.advance(timedelta(seconds=1))
-    writes = Writes(database, seed=8)
-    writes.insert_accounts(120)
-    for _ in range(60):
-        writes.step()
-        clock.advance(timedelta(milliseconds=10))
-    first = (clock.now() + timedelta(seconds=2)).replace(microsecond=0)
+    writes, first = seeded_writes(database, clock, seed=8, accounts=120, steps=60)
     windows = [Window(first + W * i, first + W * (i + 1)) for i in range(3)]
-    clock.set(first - timedelta(milliseconds=300))
-    while clock.now() < windows[-1].end - timedelta(milliseconds=100):  # writes across T
-        writes.step()
-        clock.advance(timedelta(milliseconds=37))
-    clock.set(windows[-1].end + timedelta(seconds=1))
+    write_across(
+        writes, clock, first - timedelta(milliseconds=300), windows[-1].end, timedelta(milliseconds=37)
+    )
     _require_batch_reads(database, "Accounts", first)
 
     snapshot = snapshot_window(first)
@@ -176,13 +167,7 @@ def test_a_snapshot_reads_the_tables_and_columns_its_change_stream_watches(
         "CREATE CHANGE STREAM Keys FOR Notes()",
     ]
     database = new_spanner_database(ddl, prefix="scope")
-    clock.advance(timedelta(seconds=1))
-    writes = Writes(database, seed=3)
-    writes.insert_accounts(40)
-    for _ in range(30):
-        writes.step()
-        clock.advance(timedelta(milliseconds=10))
-    first = (clock.now() + timedelta(seconds=2)).replace(microsecond=0)
+    _, first = seeded_writes(database, clock, seed=3, accounts=40, steps=30)
     clock.set(first + timedelta(seconds=5))
     _require_batch_reads(database, "Accounts", first)
     window = snapshot_window(first)

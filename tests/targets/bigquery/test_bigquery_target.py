@@ -20,11 +20,12 @@ from unittest import mock
 import grpc
 import pytest
 from google.api_core import exceptions as api_exceptions
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import bigquery
 from google.cloud.bigquery.table import PrimaryKey, TableConstraints
 from google.cloud.bigquery_storage_v1 import BigQueryWriteClient
-from google.cloud.bigquery_storage_v1.services.big_query_write.transports import BigQueryWriteGrpcTransport
+from support.changes import spanner_columns
+from support.fake_bigquery import fake_clients
+from support.metastores import connected_metastore
 
 from airflow_provider_cdc.changesets.reader import ChangeSetReader
 from airflow_provider_cdc.changesets.writer import Change, change_set_table, write_change_set
@@ -50,31 +51,22 @@ CONN_ID = "cdc_metastore_bq_test"
 START = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 WINDOW = timedelta(minutes=10)
 
-ORDERS = [
-    {"name": "Id", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 1},
-    {"name": "Name", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 2},
-    {"name": "Qty", "type": {"code": "INT64"}, "is_primary_key": False, "ordinal_position": 3},
-    {"name": "Price", "type": {"code": "NUMERIC"}, "is_primary_key": False, "ordinal_position": 4},
-    {"name": "Ratio", "type": {"code": "FLOAT64"}, "is_primary_key": False, "ordinal_position": 5},
-    {"name": "Small", "type": {"code": "FLOAT32"}, "is_primary_key": False, "ordinal_position": 6},
-    {"name": "Paid", "type": {"code": "BOOL"}, "is_primary_key": False, "ordinal_position": 7},
-    {"name": "Day", "type": {"code": "DATE"}, "is_primary_key": False, "ordinal_position": 8},
-    {"name": "At", "type": {"code": "TIMESTAMP"}, "is_primary_key": False, "ordinal_position": 9},
-    {"name": "Doc", "type": {"code": "JSON"}, "is_primary_key": False, "ordinal_position": 10},
-    {"name": "Blob", "type": {"code": "BYTES"}, "is_primary_key": False, "ordinal_position": 11},
-    {
-        "name": "Tags",
-        "type": {"code": "ARRAY", "array_element_type": {"code": "STRING"}},
-        "is_primary_key": False,
-        "ordinal_position": 12,
-    },
-]
-LINES = [
-    {"name": "OrderId", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 1},
-    {"name": "Sku", "type": {"code": "STRING"}, "is_primary_key": True, "ordinal_position": 2},
-    {"name": "Units", "type": {"code": "INT64"}, "is_primary_key": False, "ordinal_position": 3},
-    {"name": "Note", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 4},
-]
+ORDERS = spanner_columns(
+    1,
+    ("Id", "INT64"),
+    ("Name", "STRING"),
+    ("Qty", "INT64"),
+    ("Price", "NUMERIC"),
+    ("Ratio", "FLOAT64"),
+    ("Small", "FLOAT32"),
+    ("Paid", "BOOL"),
+    ("Day", "DATE"),
+    ("At", "TIMESTAMP"),
+    ("Doc", "JSON"),
+    ("Blob", "BYTES"),
+    ("Tags", {"code": "ARRAY", "array_element_type": {"code": "STRING"}}),
+)
+LINES = spanner_columns(2, ("OrderId", "INT64"), ("Sku", "STRING"), ("Units", "INT64"), ("Note", "STRING"))
 SCHEMAS = {"Orders": ORDERS, "Lines": LINES}
 
 
@@ -88,26 +80,11 @@ def fake():
 
 @pytest.fixture
 def store(tmp_path: Path, monkeypatch) -> Metastore:
-    url = f"sqlite:///{tmp_path / 'metastore.db'}"
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_{CONN_ID.upper()}",
-        json.dumps({"conn_type": "cdc_metastore", "extra": {"sqlalchemy_url": url}}),
-    )
-    metastore = Metastore(url)
-    metastore.create_schema()
-    return metastore
+    return connected_metastore(monkeypatch, CONN_ID, f"sqlite:///{tmp_path / 'metastore.db'}")
 
 
 def _clients(fake: FakeBigQuery) -> tuple[bigquery.Client, BigQueryWriteClient]:
-    bq = bigquery.Client(
-        project=PROJECT,
-        credentials=AnonymousCredentials(),
-        client_options={"api_endpoint": fake.rest_endpoint},
-    )
-    write = BigQueryWriteClient(
-        transport=BigQueryWriteGrpcTransport(channel=grpc.insecure_channel(fake.write_endpoint))
-    )
-    return bq, write
+    return fake_clients(fake, PROJECT)
 
 
 # ------------------------------------------------------------------------------------- history
@@ -198,6 +175,13 @@ class History:
                 str(root / window.window_id), {t: change_set_table(SCHEMAS[t], c) for t, c in changes.items()}
             )
 
+    def write_beside_a_lake(self, root: Path) -> tuple[Path, str, DeltaLakeTarget]:
+        """Writes the change sets under ``root/changesets``; that folder, and the lake root ``root/lake``
+        with its (empty) Delta target."""
+        changesets, lake_root = root / "changesets", str(root / "lake")
+        self.write(changesets)
+        return changesets, lake_root, DeltaLakeTarget(lake_root)
+
 
 def _expected(rows: dict[tuple, dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
@@ -249,9 +233,7 @@ def test_windows_land_equal_to_the_committed_history_and_reruns_change_nothing(
     fake: FakeBigQuery, store: Metastore, tmp_path: Path
 ) -> None:
     history = History(seed=7, windows=6)
-    changesets, lake_root = tmp_path / "changesets", str(tmp_path / "lake")
-    history.write(changesets)
-    lake = DeltaLakeTarget(lake_root)
+    changesets, lake_root, lake = history.write_beside_a_lake(tmp_path)
     partial_rows = 0
     for window, changes in history.windows:
         partial_rows += sum(1 for c in changes["Orders"] if c.present is not None)
@@ -306,12 +288,9 @@ def test_partial_images_of_a_string_keyed_table_are_completed_from_merged_delta_
     fake: FakeBigQuery, store: Metastore, tmp_path: Path
 ) -> None:
     """Delta files written by a MERGE hold their strings as string_view; the key lookup reads them."""
-    sensors = [
-        {"name": "SensorId", "type": {"code": "STRING"}, "is_primary_key": True, "ordinal_position": 1},
-        {"name": "Seq", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 2},
-        {"name": "Label", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 3},
-        {"name": "Value", "type": {"code": "INT64"}, "is_primary_key": False, "ordinal_position": 4},
-    ]
+    sensors = spanner_columns(
+        2, ("SensorId", "STRING"), ("Seq", "INT64"), ("Label", "STRING"), ("Value", "INT64")
+    )
     windows = [Window(START + i * WINDOW, START + (i + 1) * WINDOW) for i in range(3)]
 
     def change(key: str, seq: int, number: int, present: list[str] | None = None, **values: Any) -> Change:
@@ -342,9 +321,7 @@ def test_a_retryable_failure_is_retried_and_the_table_is_still_exact(
     fake: FakeBigQuery, store: Metastore, tmp_path: Path
 ) -> None:
     history = History(seed=11, windows=3)
-    changesets, lake_root = tmp_path / "changesets", str(tmp_path / "lake")
-    history.write(changesets)
-    lake = DeltaLakeTarget(lake_root)
+    changesets, lake_root, lake = history.write_beside_a_lake(tmp_path)
     fake.write.fail_appends(2, grpc.StatusCode.UNAVAILABLE)
     retries = 0
     for window, _changes in history.windows:
@@ -561,14 +538,19 @@ def test_array_with_null_element_is_refused(fake: FakeBigQuery, store: Metastore
 
 
 # ------------------------------------------------------------------------------------- the wire
-def _raw_table(fake: FakeBigQuery, name: str, key: list[str] | None, columns: int = 2) -> None:
+def _create_table(
+    fake: FakeBigQuery, name: str, schema: list[bigquery.SchemaField], key: list[str] | None
+) -> None:
+    """Creates the table ``name`` of the dataset in ``fake`` with ``schema`` and primary key ``key``."""
     bq, _write = _clients(fake)
-    table = bigquery.Table(
-        f"{PROJECT}.{DATASET}.{name}", schema=[bigquery.SchemaField(f"C{i}", "INT64") for i in range(columns)]
-    )
+    table = bigquery.Table(f"{PROJECT}.{DATASET}.{name}", schema=schema)
     if key:
         table.table_constraints = TableConstraints(primary_key=PrimaryKey(columns=key), foreign_keys=None)
     bq.create_table(table)
+
+
+def _raw_table(fake: FakeBigQuery, name: str, key: list[str] | None, columns: int = 2) -> None:
+    _create_table(fake, name, [bigquery.SchemaField(f"C{i}", "INT64") for i in range(columns)], key)
 
 
 def _raw_writer(
@@ -654,13 +636,9 @@ def test_the_fake_refuses_unknown_columns_other_streams_and_large_requests(fake:
     with pytest.raises(api_exceptions.NotFound, match="Table demo-project:cdc.Missing"):
         writer.append([_row(cls, "UPSERT", "1", C0=1)])
     # The writer keeps requests under 10 MB; one built by hand above the limit is refused.
-    bq, write = _clients(fake)
-    table = bigquery.Table(
-        f"{PROJECT}.{DATASET}.Big",
-        schema=[bigquery.SchemaField("C0", "INT64"), bigquery.SchemaField("S", "STRING")],
-    )
-    table.table_constraints = TableConstraints(primary_key=PrimaryKey(columns=["C0"]), foreign_keys=None)
-    bq.create_table(table)
+    _bq, write = _clients(fake)
+    big = [bigquery.SchemaField("C0", "INT64"), bigquery.SchemaField("S", "STRING")]
+    _create_table(fake, "Big", big, ["C0"])
     writer, cls = _raw_writer(fake, "Big", [BigQueryColumn("C0", "INT64"), BigQueryColumn("S", "STRING")])
     rows = [_row(cls, "UPSERT", "1", C0=i, S=f"{i:04d}" * 250) for i in range(11_000)]
     assert sum(len(r) for r in rows) > 10 * 1024 * 1024

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import base64
-import json
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,8 @@ from unittest import mock
 import pyarrow as pa
 import pytest
 from google.cloud import bigquery
-from google.cloud.bigquery.table import PrimaryKey, TableConstraints
+from support.changes import spanner_columns
+from support.metastores import connected_metastore
 
 from airflow_provider_cdc.changesets.writer import Change, change_set_table, write_change_set
 from airflow_provider_cdc.core.values import parse_column_types
@@ -47,6 +47,7 @@ from tests.targets.bigquery.test_bigquery_target import (
     _apply_delta,
     _bq_rows,
     _clients,
+    _create_table,
     _expected,
     _operator,
     _sorted,
@@ -80,14 +81,7 @@ def _write(root: Path, window: Window, tables: dict[str, tuple[list[dict], list[
 @pytest.fixture
 def other_store(tmp_path: Path, monkeypatch) -> Metastore:
     """A second, empty metastore (a new deployment): its ledger records no window."""
-    url = f"sqlite:///{tmp_path / 'other-metastore.db'}"
-    monkeypatch.setenv(
-        f"AIRFLOW_CONN_{OTHER_CONN_ID.upper()}",
-        json.dumps({"conn_type": "cdc_metastore", "extra": {"sqlalchemy_url": url}}),
-    )
-    metastore = Metastore(url)
-    metastore.create_schema()
-    return metastore
+    return connected_metastore(monkeypatch, OTHER_CONN_ID, f"sqlite:///{tmp_path / 'other-metastore.db'}")
 
 
 # ------------------------------------------------------------------------------------- exactly once
@@ -136,12 +130,8 @@ def test_after_a_partial_failure_only_the_tables_the_ledger_lacks_are_sent(
         tmp_path, window, {"Lines": (LINES, lines), "Orders": (ORDERS[:2], [_upsert({"Id": 1}, 2, Name="a")])}
     )
     bq, _write_client = _clients(fake)
-    broken = bigquery.Table(
-        f"{PROJECT}.{DATASET}.Orders",
-        schema=[bigquery.SchemaField("Id", "INT64"), bigquery.SchemaField("Name", "INT64")],
-    )
-    broken.table_constraints = TableConstraints(primary_key=PrimaryKey(columns=["Id"]), foreign_keys=None)
-    bq.create_table(broken)
+    broken = [bigquery.SchemaField("Id", "INT64"), bigquery.SchemaField("Name", "INT64")]
+    _create_table(fake, "Orders", broken, ["Id"])
     with pytest.raises(BigQuerySchemaError, match=r"column 'Name' is INT64 in BigQuery but .* needs STRING"):
         _operator(fake, tmp_path, None, window).execute({})
     # Lines was sent before Orders failed, and the ledger says so.
@@ -202,9 +192,7 @@ def test_a_backfill_of_a_history_sends_nothing_and_a_new_ledger_sends_only_curre
     fake: FakeBigQuery, store: Metastore, other_store: Metastore, tmp_path: Path
 ) -> None:
     history = History(seed=5, windows=5)
-    changesets, lake_root = tmp_path / "changesets", str(tmp_path / "lake")
-    history.write(changesets)
-    lake = DeltaLakeTarget(lake_root)
+    changesets, lake_root, lake = history.write_beside_a_lake(tmp_path)
     for window, _changes in history.windows:
         _apply_delta(lake, changesets, window)
         _operator(fake, changesets, lake_root, window).execute({})
@@ -241,16 +229,10 @@ def test_without_a_lake_a_table_sent_for_a_later_window_is_not_sent_again(
 
 
 # ------------------------------------------------------------------------------------- key types
-HASHES = [
-    {"name": "Hash", "type": {"code": "BYTES"}, "is_primary_key": True, "ordinal_position": 1},
-    {"name": "Version", "type": {"code": "FLOAT64"}, "is_primary_key": True, "ordinal_position": 2},
-    {"name": "Label", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 3},
-    {"name": "Count", "type": {"code": "INT64"}, "is_primary_key": False, "ordinal_position": 4},
-]
-GAUGES = [
-    {"name": "Reading", "type": {"code": "FLOAT32"}, "is_primary_key": True, "ordinal_position": 1},
-    {"name": "Note", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 2},
-]
+HASHES = spanner_columns(
+    2, ("Hash", "BYTES"), ("Version", "FLOAT64"), ("Label", "STRING"), ("Count", "INT64")
+)
+GAUGES = spanner_columns(1, ("Reading", "FLOAT32"), ("Note", "STRING"))
 
 
 def _derived(types: list[dict], **key: Any) -> str:
@@ -418,9 +400,7 @@ def test_a_null_key_value_in_a_table_keyed_on_its_spanner_key_is_refused_before_
     assert store.window_tables(PIPELINE, target=BIGQUERY_TARGET) == []
 
 
-NULLABLE_LINES = [
-    {**column, "is_nullable": column["name"] != "OrderId"} for column in LINES
-]
+NULLABLE_LINES = [{**column, "is_nullable": column["name"] != "OrderId"} for column in LINES]
 
 
 def test_auto_keys_a_table_with_a_nullable_key_column_on_the_derived_key(
@@ -435,8 +415,10 @@ def test_auto_keys_a_table_with_a_nullable_key_column_on_the_derived_key(
         first,
         {
             "Lines": (NULLABLE_LINES, [_upsert(null_sku, 1, Units=1, Note="n"), _upsert(other, 2, Units=2)]),
-            "Orders": ([{**c, "is_nullable": not c["is_primary_key"]} for c in ORDERS[:2]],
-                       [_upsert({"Id": 1}, 3, Name="a")]),
+            "Orders": (
+                [{**c, "is_nullable": not c["is_primary_key"]} for c in ORDERS[:2]],
+                [_upsert({"Id": 1}, 3, Name="a")],
+            ),
         },
     )
     _write(tmp_path, second, {"Lines": (NULLABLE_LINES, [_upsert(null_sku, 4, ["Units"], Units=5)])})

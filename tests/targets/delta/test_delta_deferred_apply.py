@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from deltalake import DeltaTable
+from support.changes import at, seq, spanner_columns, version
 
 from airflow_provider_cdc import cli
 from airflow_provider_cdc.changesets.writer import Change, change_set_table, write_change_set
@@ -20,32 +21,13 @@ from airflow_provider_cdc.targets.delta.log import WindowOrderError
 from airflow_provider_cdc.targets.delta.pending import PENDING_FOLDER
 from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
 
-ORDERS = [
-    {"name": "ID", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 1},
-    {"name": "Name", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 2},
-    {"name": "Amount", "type": {"code": "INT64"}, "is_primary_key": False, "ordinal_position": 3},
-]
+ORDERS = spanner_columns(1, ("ID", "INT64"), ("Name", "STRING"), ("Amount", "INT64"))
 # A column added from a later window on (nullable, as the target adds it).
-ORDERS_WITH_NOTE = [
-    *ORDERS,
-    {"name": "Note", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 4},
-]
-BASE = datetime(2024, 5, 1, tzinfo=timezone.utc)
+ORDERS_WITH_NOTE = spanner_columns(
+    1, ("ID", "INT64"), ("Name", "STRING"), ("Amount", "INT64"), ("Note", "STRING")
+)
 PIPELINE = "orders"
 TABLE = "Orders"
-
-
-def seq(n: int) -> str:
-    return f"{n:016X}/{0:016X}/{0:016X}/{0:016X}"
-
-
-def at(n: int) -> datetime:
-    return BASE + timedelta(seconds=n)
-
-
-def version(n: int) -> int:
-    """The window version (end in µs) of the window ending at second ``n``."""
-    return (at(n) - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(microseconds=1)
 
 
 def full(key: int, n: int, name: str, amount: int, **extra: Any) -> Change:

@@ -8,12 +8,13 @@ import os
 import subprocess
 import sys
 import textwrap
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from deltalake import DeltaTable
+from support.changes import BASE, at, seq, spanner_columns, version
 
 from airflow_provider_cdc.changesets.reader import ChangeSetReader
 from airflow_provider_cdc.changesets.writer import Change, change_set_table, write_change_set
@@ -21,33 +22,12 @@ from airflow_provider_cdc.targets.delta import upsert_job
 from airflow_provider_cdc.targets.delta.target import APP_ID_PREFIX, DeltaLakeTarget
 from airflow_provider_cdc.targets.delta.tombstones import TOMBSTONES_FOLDER
 
-EMPLOYEES = [
-    {"name": "ID", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 1},
-    {"name": "Name", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 2},
-]
-SHIPMENTS = [
-    {"name": "Region", "type": {"code": "STRING"}, "is_primary_key": True, "ordinal_position": 1},
-    {"name": "Number", "type": {"code": "INT64"}, "is_primary_key": True, "ordinal_position": 2},
-    {"name": "Status", "type": {"code": "STRING"}, "is_primary_key": False, "ordinal_position": 3},
-]
-BASE = datetime(2024, 5, 1, tzinfo=timezone.utc)
+EMPLOYEES = spanner_columns(1, ("ID", "INT64"), ("Name", "STRING"))
+SHIPMENTS = spanner_columns(2, ("Region", "STRING"), ("Number", "INT64"), ("Status", "STRING"))
 HORIZON = timedelta(seconds=100)
 PIPELINE = "orders"
 # Materialised (whole change set in memory) and streamed (batch by batch) merge sources.
 SOURCES = pytest.mark.parametrize("max_materialized_rows", [2_000_000, 0], ids=["materialised", "streamed"])
-
-
-def seq(n: int) -> str:
-    return f"{n:016X}/{0:016X}/{0:016X}/{0:016X}"
-
-
-def at(n: int) -> datetime:
-    return BASE + timedelta(seconds=n)
-
-
-def version(n: int) -> int:
-    """The window version (end in µs) of the window ending at second ``n``."""
-    return (at(n) - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(microseconds=1)
 
 
 def upsert(key: Any, n: int, name: str, **keys: Any) -> Change:

@@ -2,7 +2,8 @@
 real clock), each giving fresh databases, its notion of now, and a way to let time pass.
 
 A test module takes the ``target`` fixture (``from table_targets import project_tables, target``) and
-runs once per emulator; Google's half is skipped where its emulator is not installed.
+runs once per emulator; Google's half is skipped where its emulator is not installed. Its ``fresh``
+fixture makes databases on the target, dropped after the test.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import itertools
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -64,6 +65,20 @@ def target(request: pytest.FixtureRequest) -> Target:
         emulator, instance = request.getfixturevalue("project_tables")
         return Target("project", instance, emulator.clock)
     return Target("google", request.getfixturevalue("google_spanner_instance"), None)
+
+
+@pytest.fixture
+def fresh(target: Target) -> Iterator[Callable[[list[str]], Any]]:
+    """Databases on ``target``, dropped after the test (Google's emulator holds 100 per instance)."""
+    made: list[Any] = []
+
+    def make(ddl: list[str]) -> Any:
+        made.append(target.database(ddl))
+        return made[-1]
+
+    yield make
+    for database in made:
+        database.drop()
 
 
 def message(error: BaseException) -> str:

@@ -6,6 +6,8 @@ on the project's emulator and on Google's (skipped where it is not installed).
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -54,10 +56,19 @@ def ledger(target: Target) -> tuple[Any, Any, list[tuple]]:
     return database, at, [tuple(row) for row in rows]
 
 
-def test_partitioned_queries_cover_the_table_exactly_once(target: Target) -> None:
+@contextmanager
+def ledger_snapshot(target: Target) -> Iterator[tuple[Any, Any, Any, list[tuple]]]:
+    """The :func:`ledger`'s database, timestamp, a batch snapshot at it (closed after) and its rows."""
     database, at, rows = ledger(target)
     snapshot = database.batch_snapshot(read_timestamp=at)
     try:
+        yield database, at, snapshot, rows
+    finally:
+        snapshot.close()
+
+
+def test_partitioned_queries_cover_the_table_exactly_once(target: Target) -> None:
+    with ledger_snapshot(target) as (database, at, snapshot, rows):
         batches = list(snapshot.generate_query_batches("SELECT Shard, EntryId, Amount, Memo FROM Ledger"))
         found = [tuple(row) for batch in batches for row in snapshot.process_query_batch(batch)]
         assert Counter(found) == Counter(rows)
@@ -73,14 +84,10 @@ def test_partitioned_queries_cover_the_table_exactly_once(target: Target) -> Non
         )
         found = [row[0] for batch in batches for row in snapshot.process_query_batch(batch)]
         assert sorted(found) == [f"e{entry:03d}" for entry in range(10, 20)]
-    finally:
-        snapshot.close()
 
 
 def test_partitioned_reads_cover_the_key_set_exactly_once(target: Target) -> None:
-    database, at, rows = ledger(target)
-    snapshot = database.batch_snapshot(read_timestamp=at)
-    try:
+    with ledger_snapshot(target) as (database, at, snapshot, rows):
         batches = list(snapshot.generate_read_batches("Ledger", COLUMNS, KeySet(all_=True), max_partitions=3))
         found = [tuple(row) for batch in batches for row in snapshot.process_read_batch(batch)]
         assert Counter(found) == Counter(rows)
@@ -96,14 +103,10 @@ def test_partitioned_reads_cover_the_key_set_exactly_once(target: Target) -> Non
         found = [tuple(row) for batch in batches for row in snapshot.process_read_batch(batch)]
         expected = [(0, "e002"), (0, "e001")] + [(1, f"e{entry:03d}") for entry in range(20)]
         assert Counter(found) == Counter(expected)
-    finally:
-        snapshot.close()
 
 
 def test_a_batch_snapshot_travels_as_a_dict(target: Target) -> None:
-    database, at, rows = ledger(target)
-    snapshot = database.batch_snapshot(read_timestamp=at)
-    try:
+    with ledger_snapshot(target) as (database, at, snapshot, rows):
         batches = list(snapshot.generate_query_batches("SELECT Shard, EntryId, Amount, Memo FROM Ledger"))
         state = snapshot.to_dict()
         found = []
@@ -111,8 +114,6 @@ def test_a_batch_snapshot_travels_as_a_dict(target: Target) -> None:
             elsewhere = type(snapshot).from_dict(database, state)
             found.extend(tuple(row) for row in elsewhere.process_query_batch(batch))
         assert Counter(found) == Counter(rows)
-    finally:
-        snapshot.close()
 
 
 @pytest.mark.parametrize(
@@ -124,20 +125,14 @@ def test_a_batch_snapshot_travels_as_a_dict(target: Target) -> None:
     ],
 )
 def test_partition_query_refuses_what_is_not_a_simple_scan(target: Target, sql: str) -> None:
-    database, at, _ = ledger(target)
-    snapshot = database.batch_snapshot(read_timestamp=at)
-    try:
+    with ledger_snapshot(target) as (database, at, snapshot, _):
         with pytest.raises(exceptions.InvalidArgument) as caught:
             list(snapshot.generate_query_batches(sql))
         assert message(caught.value) == NOT_PARTITIONABLE
-    finally:
-        snapshot.close()
 
 
 def test_a_partition_token_serves_only_its_own_request(target: Target) -> None:
-    database, at, _ = ledger(target)
-    snapshot = database.batch_snapshot(read_timestamp=at)
-    try:
+    with ledger_snapshot(target) as (database, at, snapshot, _):
         sql = "SELECT EntryId FROM Ledger WHERE Shard = @shard"
         params, types = {"shard": 1}, {"shard": param_types.INT64}
         batch = next(iter(snapshot.generate_query_batches(sql, params=params, param_types=types)))
@@ -149,8 +144,6 @@ def test_a_partition_token_serves_only_its_own_request(target: Target) -> None:
         with pytest.raises(exceptions.InvalidArgument) as caught:
             list(snapshot.process_query_batch({**batch, "partition": read_batch["partition"]}))
         assert message(caught.value) == OTHER_REQUEST
-    finally:
-        snapshot.close()
     other = database.batch_snapshot(read_timestamp=at)  # another transaction
     try:
         with pytest.raises(exceptions.InvalidArgument) as caught:

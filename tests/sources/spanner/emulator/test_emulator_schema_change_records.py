@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-import pytest
 from google.cloud.spanner_v1 import KeySet
-from table_targets import Target, project_tables, target
+from table_targets import Target, fresh, project_tables, target
 
 from airflow_provider_cdc.testing.lineage_walk import walk_lineage
 
-__all__ = ["project_tables", "target"]
+__all__ = ["fresh", "project_tables", "target"]
 
 SCHEMA = [
     "CREATE TABLE T (K INT64 NOT NULL, S STRING(MAX), X STRING(MAX), U INT64, Y BYTES(MAX)) PRIMARY KEY (K)",
@@ -98,20 +97,6 @@ LISTED = [
     ("INSERT", [K, ("S", "BYTES", 2), ("U", "INT64", 3)], [(k(4), {"S": b64("four"), "U": None}, {})]),
     ("DELETE", [K, ("S", "BYTES", 2), ("U", "INT64", 3)], [(k(1), {}, {"S": b64("UNO"), "U": "10"})]),
 ]
-
-
-@pytest.fixture
-def fresh(target: Target) -> Iterator[Callable[[list[str]], Any]]:
-    """Databases on ``target``, dropped after the test (Google's emulator holds 100 per instance)."""
-    made: list[Any] = []
-
-    def make(ddl: list[str]) -> Any:
-        made.append(target.database(ddl))
-        return made[-1]
-
-    yield make
-    for database in made:
-        database.drop()
 
 
 def history(target: Target, fresh: Callable[[list[str]], Any]) -> tuple[Any, datetime, datetime]:

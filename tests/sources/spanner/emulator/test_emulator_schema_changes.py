@@ -17,16 +17,15 @@ syntax problem differently after the same ``Error parsing Spanner DDL statement:
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from google.api_core import exceptions
 from google.cloud.spanner_v1 import KeySet, param_types
-from table_targets import Target, message, project_tables, target
+from table_targets import Target, fresh, message, project_tables, target
 
-__all__ = ["project_tables", "target"]
+__all__ = ["fresh", "project_tables", "target"]
 
 BASE = [
     "CREATE TABLE T (K INT64 NOT NULL, K2 STRING(20) NOT NULL, S STRING(MAX), N INT64, B BYTES(MAX), "
@@ -96,20 +95,6 @@ def tracked(column: str, streams: list[str]) -> tuple[str, str, str]:
         f"{','.join(streams)}. Columns explicitly tracked by a Change Stream cannot be dropped. Please alter "
         "the Change Stream to stop tracking the column before dropping the column.",
     )
-
-
-@pytest.fixture
-def fresh(target: Target) -> Iterator[Callable[[list[str]], Any]]:
-    """Databases on ``target``, dropped after the test (Google's emulator holds 100 per instance)."""
-    made: list[Any] = []
-
-    def make(ddl: list[str]) -> Any:
-        made.append(target.database(ddl))
-        return made[-1]
-
-    yield make
-    for database in made:
-        database.drop()
 
 
 A = "ALTER TABLE T "

@@ -190,14 +190,23 @@ def test_heartbeats_around_a_change_promise_it_was_returned(
 # ---------------------------------------------------------------------------------------------
 
 
+def one_partition_stream(
+    single_partition_emulator: tuple[SpannerEmulator, Any],
+) -> tuple[SpannerEmulator, Any, datetime, str]:
+    """A fresh database on the one-partition emulator, its clock a second on: the emulator, the
+    database, that moment and the token of the stream ``Everything``'s one partition."""
+    emulator, instance = single_partition_emulator
+    database = fresh_database(instance, SMALL_SCHEMA)
+    start = emulator.clock.advance(timedelta(seconds=1))
+    (token,) = initial_tokens(database, "Everything", start)
+    return emulator, database, start, token
+
+
 def test_streaming_read_with_null_end_returns_children_on_a_split(
     single_partition_emulator: tuple[SpannerEmulator, Any],
 ) -> None:
-    emulator, instance = single_partition_emulator
-    database = fresh_database(instance, SMALL_SCHEMA)
+    emulator, database, start, token = one_partition_stream(single_partition_emulator)
     clock = emulator.clock
-    start = clock.advance(timedelta(seconds=1))
-    (token,) = initial_tokens(database, "Everything", start)
     read = BackgroundRead(database, "Everything", start, None, token, 1_000)
     time.sleep(0.3)
     assert read.running, "a read with a NULL end must wait for changes"
@@ -241,11 +250,8 @@ def test_streaming_read_with_null_end_returns_children_on_a_split(
 def test_read_with_a_future_end_waits_for_the_clock(
     single_partition_emulator: tuple[SpannerEmulator, Any],
 ) -> None:
-    emulator, instance = single_partition_emulator
-    database = fresh_database(instance, SMALL_SCHEMA)
+    emulator, database, start, token = one_partition_stream(single_partition_emulator)
     clock = emulator.clock
-    start = clock.advance(timedelta(seconds=1))
-    (token,) = initial_tokens(database, "Everything", start)
     end = start + timedelta(seconds=30)
     read = BackgroundRead(database, "Everything", start, end, token, 10_000)
     time.sleep(0.3)
