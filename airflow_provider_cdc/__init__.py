@@ -10,7 +10,7 @@ def get_provider_info() -> dict:
 
     Its plugin (the pipeline pages) is registered through the ``airflow.plugins`` entry point.
     """
-    from airflow_provider_cdc.hooks.connection_forms import CONNECTION_FORMS
+    from airflow_provider_cdc.connection_forms import CONNECTION_FORMS
 
     return {
         "package-name": "airflow-provider-cdc",

@@ -2,7 +2,7 @@
 
 A table is named by where it lives, as Airflow's providers name such assets, so a downstream DAG can
 schedule on it without knowing the pipeline. Each target names its own tables (its commit part's
-``table_names``, see :mod:`airflow_provider_cdc.targets.protocol`): a table stored at a location (a
+``table_names``, see :mod:`airflow_provider_cdc.core.contract.target`): a table stored at a location (a
 folder under a root) as that location's URI, :func:`location_table_uri` (``file:///abs/path/Orders``
 for a local root, ``gs://bucket/prefix/Orders`` or any other object-store scheme as is); a table of a
 service by the URI scheme Airflow's provider for it uses.

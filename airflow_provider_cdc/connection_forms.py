@@ -112,7 +112,7 @@ class ConnectionForm:
         return widgets
 
 
-_MODULE = "airflow_provider_cdc.hooks.connection_types"
+_MODULE = "airflow_provider_cdc.connection_types"
 
 METASTORE_FORM = ConnectionForm(
     connection_type="cdc_metastore",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_provider_cdc.hooks.connection_forms import DATAPROC_FORM, METASTORE_FORM, TABLESTORE_FORM
+from airflow_provider_cdc.connection_forms import DATAPROC_FORM, METASTORE_FORM, TABLESTORE_FORM
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.placement.dataproc.hook import DataprocJobsHook
 from airflow_provider_cdc.sources.tablestore.connection import TablestoreHook

@@ -155,7 +155,7 @@ def _lagging(store: Metastore, stream: str, window: Window, now: datetime) -> li
 
 def _catch_up(target: str) -> str:
     """How a table of ``target`` catches up (its registered kind's ``catch_up``)."""
-    from airflow_provider_cdc.targets.registry import target_kind
+    from airflow_provider_cdc.plugins import target_kind
 
     try:
         hint = target_kind(target).catch_up

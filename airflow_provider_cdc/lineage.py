@@ -7,7 +7,7 @@ location (staging, a change set, a table stored in folders) is ``gs://{bucket}``
 store (:func:`location_dataset`). Each source names what it reads in its folder's ``lineage`` module
 (``sources/<name>/lineage.py``: ``KEY_PREFIX``, the first segment of its metastore keys, and
 ``datasets``/``table_dataset``), found by the key; each target names its tables in its commit part
-(``targets/<name>/commit.py``, see :mod:`airflow_provider_cdc.targets.protocol`).
+(``targets/<name>/commit.py``, see :mod:`airflow_provider_cdc.core.contract.target`).
 
 The naming is pure; :func:`operator_lineage` builds the provider's ``OperatorLineage`` (imported
 only then: the OpenLineage provider is the extra ``openlineage``).
@@ -85,7 +85,7 @@ def _source_naming(source_key: str) -> Any:
 
 @cache
 def _source_namings() -> dict[str, Any]:
-    import airflow_provider_cdc.sources as package
+    package = importlib.import_module("airflow_provider_cdc.sources")  # by name: sources sit above this
 
     namings: dict[str, Any] = {}
     for module in pkgutil.iter_modules(package.__path__):

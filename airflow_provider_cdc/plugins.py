@@ -4,7 +4,7 @@ Each :class:`TargetKind` names its implementation by import path, so that lookin
 imports nothing heavy (BigQuery's clients, delta-rs) until one is opened. A target is a folder
 ``targets/<name>/`` whose ``__init__`` declares its kind as ``TARGET`` (found by :func:`discover`, so a
 new target needs no edit outside its folder); its class implements
-:class:`~airflow_provider_cdc.targets.protocol.Target` with ``name`` equal to the registered name.
+:class:`~airflow_provider_cdc.core.contract.target.Target` with ``name`` equal to the registered name.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pkgutil
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_cdc.targets.protocol import Target, TargetApplied, TargetCommit
+from airflow_provider_cdc.core.contract.target import Target, TargetApplied, TargetCommit
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class TargetKind:
     target reports (``False``), and its implementation (``module:Class``).
 
     ``commit`` names its part of the commit (``module:Class``, a
-    :class:`~airflow_provider_cdc.targets.protocol.TargetCommit`); ``location_field`` the field of the
+    :class:`~airflow_provider_cdc.core.contract.target.TargetCommit`); ``location_field`` the field of the
     window steps' ``locations`` that holds its tables (a commit given no ``applied`` commits the targets
     whose field is set); ``reported`` (``module:function``) converts the value of the commit's deprecated
     ``{name}_watermarks`` argument into a ``TargetApplied``; ``cli`` (``module``) adds the target's
@@ -71,6 +71,9 @@ def _attribute(path: str) -> Any:
     return getattr(importlib.import_module(module), attribute)
 
 
+#: The package whose sub-packages are the targets.
+TARGETS_PACKAGE = "airflow_provider_cdc.targets"
+
 _KINDS: dict[str, TargetKind] = {}
 
 
@@ -89,7 +92,7 @@ def discover() -> None:
     """Register the ``TARGET`` of every target folder (``targets/<name>/__init__.py``), once."""
     if _DISCOVERED:
         return
-    import airflow_provider_cdc.targets as package
+    package = importlib.import_module(TARGETS_PACKAGE)  # by name: the targets sit above this module
 
     for module in pkgutil.iter_modules(package.__path__):
         if module.ispkg:

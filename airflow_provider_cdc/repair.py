@@ -1,5 +1,6 @@
-"""The Delta target's repair, now in its folder: :mod:`airflow_provider_cdc.targets.delta.repair`."""
+"""Moved to :mod:`airflow_provider_cdc.targets.delta.repair`;
+this path keeps existing imports (and patches of it) working: it is that module."""
 
-from airflow_provider_cdc.targets.delta.repair import TableRepair, repair_pipeline
+from airflow_provider_cdc._moved import alias
 
-__all__ = ["TableRepair", "repair_pipeline"]
+alias(__name__, "airflow_provider_cdc.targets.delta.repair")

@@ -1,7 +1,6 @@
-"""The initial snapshot task group, at its old path: it lives with the Spanner source
-(:mod:`airflow_provider_cdc.sources.spanner.snapshot_group`)."""
+"""Moved to :mod:`airflow_provider_cdc.sources.spanner.snapshot_group`;
+this path keeps existing imports (and patches of it) working: it is that module."""
 
-from airflow_provider_cdc.core.window import snapshot_start
-from airflow_provider_cdc.sources.spanner.snapshot_group import initial_snapshot
+from airflow_provider_cdc._moved import alias
 
-__all__ = ["initial_snapshot", "snapshot_start"]
+alias(__name__, "airflow_provider_cdc.sources.spanner.snapshot_group")

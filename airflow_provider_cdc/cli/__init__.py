@@ -234,7 +234,7 @@ def _recorded_watermarks(store: Any, pipeline: str) -> list[tuple[Any, dict[str,
     """Per registered target, the apply watermarks the commit recorded for the pipeline (targets without
     any left out): first the targets whose watermarks are their committed window ends, then those that
     report their own (BigQuery's upsert_stream_apply_watermark)."""
-    from airflow_provider_cdc.targets.registry import target_kinds
+    from airflow_provider_cdc.plugins import target_kinds
 
     found = [(kind, store.table_watermarks(pipeline, target=kind.name)) for kind in target_kinds()]
     found.sort(key=lambda entry: (not entry[0].watermark_is_window_end, entry[0].name))
@@ -342,7 +342,7 @@ def check(args: argparse.Namespace) -> int:
 
 def spark_connect(args: argparse.Namespace) -> int:
     """Start, inspect or stop a local Spark Connect server (a warm Spark for every window's merge)."""
-    from airflow_provider_cdc.spark_connect.server import (
+    from airflow_provider_cdc.placement.connect.server import (
         LocalSparkConnectServer,
         SparkConnectServerError,
         warm_up,
@@ -377,7 +377,7 @@ def spark_connect(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from airflow_provider_cdc.targets.registry import target_kinds
+    from airflow_provider_cdc.plugins import target_kinds
 
     parser = argparse.ArgumentParser(
         prog="python -m airflow_provider_cdc", description=__doc__.split("\n")[0]

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from airflow_provider_cdc._compat import BaseHook
+from airflow_provider_cdc._compat import AirflowFailException, BaseHook
+from airflow_provider_cdc._errors import metastore_errors
 from airflow_provider_cdc.hooks.connections import defined_connection
 from airflow_provider_cdc.metastore import Metastore
+
+if TYPE_CHECKING:
+    from airflow_provider_cdc.core.window import Window
 
 #: The metastore connection every step uses unless given another ``metastore_conn_id``.
 DEFAULT_METASTORE_CONN_ID = "cdc_metastore_default"
@@ -129,3 +133,13 @@ class CdcMetastoreHook(BaseHook):
             "relabeling": {},
             "placeholders": {"extra": '{"sqlalchemy_url": "postgresql+psycopg2://user@host:5432/cdc"}'},
         }
+
+
+def check_predecessor(metastore_conn_id: str, pipeline: str, window: Window) -> None:
+    """Fail unless the window before ``window`` is applied (or ``window`` is the pipeline's first): a
+    predecessor that was never run fails without retries, one not applied yet fails with its state."""
+    with metastore_errors(f"window {window} of pipeline {pipeline!r}: checking its predecessor"):
+        with CdcMetastoreHook(metastore_conn_id) as metastore:
+            error = metastore.metastore.predecessor_error(pipeline, window.start, window.end)
+    if error is not None:
+        raise AirflowFailException(str(error)) if error.never_run else error

@@ -23,18 +23,18 @@ from typing import Any
 from airflow_provider_cdc._compat import BaseHook
 from airflow_provider_cdc._errors import metastore_errors, redact
 from airflow_provider_cdc.core.contract.locations import WindowLocations, partition_key
-from airflow_provider_cdc.core.timestamps import format_timestamp
-from airflow_provider_cdc.core.window import Window
-from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-from airflow_provider_cdc.hooks.storage import storage_options
-from airflow_provider_cdc.metastore.model import validate_target
-from airflow_provider_cdc.targets.protocol import (
+from airflow_provider_cdc.core.contract.target import (
     CommitContext,
     TableApplyResult,
     TargetApplied,
     WindowNotHeldError,
 )
-from airflow_provider_cdc.targets.registry import target_kind, target_kinds
+from airflow_provider_cdc.core.timestamps import format_timestamp
+from airflow_provider_cdc.core.window import Window
+from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+from airflow_provider_cdc.hooks.storage import storage_options
+from airflow_provider_cdc.metastore.model import validate_target
+from airflow_provider_cdc.plugins import target_kind, target_kinds
 
 
 class WindowStepError(RuntimeError):

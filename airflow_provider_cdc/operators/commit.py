@@ -25,7 +25,7 @@ from airflow_provider_cdc.operators.window_step import (
     WindowStepMixin,
     window_step_arguments,
 )
-from airflow_provider_cdc.targets.registry import target_kind, target_names
+from airflow_provider_cdc.plugins import target_kind, target_names
 
 #: The suffix of the deprecated per-target arguments (``{target}_watermarks``, e.g. the BigQuery
 #: upsert's output), each converted into that target's ``applied`` entry.
@@ -37,7 +37,7 @@ class CdcCommitWindowOperator(WindowStepMixin, BaseOperator):
     watermark.
 
     ``applied`` takes the target apply steps' outputs (``[upsert.output, to_bigquery.output]``: each a
-    ``TargetApplied``, see :mod:`airflow_provider_cdc.targets.protocol`), any number of targets. Each
+    ``TargetApplied``, see :mod:`airflow_provider_cdc.core.contract.target`), any number of targets. Each
     target's commit part checks what it must hold (the Delta target: every table of the change set
     holds the window) and gives the results recorded in the metastore ledger per (pipeline, target,
     table), against which the next apply checks the tables, and the tables' apply watermarks (the

@@ -14,18 +14,8 @@ from airflow_provider_cdc.core.contract.staged_rows import COMMIT_TIME, WINDOW_B
 from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.pipeline import MergeInput, StaleEpochError, pending_manifest_name
-from airflow_provider_cdc.job_archive import PACKAGE_DIR, build_domain_zip
 from airflow_provider_cdc.lineage import StepLineage, location_dataset
 from airflow_provider_cdc.merge.input import units_json
-from airflow_provider_cdc.operators._dataproc import run_on_dataproc
-from airflow_provider_cdc.operators._spark import (
-    SparkJobError,
-    connection_master,
-    is_connect,
-    is_dataproc,
-    job_credentials,
-    spark_defaults,
-)
 from airflow_provider_cdc.operators._window import locations_of, window_of
 from airflow_provider_cdc.operators.window_step import (
     WINDOW_STEP_FIELDS,
@@ -33,8 +23,18 @@ from airflow_provider_cdc.operators.window_step import (
     WindowStepMixin,
     window_step_arguments_of,
 )
-from airflow_provider_cdc.spark_connect.jobs import SparkConnectJobError, run_merge
-from airflow_provider_cdc.spark_connect.session import connect_url, redacted
+from airflow_provider_cdc.placement.connect.jobs import SparkConnectJobError, run_merge
+from airflow_provider_cdc.placement.connect.session import connect_url, redacted
+from airflow_provider_cdc.placement.dataproc.run import run_on_dataproc
+from airflow_provider_cdc.placement.job_archive import PACKAGE_DIR, build_domain_zip
+from airflow_provider_cdc.placement.spark_submit import (
+    SparkJobError,
+    connection_master,
+    is_connect,
+    is_dataproc,
+    job_credentials,
+    spark_defaults,
+)
 
 #: The ``spark-submit`` application this operator runs.
 MERGE_JOB_PATH = str(PACKAGE_DIR / "merge" / "job.py")
@@ -96,7 +96,7 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
         Spark: no JVM start per window), with this task as the job's driver; the domain zip and
         ``py_files`` become the session's Python artifacts. A connection of type ``dataproc`` submits
         it as a Dataproc job or Serverless batch
-        (:class:`~airflow_provider_cdc.hooks.dataproc.DataprocJobsHook`; ``conf`` becomes the job's
+        (:class:`~airflow_provider_cdc.placement.dataproc.hook.DataprocJobsHook`; ``conf`` becomes the job's
         properties).
     :param kwargs: passed to ``SparkSubmitOperator`` (``conf``, ``driver_memory``, ``py_files``, ...).
     """

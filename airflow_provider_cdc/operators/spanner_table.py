@@ -1,4 +1,6 @@
 """Moved to :mod:`airflow_provider_cdc.sources.spanner.table_operators`;
-this path keeps existing DAGs importing."""
+this path keeps existing imports (and patches of it) working: it is that module."""
 
-from airflow_provider_cdc.sources.spanner.table_operators import *  # noqa: F403
+from airflow_provider_cdc._moved import alias
+
+alias(__name__, "airflow_provider_cdc.sources.spanner.table_operators")

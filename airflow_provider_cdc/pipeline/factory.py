@@ -9,7 +9,7 @@ A window's tasks (each source adds only what it needs)::
 Each target spec builds its own apply step and says which targets it applies after; the commit
 takes every apply step's output (``applied=[…]``).
 
-The source's tasks are its spec's (:meth:`~airflow_provider_cdc.pipeline.specs.SourceSpec.window_tasks`:
+The source's tasks are its spec's (:meth:`~airflow_provider_cdc.specs.SourceSpec.window_tasks`:
 each source is a plug-in in ``sources/<name>/pipeline.py``); the open step returns the window handle and
 every later step takes it whole (``window=open_window.output``).
 
@@ -31,7 +31,7 @@ from airflow_provider_cdc.core.timestamps import coerce_timestamp
 from airflow_provider_cdc.core.window import snapshot_start
 from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
 from airflow_provider_cdc.operators.merge import SparkMergeWindowOperator
-from airflow_provider_cdc.pipeline.specs import (
+from airflow_provider_cdc.specs import (
     Locations,
     PipelineSpecError,
     SnapshotWindow,
@@ -148,7 +148,7 @@ def cdc_pipeline(
 ) -> TaskGroup:
     """Build a pipeline's window (call it inside a DAG whose data intervals are the windows).
 
-    :param source: the source's spec (a :class:`~airflow_provider_cdc.pipeline.specs.SourceSpec`;
+    :param source: the source's spec (a :class:`~airflow_provider_cdc.specs.SourceSpec`;
         :mod:`airflow_provider_cdc.pipeline` exports every source's).
     :param targets: target specs (:mod:`airflow_provider_cdc.pipeline` exports every target's), each
         applied after the targets it reads (BigQuery completes partial rows from the Delta tables).

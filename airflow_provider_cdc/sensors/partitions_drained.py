@@ -1,5 +1,6 @@
-"""Moved to :mod:`airflow_provider_cdc.sources.spanner.sensors`; this path keeps existing DAGs importing."""
+"""Moved to :mod:`airflow_provider_cdc.sources.spanner.sensors`;
+this path keeps existing imports (and patches of it) working: it is that module."""
 
-from airflow_provider_cdc.sources.spanner.sensors import SpannerChangeStreamPartitionsDrainedSensor
+from airflow_provider_cdc._moved import alias
 
-__all__ = ["SpannerChangeStreamPartitionsDrainedSensor"]
+alias(__name__, "airflow_provider_cdc.sources.spanner.sensors")

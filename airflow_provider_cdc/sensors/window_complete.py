@@ -22,12 +22,12 @@ from airflow_provider_cdc.core.contract.window_handle import WindowHandle
 from airflow_provider_cdc.core.timestamps import coerce_timestamp, format_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.failures import FailsPermanentErrors
-from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook, check_predecessor
 from airflow_provider_cdc.operators._window import WINDOW_END, WINDOW_START, window_of
 from airflow_provider_cdc.triggers.window_complete import WindowCompleteTrigger
 
 if TYPE_CHECKING:
-    from airflow_provider_cdc.sources.completion import LaggingPartition
+    from airflow_provider_cdc.metastore.completion import LaggingPartition
 
 
 def _triggerer_renders_templates() -> bool:
@@ -237,7 +237,7 @@ class WindowCompleteSensor(FailsPermanentErrors, BaseSensorOperator):
 
     def lagging(self) -> list[LaggingPartition]:
         """The units that hold the wait back (``[]``: done)."""
-        from airflow_provider_cdc.sources.completion import lagging_units
+        from airflow_provider_cdc.metastore.completion import lagging_units
 
         window, timestamp = self._window(), self._timestamp()
         what = f"window {window} of {self.source_key}: checking which units are read to "
@@ -249,8 +249,7 @@ class WindowCompleteSensor(FailsPermanentErrors, BaseSensorOperator):
 
     # ----- Airflow --------------------------------------------------------------------------------
     def poke(self, context: Context) -> bool:
-        from airflow_provider_cdc.sources.completion import describe_lagging
-        from airflow_provider_cdc.sources.operators import check_predecessor
+        from airflow_provider_cdc.metastore.completion import describe_lagging
 
         if self.pipeline_id:
             check_predecessor(self.metastore_conn_id, str(self.pipeline_id), self._checked_window(context))

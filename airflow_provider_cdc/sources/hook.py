@@ -29,8 +29,8 @@ from airflow_provider_cdc.metastore import Metastore, MetastoreError
 
 if TYPE_CHECKING:
     from airflow_provider_cdc.core.findings import Finding
+    from airflow_provider_cdc.metastore.completion import LaggingPartition
     from airflow_provider_cdc.metastore.model import WindowRecord
-    from airflow_provider_cdc.sources.completion import LaggingPartition
     from airflow_provider_cdc.sources.protocol import ReadSummary, UnitReader
 
 __all__ = ["SourceError", "WindowSourceHook"]
@@ -178,7 +178,7 @@ class WindowSourceHook(BaseHook, metaclass=ABCMeta):
 
     def lagging_units(self, timestamp: datetime, window: Window | None = None) -> list[LaggingPartition]:
         """Units alive at ``timestamp`` not read up to it, and unread units of ``window``."""
-        from airflow_provider_cdc.sources.completion import lagging_units
+        from airflow_provider_cdc.metastore.completion import lagging_units
 
         what = f"window {window}" if window is not None else f"source {self.source_key}"
         at = format_timestamp(timestamp)

@@ -32,7 +32,7 @@ from airflow_provider_cdc.core.contract.window_handle import WINDOW_XCOM_KEY, Wi
 from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, coerce_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.failures import FailsPermanentErrors
-from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook, check_predecessor
 from airflow_provider_cdc.lineage import StepLineage, lineage_of, location_dataset, source_datasets
 from airflow_provider_cdc.operators._observed import ObservedStep
 from airflow_provider_cdc.operators._window import (
@@ -116,16 +116,6 @@ def refuse_never_run(error: WindowOrderError | None) -> None:
     """Fail without retries when the window's predecessor was never run (a retry cannot change it)."""
     if error is not None and error.never_run:
         raise AirflowFailException(str(error))
-
-
-def check_predecessor(metastore_conn_id: str, pipeline: str, window: Window) -> None:
-    """Fail unless the window before ``window`` is applied (or ``window`` is the pipeline's first): a
-    predecessor that was never run fails without retries, one not applied yet fails with its state."""
-    with metastore_errors(f"window {window} of pipeline {pipeline!r}: checking its predecessor"):
-        with CdcMetastoreHook(metastore_conn_id) as metastore:
-            error = metastore.metastore.predecessor_error(pipeline, window.start, window.end)
-    if error is not None:
-        raise AirflowFailException(str(error)) if error.never_run else error
 
 
 class SourceWindowOperator(ObservedStep, FailsPermanentErrors, BaseOperator):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_provider_cdc.pipeline.specs import SourceWindow
+from airflow_provider_cdc.specs import SourceWindow
 
 __all__ = ["window_complete"]
 

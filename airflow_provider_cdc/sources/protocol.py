@@ -7,7 +7,7 @@ Everything else — recording the pipeline and checking the previous window is a
 re-opening the window (its epoch), claims, leases, fencing and retries, the completion check, the
 window handle — is shared: :class:`~airflow_provider_cdc.sources.hook.WindowSourceHook`,
 :class:`~airflow_provider_cdc.sources.claimed_reader.ClaimedWindowReader`,
-:mod:`airflow_provider_cdc.sources.operators`, :mod:`airflow_provider_cdc.sources.completion`.
+:mod:`airflow_provider_cdc.sources.operators`, :mod:`airflow_provider_cdc.metastore.completion`.
 
 A source implements the two protocols below: :class:`WindowSource` on its hook (a
 :class:`~airflow_provider_cdc.sources.hook.WindowSourceHook`) and :class:`UnitReader` on its reader (a

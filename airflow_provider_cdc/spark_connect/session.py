@@ -1,8 +1,6 @@
 """Moved to :mod:`airflow_provider_cdc.placement.connect.session`;
 this path keeps existing imports (and patches of it) working: it is that module."""
 
-import sys
+from airflow_provider_cdc._moved import alias
 
-import airflow_provider_cdc.placement.connect.session as _moved
-
-sys.modules[__name__] = _moved
+alias(__name__, "airflow_provider_cdc.placement.connect.session")

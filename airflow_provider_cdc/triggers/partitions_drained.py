@@ -2,9 +2,9 @@
 
 This path stays importable: tasks deferred before the move are serialized with the classpath
 ``airflow_provider_cdc.triggers.partitions_drained.PartitionsDrainedTrigger``, and the triggerer resolves
-it here. New deferrals serialize the new path.
+it here (this path is that module). New deferrals serialize the new path.
 """
 
-from airflow_provider_cdc.sources.spanner.triggers import PartitionsDrainedTrigger
+from airflow_provider_cdc._moved import alias
 
-__all__ = ["PartitionsDrainedTrigger"]
+alias(__name__, "airflow_provider_cdc.sources.spanner.triggers")

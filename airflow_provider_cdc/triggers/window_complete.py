@@ -17,7 +17,7 @@ from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 
 if TYPE_CHECKING:  # imported where used: the sensor's DAG file imports this module
-    from airflow_provider_cdc.sources.completion import LaggingPartition
+    from airflow_provider_cdc.metastore.completion import LaggingPartition
 
 #: The event status of a complete window.
 COMPLETE = "complete"
@@ -120,7 +120,7 @@ class WindowCompleteTrigger(BaseTrigger):
         return {"status": ERROR, "message": str(error), "never_run": error.never_run}
 
     def _check(self) -> list[LaggingPartition]:
-        from airflow_provider_cdc.sources.completion import lagging_units
+        from airflow_provider_cdc.metastore.completion import lagging_units
 
         window = self.window()
         if window is None:
@@ -145,7 +145,7 @@ class WindowCompleteTrigger(BaseTrigger):
             self._metastore_hook = None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from airflow_provider_cdc.sources.completion import describe_lagging
+        from airflow_provider_cdc.metastore.completion import describe_lagging
 
         try:
             refusal = await asyncio.to_thread(self._refusal)

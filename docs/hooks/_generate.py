@@ -70,7 +70,7 @@ def cli_help() -> list[dict[str, str]]:
 
 def connection_forms() -> list[dict[str, Any]]:
     """The registered connection types and their own fields."""
-    from airflow_provider_cdc.hooks.connection_forms import CONNECTION_FORMS
+    from airflow_provider_cdc.connection_forms import CONNECTION_FORMS
 
     return [
         {

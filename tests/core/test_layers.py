@@ -2,13 +2,17 @@
 ``ast`` and held against the layer order declared once below.
 
 A module's layer is that of the longest prefix of its name in :data:`LAYERS`; it may import its own
-layer and the layers under it. The only upward imports allowed are the modules at old public paths that
-re-export a module moved up (:data:`REEXPORTS`).
+layer and the layers under it. A module left at an old public path (:data:`REEXPORTS`) names the module
+it became by a string (:func:`airflow_provider_cdc._moved.alias`), so it imports nothing upward.
+
+The first-level entries of the package (its folders and single modules) import each other without a
+cycle too (:func:`folder_cycles`), so that each folder sits above all that it imports.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import pytest
@@ -24,13 +28,14 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "foundation",
         (
             "_compat",
+            "_moved",
             "_errors",
             "failures",
             "filesystems",
             "dag_settings",
             "lineage",
             "assets",
-            "pipeline.specs",
+            "specs",
         ),
     ),
     (
@@ -46,11 +51,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "repair",
             "sources.protocol",
             "sources.claimed_reader",
-            "sources.completion",
             "sources",
             "targets",
-            "targets.protocol",
-            "targets.registry",
+            "plugins",
             "targets.images",
         ),
     ),
@@ -74,8 +77,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "__init__",
             "__main__",
-            "hooks.connection_types",
-            "hooks.connection_forms",
+            "connection_types",
+            "connection_forms",
             "task_groups",
             "pipeline",
             "cli",
@@ -85,22 +88,37 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("test kit", ("testing",)),
 )
 
-#: Modules at old public paths that only re-export what moved to a higher layer.
+#: Modules at old public paths: each is the module it moved to, named by a string.
 REEXPORTS: frozenset[str] = frozenset(
     {
+        "dataproc.placement",
         "hooks.bigquery_cdc",
+        "hooks.connection_forms",
+        "hooks.connection_types",
+        "hooks.dataproc",
         "hooks.spanner_change_stream",
         "hooks.spanner_table",
-        "hooks.dataproc",
-        "operators.upsert",
+        "job_archive",
+        "operators._dataproc",
+        "operators._spark",
         "operators.bigquery_upsert",
         "operators.spanner_change_stream",
         "operators.spanner_table",
-        "sensors.partitions_drained",
-        "triggers.partitions_drained",
+        "operators.upsert",
+        "pipeline.specs",
         "repair",
+        "sensors.partitions_drained",
+        "sources.completion",
+        "spark_connect.jobs",
+        "spark_connect.server",
+        "spark_connect.session",
+        "targets.protocol",
+        "targets.registry",
+        "task_groups",
+        "triggers.partitions_drained",
     }
 )
+
 
 def _layer_index() -> dict[str, int]:
     return {prefix: index for index, (_, prefixes) in enumerate(LAYERS) for prefix in prefixes}
@@ -153,12 +171,10 @@ def _imported(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
 
 
 def upward_imports() -> list[tuple[str, str]]:
-    """Every import of a module from a higher layer, re-exports left out."""
+    """Every import of a module from a higher layer."""
     modules = _modules()
     found = []
     for module, path in modules.items():
-        if module in REEXPORTS:
-            continue
         own = layer_of(module)
         for imported in sorted(_imported(module, path, modules)):
             if layer_of(imported) > own:
@@ -174,13 +190,97 @@ def test_every_import_goes_down() -> None:
     assert not wrong, "imports that run up a layer:\n" + "\n".join(wrong)
 
 
-def test_every_reexport_is_still_needed() -> None:
+def _aliased(path: Path) -> str | None:
+    """The module that the module at ``path`` makes itself (``alias(__name__, "...")``), if any."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "alias" and len(node.args) == 2:
+            moved = node.args[1]
+            if isinstance(moved, ast.Constant) and isinstance(moved.value, str):
+                return moved.value
+    return None
+
+
+def test_every_old_path_is_the_module_it_moved_to() -> None:
     modules = _modules()
-    for module in REEXPORTS:
-        assert module in modules, f"{module} is gone: take it out of REEXPORTS"
-        assert any(layer_of(m) > layer_of(module) for m in _imported(module, modules[module], modules)), (
-            module
+    aliases = {module: _aliased(path) for module, path in modules.items()}
+    assert {module for module, moved in aliases.items() if moved} == REEXPORTS
+    for module in sorted(REEXPORTS):
+        moved = aliases[module]
+        assert moved and moved.startswith(PACKAGE + ".") and moved[len(PACKAGE) + 1 :] in modules, module
+        assert importlib.import_module(f"{PACKAGE}.{module}") is importlib.import_module(moved), module
+
+
+def first_level(module: str) -> str:
+    """The package's first-level entry that holds ``module`` (a folder, or a single module)."""
+    return module.split(".")[0] if module else "__init__"
+
+
+def folder_imports() -> dict[tuple[str, str], list[str]]:
+    """Each import between two first-level entries (the test kit left out), with the modules behind it."""
+    modules = _modules()
+    edges: dict[tuple[str, str], list[str]] = {}
+    for module, path in modules.items():
+        for imported in sorted(_imported(module, path, modules)):
+            edge = first_level(module), first_level(imported)
+            if edge[0] != edge[1] and "testing" not in edge:
+                edges.setdefault(edge, []).append(f"{module} -> {imported}")
+    return edges
+
+
+def folder_cycles(edges: dict[tuple[str, str], list[str]]) -> list[list[str]]:
+    """The groups of first-level entries that import each other in a loop (strongly connected, Tarjan)."""
+    graph: dict[str, set[str]] = {}
+    for low, high in edges:
+        graph.setdefault(low, set()).add(high)
+        graph.setdefault(high, set())
+    index: dict[str, int] = {}
+    lowest: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = lowest[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                lowest[node] = min(lowest[node], lowest[other])
+            elif other in stack:
+                lowest[node] = min(lowest[node], index[other])
+        if lowest[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return cycles
+
+
+def test_no_folder_imports_another_in_a_loop() -> None:
+    edges = folder_imports()
+    found = [
+        f"{' <-> '.join(group)}:\n"
+        + "\n".join(
+            f"  {a} -> {b}: {', '.join(why[:3])}"
+            for (a, b), why in sorted(edges.items())
+            if {a, b} <= set(group)
         )
+        for group in folder_cycles(edges)
+    ]
+    assert not found, "first-level folders that import each other in a loop:\n" + "\n".join(found)
+
+
+def test_a_folder_cycle_is_found() -> None:
+    edges = {("sources", "hooks"): ["sources.hook -> hooks.metastore"], ("hooks", "sources"): ["x -> y"]}
+    assert folder_cycles(edges) == [["hooks", "sources"]]
+    assert folder_cycles({("sources", "hooks"): ["sources.hook -> hooks.metastore"]}) == []
 
 
 @pytest.mark.parametrize(

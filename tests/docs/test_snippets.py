@@ -239,7 +239,7 @@ def _gcloud(snippet: str, gcloud: Path, tmp_path: Path) -> tuple[list[str], str]
 def test_composer_metastore_secret(gcloud: Path, tmp_path: Path) -> None:
     from sqlalchemy.engine import make_url
 
-    from airflow_provider_cdc.hooks.connection_forms import CONNECTION_FORMS
+    from airflow_provider_cdc.connection_forms import CONNECTION_FORMS
 
     args, stdin = _gcloud("metastore_secret.sh", gcloud, tmp_path)
     assert args == ["secrets", "create", "airflow-connections-cdc_metastore_default", "--data-file=-"]

@@ -13,6 +13,7 @@ from unittest import mock
 import pytest
 
 from airflow_provider_cdc.changesets.writer import Change, change_set_table, write_change_set
+from airflow_provider_cdc.core.contract.target import APPLIED, TableApplyResult, TargetApplied
 from airflow_provider_cdc.core.timestamps import format_timestamp, to_micros
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.pipeline import (
@@ -22,7 +23,6 @@ from airflow_provider_cdc.hooks.pipeline import (
 )
 from airflow_provider_cdc.metastore import Metastore, WindowState
 from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
-from airflow_provider_cdc.targets.protocol import APPLIED, TableApplyResult, TargetApplied
 
 BIGQUERY_TARGET, DELTA_TARGET = "bigquery", "delta"
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_cdc import get_provider_info
-from airflow_provider_cdc.hooks.connection_forms import CONNECTION_FORMS
+from airflow_provider_cdc.connection_forms import CONNECTION_FORMS
 
 STANDARD = ("host", "schema", "login", "password", "port")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from airflow_provider_cdc.core.contract.target import TableName
 from airflow_provider_cdc.lineage import (
     DatasetName,
     location_dataset,
@@ -11,7 +12,6 @@ from airflow_provider_cdc.lineage import (
 )
 from airflow_provider_cdc.targets.bigquery.names import bigquery_dataset, bigquery_table_name
 from airflow_provider_cdc.targets.delta.names import delta_table_dataset, delta_table_name
-from airflow_provider_cdc.targets.protocol import TableName
 
 SPANNER_KEY = "projects/shop-prod/instances/main/databases/orders/OrdersStream"
 

@@ -28,9 +28,7 @@ from airflow_provider_cdc.changesets.reader import ChangeSetReader, ChangeSetTab
 from airflow_provider_cdc.changesets.writer import Change, change_set_table, write_change_set
 from airflow_provider_cdc.core.collapse import collapse_window
 from airflow_provider_cdc.core.contract.change_set import change_set_schema
-from airflow_provider_cdc.core.timestamps import to_micros
-from airflow_provider_cdc.core.window import Window
-from airflow_provider_cdc.targets.protocol import (
+from airflow_provider_cdc.core.contract.target import (
     ALREADY_APPLIED,
     APPLIED,
     OlderWindowError,
@@ -38,6 +36,8 @@ from airflow_provider_cdc.targets.protocol import (
     Target,
     TargetApplied,
 )
+from airflow_provider_cdc.core.timestamps import to_micros
+from airflow_provider_cdc.core.window import Window
 from tests.support.change_sets import ORDERS, START, seq
 from tests.support.staged_changes import spanner_staged_row
 

@@ -15,14 +15,14 @@ from google.cloud.bigquery_storage_v1 import BigQueryWriteClient
 from google.cloud.bigquery_storage_v1.services.big_query_write.transports import BigQueryWriteGrpcTransport
 
 from airflow_provider_cdc.changesets.reader import ChangeSetReader
+from airflow_provider_cdc.core.contract.target import TableApplyResult, TableName, Target, TargetApplied
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.metastore import Metastore
+from airflow_provider_cdc.plugins import open_target, target_kind, target_names
 from airflow_provider_cdc.targets.bigquery.target import BigQueryCdcTarget
 from airflow_provider_cdc.targets.delta.commit import applied_output as delta_output
 from airflow_provider_cdc.targets.delta.compare import HIDDEN_COLUMNS
 from airflow_provider_cdc.targets.delta.target import DeltaLakeTarget
-from airflow_provider_cdc.targets.protocol import TableApplyResult, TableName, Target, TargetApplied
-from airflow_provider_cdc.targets.registry import open_target, target_kind, target_names
 from airflow_provider_cdc.testing.bigquery_fake import FakeBigQuery
 from tests.support.target_conformance import CHECKS, PIPELINE, TargetHarness
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_provider_cdc.core.contract.staged_rows import arrow_type
 from airflow_provider_cdc.core.identifiers import validate_identifier
@@ -116,3 +116,26 @@ def manifest_tables(value: Mapping[str, Any], where: str = "change set") -> dict
         count = _count(entry)
         result[name] = count if count is not None else _count(counts.get(name))
     return result
+
+
+class ChangeSetTable(Protocol):
+    """What a target reads of one table of a change set: its name, expected row count and Parquet
+    dataset (:class:`airflow_provider_cdc.changesets.reader.ChangeSetTable` is the one a change set
+    reader gives)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def expected_rows(self) -> int | None: ...
+
+    @property
+    def dataset(self) -> Any: ...
+
+    def column_types(self) -> list[dict[str, Any]]:
+        """Union of the table's column types as seen in the window."""
+        ...
+
+    def count_rows(self) -> int:
+        """The table's rows in the change set."""
+        ...

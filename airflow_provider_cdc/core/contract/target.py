@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 from airflow_provider_cdc.core.timestamps import coerce_timestamp, format_timestamp
 
 if TYPE_CHECKING:
-    from airflow_provider_cdc.changesets.reader import ChangeSetTable
+    from airflow_provider_cdc.core.contract.change_set import ChangeSetTable
     from airflow_provider_cdc.core.window import Window
 
 Outcome = Literal["applied", "already_applied", "skipped"]

@@ -48,7 +48,7 @@ class DataprocJobError(RuntimeError):
 class DataprocJobsHook(BaseHook):
     """Runs the provider's jobs on the Dataproc placement of a ``dataproc`` connection.
 
-    Its connection form is declared in :mod:`~airflow_provider_cdc.hooks.connection_forms`.
+    Its connection form is declared in :mod:`~airflow_provider_cdc.connection_forms`.
 
     :param dataproc_conn_id: the connection: extras ``project_id``, ``region``, ``staging_uri``
         (``gs://``), and ``cluster_name`` (omit it for Serverless batches), optionally ``properties``,

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from airflow_provider_cdc.pipeline.specs import (
+from airflow_provider_cdc.specs import (
     SourceSpec,
     SourceTasks,
     SourceWindow,

@@ -14,7 +14,7 @@ from airflow_provider_cdc.core.identifiers import InvalidIdentifierError, valida
 from airflow_provider_cdc.core.timestamps import ensure_utc, format_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-from airflow_provider_cdc.sources.completion import (
+from airflow_provider_cdc.metastore.completion import (
     STALLED_AFTER_HEARTBEATS,
     LaggingPartition,
     describe_lagging,

@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any, ClassVar
 
 from airflow_provider_cdc.core.identifiers import InvalidIdentifierError, validate_identifier
-from airflow_provider_cdc.pipeline.specs import (
+from airflow_provider_cdc.specs import (
     PipelineSpecError,
     SnapshotWindow,
     SourceSpec,
@@ -75,11 +75,11 @@ class SpannerChangeStream(SourceSpec):
         """wait_parents ─► open_window ─► read (mapped) ─► drained: the parents of the window's
         partitions drained to its start (and the window before it applied), then every partition of
         the window read to its end."""
-        from airflow_provider_cdc.sensors.partitions_drained import SpannerChangeStreamPartitionsDrainedSensor
         from airflow_provider_cdc.sources.spanner.change_stream_operators import (
             SpannerChangeStreamOpenWindowOperator,
             SpannerChangeStreamReadWindowOperator,
         )
+        from airflow_provider_cdc.sources.spanner.sensors import SpannerChangeStreamPartitionsDrainedSensor
 
         stream, arguments, metastore = self.connection(), window.window_arguments(), dict(window.metastore)
         wait_parents = SpannerChangeStreamPartitionsDrainedSensor(

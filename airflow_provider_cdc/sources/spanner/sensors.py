@@ -19,7 +19,7 @@ from airflow_provider_cdc.sources.spanner.connection import (
 from airflow_provider_cdc.sources.spanner.triggers import PartitionsDrainedTrigger
 
 if TYPE_CHECKING:  # imported where used, so that parsing a DAG stays quick
-    from airflow_provider_cdc.sources.completion import LaggingPartition
+    from airflow_provider_cdc.metastore.completion import LaggingPartition
 
 
 class SpannerChangeStreamPartitionsDrainedSensor(ChangeStreamConnectionMixin, WindowCompleteSensor):

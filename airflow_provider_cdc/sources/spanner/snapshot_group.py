@@ -27,7 +27,7 @@ from airflow_provider_cdc.sources.spanner.table_operators import (
 )
 
 if TYPE_CHECKING:
-    from airflow_provider_cdc.pipeline.specs import TargetSpec
+    from airflow_provider_cdc.specs import TargetSpec
 
 try:  # Airflow 3
     from airflow.sdk import TaskGroup

@@ -13,7 +13,7 @@ from airflow_provider_cdc.sources.spanner.connection import (
 from airflow_provider_cdc.triggers.window_complete import WindowCompleteTrigger
 
 if TYPE_CHECKING:  # imported where used: the sensor's DAG file imports this module
-    from airflow_provider_cdc.sources.completion import LaggingPartition
+    from airflow_provider_cdc.metastore.completion import LaggingPartition
 
 
 class PartitionsDrainedTrigger(ChangeStreamConnectionMixin, WindowCompleteTrigger):

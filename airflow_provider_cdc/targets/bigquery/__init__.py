@@ -1,6 +1,6 @@
 """BigQuery CDC target: change sets written through the Storage Write API default stream."""
 
-from airflow_provider_cdc.targets.registry import TargetKind
+from airflow_provider_cdc.plugins import TargetKind
 
 TARGET = TargetKind(
     "bigquery",

@@ -14,10 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from airflow_provider_cdc.assets import AssetNameError
-from airflow_provider_cdc.core.identifiers import validate_identifier
-from airflow_provider_cdc.core.timestamps import coerce_timestamp
-from airflow_provider_cdc.targets.bigquery.names import bigquery_table_name
-from airflow_provider_cdc.targets.protocol import (
+from airflow_provider_cdc.core.contract.target import (
     ALREADY_APPLIED,
     APPLIED,
     SKIPPED,
@@ -26,6 +23,9 @@ from airflow_provider_cdc.targets.protocol import (
     TableName,
     TargetApplied,
 )
+from airflow_provider_cdc.core.identifiers import validate_identifier
+from airflow_provider_cdc.core.timestamps import coerce_timestamp
+from airflow_provider_cdc.targets.bigquery.names import bigquery_table_name
 
 __all__ = ["BigQueryCdcCommit", "applied_output", "from_reported"]
 

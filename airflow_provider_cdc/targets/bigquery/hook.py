@@ -186,8 +186,8 @@ class BigQueryCdcHook(GoogleBaseHook):
         """
         from airflow_provider_cdc.changesets.reader import ChangeSetReader
         from airflow_provider_cdc.hooks.storage import storage_options
+        from airflow_provider_cdc.plugins import open_target
         from airflow_provider_cdc.targets.bigquery.target import TableResult, staleness_seconds
-        from airflow_provider_cdc.targets.registry import open_target
 
         pipeline = validate_pipeline_id(pipeline)
         options = storage_options(self.gcp_conn_id) if _has_object_store(locations) else {}

@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 
 from airflow_provider_cdc.assets import AssetNameError, bounded_uri, table_identifier
+from airflow_provider_cdc.core.contract.target import TableName
 from airflow_provider_cdc.lineage import DatasetName
-from airflow_provider_cdc.targets.protocol import TableName
 
 __all__ = ["bigquery_dataset", "bigquery_table_name", "bigquery_table_uri", "split_bigquery_dataset"]
 

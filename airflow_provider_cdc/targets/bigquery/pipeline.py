@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, ClassVar
 
-from airflow_provider_cdc.pipeline.specs import TargetSpec, _identifier
+from airflow_provider_cdc.specs import TargetSpec, _identifier
 
 __all__ = ["BigQueryCdc"]
 

@@ -10,7 +10,7 @@ modification with the greatest sequence number.
 :meth:`BigQueryCdcTarget.plan_tables` checks every table of a window (key types, the key an existing
 table declares, NULL key values) before :meth:`BigQueryCdcTarget.apply_table` sends the first row.
 
-As a :class:`~airflow_provider_cdc.targets.protocol.Target` (``plan_window``, ``send_planned``,
+As a :class:`~airflow_provider_cdc.core.contract.target.Target` (``plan_window``, ``send_planned``,
 ``apply_window``) it keeps a ledger: the metastore's ``cdc_window_tables`` under the target
 ``bigquery``, which records each table as soon as its send completed. A table the ledger records for
 the window is not sent again (BigQuery forgets DELETEs after two days, so a window must never be sent
@@ -42,6 +42,14 @@ from airflow_provider_cdc.changesets.reader import (
     to_merge_source,
 )
 from airflow_provider_cdc.core.contract.change_set import CHANGE_SET_COLUMNS, COLUMN_TYPES_JSON
+from airflow_provider_cdc.core.contract.target import (
+    ALREADY_APPLIED,
+    APPLIED,
+    SKIPPED,
+    OlderWindowError,
+    Outcome,
+    TableApplyResult,
+)
 from airflow_provider_cdc.core.identifiers import validate_identifier
 from airflow_provider_cdc.core.timestamps import format_timestamp, to_micros
 from airflow_provider_cdc.core.values import ValueEncodingError
@@ -74,14 +82,6 @@ from airflow_provider_cdc.targets.bigquery.writer import (
     default_stream,
 )
 from airflow_provider_cdc.targets.images import complete_images
-from airflow_provider_cdc.targets.protocol import (
-    ALREADY_APPLIED,
-    APPLIED,
-    SKIPPED,
-    OlderWindowError,
-    Outcome,
-    TableApplyResult,
-)
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Delta Lake target: one commit per window and table through delta-rs, tagged with the window."""
 
-from airflow_provider_cdc.targets.registry import TargetKind
+from airflow_provider_cdc.plugins import TargetKind
 
 TARGET = TargetKind(
     "delta",

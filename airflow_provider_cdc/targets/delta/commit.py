@@ -14,8 +14,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from airflow_provider_cdc.targets.delta.names import delta_table_name
-from airflow_provider_cdc.targets.protocol import (
+from airflow_provider_cdc.core.contract.target import (
     APPLIED,
     CommitContext,
     TableApplyResult,
@@ -23,6 +22,7 @@ from airflow_provider_cdc.targets.protocol import (
     TargetApplied,
     WindowNotHeldError,
 )
+from airflow_provider_cdc.targets.delta.names import delta_table_name
 
 #: The registered name of the Delta target (its metastore key).
 DELTA = "delta"

@@ -15,8 +15,8 @@ from typing import Any
 
 from deltalake import CommitProperties, DeltaTable, Transaction
 
+from airflow_provider_cdc.core.contract.target import OlderWindowError
 from airflow_provider_cdc.core.identifiers import validate_pipeline_id
-from airflow_provider_cdc.targets.protocol import OlderWindowError
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ dataset; a downstream DAG schedules on :func:`delta_table_uri`."""
 from __future__ import annotations
 
 from airflow_provider_cdc.assets import location_table_uri
+from airflow_provider_cdc.core.contract.target import TableName
 from airflow_provider_cdc.lineage import DatasetName, location_table_dataset
-from airflow_provider_cdc.targets.protocol import TableName
 
 __all__ = ["delta_table_dataset", "delta_table_name", "delta_table_uri"]
 

@@ -12,12 +12,18 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 
 from airflow_provider_cdc._compat import AirflowFailException
 from airflow_provider_cdc.core.contract.locations import TABLE_DIR_PREFIX
+from airflow_provider_cdc.core.contract.target import TargetApplied
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.connection_fields import connection_arguments_of
 from airflow_provider_cdc.hooks.pipeline import StaleEpochError
 from airflow_provider_cdc.lineage import StepLineage, location_dataset, location_table_dataset
-from airflow_provider_cdc.operators._dataproc import run_on_dataproc
-from airflow_provider_cdc.operators._spark import (
+from airflow_provider_cdc.operators.window_step import (
+    WINDOW_STEP_FIELDS,
+    PipelineWindowStepFields,
+    WindowStepMixin,
+)
+from airflow_provider_cdc.placement.dataproc.run import run_on_dataproc
+from airflow_provider_cdc.placement.spark_submit import (
     LocalPythonJob,
     connection_deploy_mode,
     connection_master,
@@ -28,15 +34,9 @@ from airflow_provider_cdc.operators._spark import (
     local_environment,
     spark_defaults,
 )
-from airflow_provider_cdc.operators.window_step import (
-    WINDOW_STEP_FIELDS,
-    PipelineWindowStepFields,
-    WindowStepMixin,
-)
 from airflow_provider_cdc.targets.delta.commit import held_output
 from airflow_provider_cdc.targets.delta.compaction import DEFAULT_COMPACT_EVERY
 from airflow_provider_cdc.targets.delta.tombstones import HORIZON_FIX
-from airflow_provider_cdc.targets.protocol import TargetApplied
 
 UPSERT_JOB_PATH = str(Path(__file__).resolve().parent / "upsert_job.py")
 

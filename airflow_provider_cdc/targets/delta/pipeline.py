@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from airflow_provider_cdc.pipeline.specs import Locations, PipelineSpecError, TargetSpec
+from airflow_provider_cdc.specs import Locations, PipelineSpecError, TargetSpec
 
 __all__ = ["DeltaLake"]
 

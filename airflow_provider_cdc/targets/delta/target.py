@@ -74,6 +74,7 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from airflow_provider_cdc.changesets.arrow_values import key_column_names
 from airflow_provider_cdc.changesets.reader import ChangeSetTable, iter_batches
 from airflow_provider_cdc.changesets.typed_batches import TableColumns, to_merge_source
+from airflow_provider_cdc.core.contract.target import ALREADY_APPLIED, APPLIED, SKIPPED, TableApplyResult
 from airflow_provider_cdc.core.identifiers import validate_identifier
 from airflow_provider_cdc.core.timestamps import from_micros
 from airflow_provider_cdc.core.window import Window
@@ -114,7 +115,6 @@ from airflow_provider_cdc.targets.delta.tombstones import (
     check_horizon,
     window_tombstones,
 )
-from airflow_provider_cdc.targets.protocol import ALREADY_APPLIED, APPLIED, SKIPPED, TableApplyResult
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +252,7 @@ class DeltaLakeTarget:
     path, or ``google_application_credentials``); they are passed to delta-rs only and never
     logged or shown in ``repr``.
 
-    Implements :class:`~airflow_provider_cdc.targets.protocol.Target` (window versions are window ends
+    Implements :class:`~airflow_provider_cdc.core.contract.target.Target` (window versions are window ends
     in µs, recorded by each commit's app transaction) and is the row source partial images are
     completed from (:mod:`airflow_provider_cdc.targets.images`).
     """

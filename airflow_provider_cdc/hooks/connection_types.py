@@ -1,0 +1,6 @@
+"""Moved to :mod:`airflow_provider_cdc.connection_types`;
+this path keeps existing imports (and patches of it) working: it is that module."""
+
+from airflow_provider_cdc._moved import alias
+
+alias(__name__, "airflow_provider_cdc.connection_types")
