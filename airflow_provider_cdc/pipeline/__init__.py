@@ -28,7 +28,7 @@ from airflow_provider_cdc.pipeline.factory import DEFAULT_GROUP_ID, cdc_pipeline
 from airflow_provider_cdc.specs import Locations, PipelineSpecError, SourceSpec, TargetSpec
 
 #: Each source's and target's spec, by name → the module of its plug-in folder (imported when first asked
-#: for: a plug-in's module imports this package's spec bases, so importing it here would be circular).
+#: for: a DAG imports only the plug-ins it names).
 _SPECS = {
     "BigQueryCdc": "airflow_provider_cdc.targets.bigquery.pipeline",
     "DatastreamFiles": "airflow_provider_cdc.sources.datastream.pipeline",
