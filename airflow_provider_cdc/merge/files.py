@@ -21,7 +21,7 @@ import pyarrow.fs as pafs
 
 from airflow_provider_cdc.core.contract.locations import MANIFEST_NAME
 from airflow_provider_cdc.filesystems import is_local, join, resolve
-from airflow_provider_cdc.merge.plan import MergeJobError
+from airflow_provider_cdc.merge.errors import MergeJobError
 
 #: Files copied at once between the driver's disk and a remote filesystem.
 TRANSFER_THREADS = 8

@@ -48,6 +48,7 @@ from airflow_provider_cdc.core.contract.staged_rows import ARRIVAL, COMMIT_TIME,
 from airflow_provider_cdc.core.timestamps import format_timestamp, parse_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.filesystems import StorageOptionsError, storage_options_from_env
+from airflow_provider_cdc.merge.errors import MergeJobError
 from airflow_provider_cdc.merge.files import HadoopFiles, download_tree, upload_change_set
 from airflow_provider_cdc.merge.input import (
     StagedInputError,
@@ -55,7 +56,7 @@ from airflow_provider_cdc.merge.input import (
     check_staged_units,
     parse_units,
 )
-from airflow_provider_cdc.merge.plan import COLLAPSES, KERNEL, MergeJobError, log, merge_staging
+from airflow_provider_cdc.merge.plan import COLLAPSES, KERNEL, log, merge_staging
 
 #: Change-set tables written at once by a task (one open Parquet writer each).
 CONCURRENT_TABLE_WRITERS = 16

@@ -35,6 +35,7 @@ from airflow_provider_cdc.core.identifiers import InvalidIdentifierError, valida
 from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.core.values import LogicalTypeError, column_types_json, union_column_types
 from airflow_provider_cdc.core.window import Window
+from airflow_provider_cdc.merge.errors import MergeJobError
 from airflow_provider_cdc.merge.kernels import (
     COLLAPSE_INPUT_COLUMNS,
     COLLAPSED_ARROW_SCHEMA,
@@ -79,10 +80,6 @@ _SPARK_TYPES = {
 }
 #: :data:`~airflow_provider_cdc.merge.kernels.COLLAPSED_ARROW_SCHEMA` as Spark DDL.
 COLLAPSED_SCHEMA_DDL = ", ".join(f"{f.name} {_SPARK_TYPES[f.type]}" for f in COLLAPSED_ARROW_SCHEMA)
-
-
-class MergeJobError(RuntimeError):
-    """The window cannot be merged; nothing was written."""
 
 
 class IncompleteTransactionError(MergeJobError):

@@ -11,7 +11,8 @@ from airflow_provider_cdc.core.contract.staged_rows import STAGED_CHANGE_COLUMNS
 from airflow_provider_cdc.core.sequence_number import ChangeSequenceNumber
 from airflow_provider_cdc.core.timestamps import format_timestamp, to_micros
 from airflow_provider_cdc.sources.spanner.change_row import canonical_json, change_rows
-from airflow_provider_cdc.sources.spanner.records import HeartbeatRecord, parse_record_dict
+from airflow_provider_cdc.sources.spanner.record_parser import parse_record_dict
+from airflow_provider_cdc.sources.spanner.records import HeartbeatRecord
 from airflow_provider_cdc.sources.spanner.sequence_numbers import spanner_change_sequence_number
 
 UTC = timezone.utc

@@ -92,9 +92,9 @@ def run_merge(
     merge's operations on the server once they can run (and ``None`` when they are over), for a caller
     that may have to stop the merge; other jobs in the shared session go on.
     """
+    from airflow_provider_cdc.merge.errors import MergeJobError
     from airflow_provider_cdc.merge.files import ArrowFiles
     from airflow_provider_cdc.merge.job import configure_session, merge_window, parse_arguments
-    from airflow_provider_cdc.merge.plan import MergeJobError
 
     args = parse_arguments(list(arguments))
     files = ArrowFiles(dict(storage_options) if storage_options else None, shares_disk=on_this_machine(url))

@@ -27,9 +27,9 @@ keys, images and metadata are each one ``%`` format per row. A chunk that is not
 several shapes, metadata of several layouts, a field the column path does not take) is converted
 event by event, which gives the same rows and names the event and field of a problem.
 
-A task stages :func:`read_file_change_batches`: the same rows as Arrow record batches, JSONL files
-parsed columnar by :mod:`.jsonl_arrow` (pyarrow's JSON reader with an explicit schema), which hands
-what it does not take to the conversion here.
+A task stages :func:`.file_batches.read_file_change_batches`: the same rows as Arrow record batches,
+JSONL files parsed columnar by :mod:`.jsonl_arrow` (pyarrow's JSON reader with an explicit schema),
+which hands what it does not take to the conversion here.
 """
 
 from __future__ import annotations
@@ -563,27 +563,6 @@ def read_file_change_columns(
     if file.format == AVRO:
         return _avro_batches(stream, encoder)
     return _jsonl_batches(gzip.GzipFile(fileobj=stream, mode="rb") if file.compressed else stream, encoder)
-
-
-def read_file_change_batches(
-    stream: BinaryIO, file: DatastreamFile, unit: str, settings: DatastreamSettings
-) -> Iterator[Any]:
-    """:func:`read_file_change_columns` as Arrow record batches of ``STAGED_CHANGE_SCHEMA`` (what
-    ``StagingWriter.write_batch`` takes): JSONL files read columnar
-    (:mod:`~airflow_provider_cdc.sources.datastream.jsonl_arrow`), the same rows."""
-    from airflow_provider_cdc.staging.batches import record_batch
-
-    encoder = _FileEncoder(file, unit, settings)
-    if file.format != AVRO:
-        from airflow_provider_cdc.sources.datastream.jsonl_arrow import jsonl_batches
-
-        opened = gzip.GzipFile(fileobj=stream, mode="rb") if file.compressed else stream
-        yield from jsonl_batches(opened, encoder)
-        return
-    from airflow_provider_cdc.core.contract.staged_rows import STAGED_CHANGE_COLUMNS
-
-    for columns in _avro_batches(stream, encoder):
-        yield record_batch(dict(zip(STAGED_CHANGE_COLUMNS, columns, strict=True)))
 
 
 def _batches(events: Iterator[Mapping[str, Any]], encoder: _FileEncoder) -> Iterator[ChangeColumns]:

@@ -33,7 +33,7 @@ from airflow_provider_cdc.sources.datastream.listing import (
     StreamFiles,
     stream_files,
 )
-from airflow_provider_cdc.sources.datastream.names import is_object_name
+from airflow_provider_cdc.sources.datastream.names import EMPTY_WINDOW_TOKEN, is_object_name
 from airflow_provider_cdc.sources.datastream.settings import DatastreamSettings, DatastreamSettingsError
 from airflow_provider_cdc.sources.hook import SourceError, WindowSourceHook
 
@@ -355,4 +355,3 @@ class DatastreamHook(WindowSourceHook):
 
 
 #: The unit of a window no file arrived in (it stages nothing).
-EMPTY_WINDOW_TOKEN = "_no_files_"

@@ -15,6 +15,8 @@ from datetime import datetime, timezone
 
 from airflow_provider_cdc.sources.datastream.read_methods import is_backfill
 
+#: The unit token of a window no file arrived in (followed by the window id): it stages nothing.
+EMPTY_WINDOW_TOKEN = "_no_files_"
 AVRO = "avro"
 JSONL = "jsonl"
 _FILE_NAME = re.compile(

@@ -22,7 +22,7 @@ from airflow_provider_cdc.sources.claimed_reader import (
     collector_paused,
 )
 from airflow_provider_cdc.sources.datastream import jsonl_arrow  # noqa: F401 - imported with the reader
-from airflow_provider_cdc.sources.datastream.files import read_file_change_batches
+from airflow_provider_cdc.sources.datastream.file_batches import read_file_change_batches
 from airflow_provider_cdc.sources.datastream.listing import StreamFiles, split_token
 from airflow_provider_cdc.sources.datastream.names import parse_file_name
 from airflow_provider_cdc.sources.datastream.settings import DatastreamSettings
@@ -87,7 +87,7 @@ class DatastreamWindowReader(ClaimedWindowReader):
 
     def read_unit(self, window: Window, token: str, writer: StagingWriter, read: UnitRead) -> None:
         """Stage the events of file ``token`` (nothing for the empty unit of a window without files)."""
-        from airflow_provider_cdc.sources.datastream.hook import EMPTY_WINDOW_TOKEN
+        from airflow_provider_cdc.sources.datastream.names import EMPTY_WINDOW_TOKEN
 
         if token.startswith(EMPTY_WINDOW_TOKEN):
             return

@@ -14,6 +14,7 @@ from airflow_provider_cdc.core.identifiers import InvalidIdentifierError, valida
 from airflow_provider_cdc.core.timestamps import ensure_utc, format_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+from airflow_provider_cdc.hooks.storage import DEFAULT_GCP_CONN_ID
 from airflow_provider_cdc.metastore.completion import (
     STALLED_AFTER_HEARTBEATS,
     LaggingPartition,
@@ -21,14 +22,13 @@ from airflow_provider_cdc.metastore.completion import (
     lagging_units,
 )
 from airflow_provider_cdc.sources.hook import WindowSourceHook
-from airflow_provider_cdc.sources.spanner.connection import (
-    DEFAULT_GCP_CONN_ID,
+from airflow_provider_cdc.sources.spanner.database import EMULATOR_ENV, SpannerDatabase
+from airflow_provider_cdc.sources.spanner.durations import (
     DEFAULT_HEARTBEAT_MS,
     RetentionValue,
+    format_duration,
     parse_retention,
 )
-from airflow_provider_cdc.sources.spanner.database import EMULATOR_ENV, SpannerDatabase
-from airflow_provider_cdc.sources.spanner.durations import format_duration
 from airflow_provider_cdc.sources.spanner.errors import (
     ChangeStreamConfigError,
     ChangeStreamError,

@@ -8,10 +8,8 @@ Google provider: a DAG file naming these classes stays quick to parse.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_cdc.hooks.connection_fields import (
@@ -20,41 +18,15 @@ from airflow_provider_cdc.hooks.connection_fields import (
     connection_arguments_of,
 )
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
-from airflow_provider_cdc.sources.spanner.durations import spanner_duration
+from airflow_provider_cdc.hooks.storage import DEFAULT_GCP_CONN_ID
+from airflow_provider_cdc.sources.spanner.durations import (
+    DEFAULT_HEARTBEAT_MS,
+    RetentionValue,
+    parse_retention,
+)
 
 if TYPE_CHECKING:
     from airflow_provider_cdc.sources.spanner.change_stream_hook import SpannerChangeStreamHook
-
-DEFAULT_GCP_CONN_ID = "google_cloud_default"
-DEFAULT_HEARTBEAT_MS = 10_000
-RetentionValue = timedelta | int | float | str
-
-
-def parse_retention(value: RetentionValue) -> timedelta:
-    """A retention period from a ``timedelta``, seconds (a number or digits) or Spanner duration text
-    (``'7d'``, ``'36h'``, ``'90m'``, ``'3600s'``); raises ``ValueError`` for anything else or a period
-    that is not positive."""
-    period: timedelta | None = None
-    try:
-        if isinstance(value, timedelta):
-            period = value
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            period = timedelta(seconds=value)
-        elif isinstance(value, str):
-            text = value.strip().lower()
-            period = spanner_duration(text)
-            if period is None and re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
-                period = timedelta(seconds=float(text))
-    except (OverflowError, ValueError):  # NaN, infinities, more days than a timedelta holds
-        period = None
-    if period is None:
-        raise ValueError(
-            f"retention {value!r} is not a duration: give a timedelta, seconds, or Spanner duration text "
-            "such as '7d', '36h' or '3600s'"
-        )
-    if period <= timedelta(0):
-        raise ValueError(f"retention must be positive, got {value!r}")
-    return period
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
 from airflow_provider_cdc._errors import CdcError
 from airflow_provider_cdc.core.findings import OK, Finding, did_you_mean
 from airflow_provider_cdc.core.timestamps import coerce_timestamp
-from airflow_provider_cdc.sources.spanner.connection import DEFAULT_GCP_CONN_ID
+from airflow_provider_cdc.hooks.storage import DEFAULT_GCP_CONN_ID
 from airflow_provider_cdc.sources.spanner.errors import ChangeStreamConfigError, ChangeStreamError
 
 __all__ = ["EMULATOR_ENV", "EMULATOR_PROJECT", "SpannerDatabase", "emulator_connection"]

@@ -34,3 +34,35 @@ def format_duration(period: timedelta) -> str:
         if seconds >= size and seconds % size == 0:
             return f"{int(seconds // size)}{unit}"
     return f"{seconds:g}s"
+
+
+#: The change-stream query's default heartbeat interval (milliseconds).
+DEFAULT_HEARTBEAT_MS = 10_000
+RetentionValue = timedelta | int | float | str
+
+
+def parse_retention(value: RetentionValue) -> timedelta:
+    """A retention period from a ``timedelta``, seconds (a number or digits) or Spanner duration text
+    (``'7d'``, ``'36h'``, ``'90m'``, ``'3600s'``); raises ``ValueError`` for anything else or a period
+    that is not positive."""
+    period: timedelta | None = None
+    try:
+        if isinstance(value, timedelta):
+            period = value
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            period = timedelta(seconds=value)
+        elif isinstance(value, str):
+            text = value.strip().lower()
+            period = spanner_duration(text)
+            if period is None and re.fullmatch(r"[0-9]+(\.[0-9]+)?", text):
+                period = timedelta(seconds=float(text))
+    except (OverflowError, ValueError):  # NaN, infinities, more days than a timedelta holds
+        period = None
+    if period is None:
+        raise ValueError(
+            f"retention {value!r} is not a duration: give a timedelta, seconds, or Spanner duration text "
+            "such as '7d', '36h' or '3600s'"
+        )
+    if period <= timedelta(0):
+        raise ValueError(f"retention must be positive, got {value!r}")
+    return period

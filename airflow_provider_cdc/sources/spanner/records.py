@@ -6,7 +6,7 @@ whose single element holds exactly one record: a :class:`DataChangeRecord`, a
 :class:`HeartbeatRecord` or a :class:`ChildPartitionsRecord`. A data change record's columns are
 :class:`~airflow_provider_cdc.core.columns.ColumnType` entries. The parser that builds records from
 query rows and JSON (:func:`parse_change_record_row`, :func:`parse_record_dict`,
-:func:`parse_change_record_json`) is :mod:`.record_parser`; its functions are importable from here too.
+:func:`parse_change_record_json`) is :mod:`.record_parser`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import Any, ClassVar, TypeAlias
+from typing import ClassVar, TypeAlias
 
 from airflow_provider_cdc.core.columns import ColumnType
 
@@ -122,18 +122,6 @@ class ChildPartitionsRecord:
 
 
 ChangeStreamRecord: TypeAlias = DataChangeRecord | HeartbeatRecord | ChildPartitionsRecord
-
-
-_PARSER_NAMES = frozenset({"parse_change_record_json", "parse_change_record_row", "parse_record_dict"})
-
-
-def __getattr__(name: str) -> Any:
-    """The parser's entry points, loaded on first use (the parser imports this module)."""
-    if name in _PARSER_NAMES:
-        from airflow_provider_cdc.sources.spanner import record_parser
-
-        return getattr(record_parser, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [

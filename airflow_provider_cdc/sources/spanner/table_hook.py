@@ -23,9 +23,9 @@ from airflow_provider_cdc.core.identifiers import InvalidIdentifierError, valida
 from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+from airflow_provider_cdc.hooks.storage import DEFAULT_GCP_CONN_ID
 from airflow_provider_cdc.metastore import PartitionSpec, WindowNotFoundError
 from airflow_provider_cdc.sources.hook import WindowSourceHook
-from airflow_provider_cdc.sources.spanner.connection import DEFAULT_GCP_CONN_ID
 from airflow_provider_cdc.sources.spanner.database import SpannerDatabase
 from airflow_provider_cdc.sources.spanner.errors import RetentionExpiredError
 from airflow_provider_cdc.sources.spanner.table_rows import CommitTimestampTable, TableRowError

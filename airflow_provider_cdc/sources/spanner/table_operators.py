@@ -28,6 +28,7 @@ from airflow_provider_cdc.hooks.connection_fields import (
     connection_arguments_of,
 )
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
+from airflow_provider_cdc.hooks.storage import DEFAULT_GCP_CONN_ID
 from airflow_provider_cdc.sources.operators import (
     WINDOW_FIELDS,
     OpenWindowOperatorBase,
@@ -36,7 +37,6 @@ from airflow_provider_cdc.sources.operators import (
     json_argument,
     refuse_never_run,
 )
-from airflow_provider_cdc.sources.spanner.connection import DEFAULT_GCP_CONN_ID
 
 if TYPE_CHECKING:
     from airflow_provider_cdc.sources.spanner.table_hook import SpannerTableHook

@@ -499,8 +499,8 @@ def test_transfers_through_the_driver_copy_the_staging_in_and_replace_the_change
 def test_transfers_use_the_storage_options_of_the_environment(monkeypatch, tmp_path: Path) -> None:
     from airflow_provider_cdc import filesystems
     from airflow_provider_cdc.merge import files as merge_files
+    from airflow_provider_cdc.merge.errors import MergeJobError
     from airflow_provider_cdc.merge.job import _storage_options
-    from airflow_provider_cdc.merge.plan import MergeJobError
 
     monkeypatch.setenv(filesystems.STORAGE_OPTIONS_ENV, '{"google_service_account": "/keys/lake.json"}')
     options = _storage_options()

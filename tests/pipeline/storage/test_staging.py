@@ -16,7 +16,8 @@ from airflow_provider_cdc.core.identifiers import InvalidIdentifierError
 from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.sources.spanner.change_row import StagedDataChange, change_rows
-from airflow_provider_cdc.sources.spanner.records import DataChangeRecord, parse_record_dict
+from airflow_provider_cdc.sources.spanner.record_parser import parse_record_dict
+from airflow_provider_cdc.sources.spanner.records import DataChangeRecord
 from airflow_provider_cdc.staging import (
     STAGED_CHANGE_SCHEMA,
     StagingWriter,

@@ -16,7 +16,8 @@ import pytest
 
 from airflow_provider_cdc.core.contract.staged_rows import STAGED_CHANGE_COLUMNS
 from airflow_provider_cdc.sources.datastream import files, jsonl_arrow
-from airflow_provider_cdc.sources.datastream.files import read_file_change_batches, read_file_change_columns
+from airflow_provider_cdc.sources.datastream.file_batches import read_file_change_batches
+from airflow_provider_cdc.sources.datastream.files import read_file_change_columns
 from airflow_provider_cdc.sources.datastream.names import parse_file_name
 from airflow_provider_cdc.sources.datastream.settings import DatastreamSettings
 from airflow_provider_cdc.staging.batches import record_batch
