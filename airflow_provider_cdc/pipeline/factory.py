@@ -84,6 +84,21 @@ def _pipeline_id(value: str | None, group: Any) -> str:
     return str(pipeline)
 
 
+def _keeping_rows(targets: Sequence[TargetSpec]) -> set[str]:
+    """The targets among ``targets`` whose kind keeps current rows (partial images complete from them)."""
+    from airflow_provider_cdc.targets.registry import target_kind, target_names
+
+    known = set(target_names())
+    return {t.target for t in targets if t.target in known and target_kind(t.target).keeps_rows}
+
+
+def _row_keepers() -> list[str]:
+    """The registered targets that keep current rows."""
+    from airflow_provider_cdc.targets.registry import target_kinds
+
+    return [kind.title for kind in target_kinds() if kind.keeps_rows]
+
+
 def _validate(
     source: SourceSpec,
     targets: Sequence[TargetSpec],
@@ -99,13 +114,30 @@ def _validate(
         )
     if not targets or not all(isinstance(target, TargetSpec) for target in targets):
         raise PipelineSpecError(
-            f"cdc_pipeline targets: {targets!r}; give target specs, such as DeltaLake() and/or BigQueryCdc(…)"
+            f"cdc_pipeline targets: {targets!r}; give target specs (each a TargetSpec: "
+            "airflow_provider_cdc.pipeline exports every target's)"
         )
     kinds = [target.target for target in targets]
     if len(set(kinds)) != len(kinds):
         raise PipelineSpecError("cdc_pipeline targets: a target is given twice; give each target once")
+    from airflow_provider_cdc.targets.registry import location_fields
+
+    known = location_fields()
+    unknown = sorted(set(locations.target_roots) - set(known))
+    if unknown:
+        raise PipelineSpecError(
+            f"cdc_pipeline locations: {unknown} is no registered target's root; give staging_root, "
+            f"changeset_root and the roots of the pipeline's targets among {known}"
+        )
     for target in targets:
         target.validate_locations(locations)
+    keeping = _keeping_rows(targets)
+    whole = [type(t).__name__ for t in targets if t.needs_full_images]
+    if whole and not keeping and source.sends_partial_images:
+        raise PipelineSpecError(
+            f"cdc_pipeline targets: {whole} write whole rows and a {source.kind} sends partial row images; "
+            f"add a target that keeps current rows ({_row_keepers()}) before it, to complete them from"
+        )
     if isinstance(readers, bool) or not isinstance(readers, int) or readers < 1:
         raise PipelineSpecError(
             f"cdc_pipeline readers: {readers!r}; give a positive number (mapped readers are fixed when "
@@ -151,7 +183,8 @@ def cdc_pipeline(
     :param source: the source's spec (a :class:`~airflow_provider_cdc.pipeline.specs.SourceSpec`;
         :mod:`airflow_provider_cdc.pipeline` exports every source's).
     :param targets: target specs (:mod:`airflow_provider_cdc.pipeline` exports every target's), each
-        applied after the targets it reads (BigQuery completes partial rows from the Delta tables).
+        the targets that keep current rows first (a target that writes whole rows completes partial
+        row images from them).
     :param locations: the roots (:class:`Locations`, or its fields as a mapping).
     :param pipeline_id: names the pipeline in the metastore and the targets (default the DAG id).
     :param readers: mapped readers per window (a fixed list: Airflow 2's ``dags backfill`` never
@@ -173,7 +206,7 @@ def cdc_pipeline(
     if isinstance(locations, Mapping):
         locations = Locations(**locations)
     _validate(source, targets, locations, readers, initial_snapshot, first_window_start)
-    ordered = apply_order(targets)
+    ordered = apply_order(targets, _keeping_rows(targets))
     with TaskGroup(
         group_id=group_id or DEFAULT_GROUP_ID,
         prefix_group_id=group_id is not None,

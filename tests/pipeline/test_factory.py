@@ -299,7 +299,11 @@ def test_target_specs_live_in_their_folders_and_keep_their_import_paths() -> Non
     from airflow_provider_cdc.targets.bigquery.pipeline import BigQueryCdc as InFolder
 
     assert BigQueryCdc is InFolder
-    assert (DeltaLake.target, BigQueryCdc.target, BigQueryCdc.reads) == ("delta", "bigquery", ("delta",))
+    assert (DeltaLake.target, BigQueryCdc.target, BigQueryCdc.needs_full_images) == (
+        "delta",
+        "bigquery",
+        True,
+    )
     with pytest.raises(PipelineSpecError, match="lake_root: missing; the DeltaLake target needs it"):
         cdc_pipeline(
             source=SpannerChangeStream(instance_id="i", database_id="d", stream="Orders"),

@@ -96,7 +96,7 @@ class BigQueryHarness(TargetHarness):
         write = BigQueryWriteClient(
             transport=BigQueryWriteGrpcTransport(channel=grpc.insecure_channel(self.fake.write_endpoint))
         )
-        return BigQueryCdcTarget(bq, write, PROJECT, DATASET, lake=self.lake, ledger=self.ledger)
+        return BigQueryCdcTarget(bq, write, PROJECT, DATASET, row_source=self.lake, ledger=self.ledger)
 
     def rows(self, table: str) -> list[dict[str, Any]]:
         if (PROJECT, DATASET, table) not in self.fake.state.tables:
