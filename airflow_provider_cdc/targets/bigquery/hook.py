@@ -204,8 +204,8 @@ class BigQueryCdcHook(GoogleBaseHook):
             if behind:
                 raise LakeBehindError(
                     f"the {rows.name} tables {behind} at {rows.table_uri(behind[0])!r} have not applied "
-                    f"window {window.window_id} of pipeline {pipeline!r}; run the {rows.name} apply step first "
-                    "(partial row images are completed from them)"
+                    f"window {window.window_id} of pipeline {pipeline!r}; run the {rows.name} apply step "
+                    "first (partial row images are completed from them)"
                 )
         project = project_id or (None if is_loopback(self.api_endpoint) else self.project_id)
         results: list[TableResult]
