@@ -311,3 +311,45 @@ def test_target_specs_live_in_their_folders_and_keep_their_import_paths() -> Non
             locations=Locations(staging_root="/s", changeset_root="/c"),
             pipeline_id="p",
         )
+
+
+def test_a_target_root_is_any_registered_targets_and_reads_by_its_name() -> None:
+    locations = Locations(staging_root="/s", changeset_root="/c", lake_root="/l")
+    assert (locations.lake_root, locations.root("lake_root"), locations.target_roots) == (
+        "/l",
+        "/l",
+        {"lake_root": "/l"},
+    )
+    assert locations.as_argument() == {"staging_root": "/s", "changeset_root": "/c", "lake_root": "/l"}
+    assert Locations(staging_root="/s", changeset_root="/c").lake_root is None
+    with pytest.raises(PipelineSpecError, match=r"Locations\.lake_root: 'lake' is a relative path"):
+        Locations(staging_root="/s", changeset_root="/c", lake_root="lake")
+    with pytest.raises(
+        PipelineSpecError, match=r"\['warehouse_root'\] is no registered target's root.*'lake_root'"
+    ):
+        cdc_pipeline(
+            source=TablestoreStream(table="orders"),
+            targets=[DeltaLake()],
+            locations={
+                "staging_root": "/s",
+                "changeset_root": "/c",
+                "lake_root": "/l",
+                "warehouse_root": "/w",
+            },
+            pipeline_id="p",
+        )
+
+
+def test_a_pipeline_whose_targets_all_write_whole_rows_refuses_a_source_of_partial_images() -> None:
+    class PartialStream(TablestoreStream):
+        sends_partial_images = True
+
+    with pytest.raises(
+        PipelineSpecError, match=r"\['BigQueryCdc'\] write whole rows .*add a target that keeps"
+    ):
+        cdc_pipeline(
+            source=PartialStream(table="orders"),
+            targets=[BigQueryCdc(project_id="p", dataset="cdc")],
+            locations=Locations(staging_root="/s", changeset_root="/c"),
+            pipeline_id="p",
+        )

@@ -1295,9 +1295,7 @@ def test_table_versions_come_from_applied_windows_only(store: Metastore) -> None
     _apply(store, T0, at(60), {"Orders": (0, 5), "Customers": (0, 2)})
     _apply(store, at(60), at(120), {"Orders": (1, 3)})
     store.open_window(PIPELINE, STREAM, at(120), at(180))
-    store.record_window_tables(
-        PIPELINE, at(120), at(180), {"Orders": (2, 1)}, target="delta"
-    )  # not applied (yet)
+    store.record_window_tables(PIPELINE, at(120), at(180), {"Orders": (2, 1)}, target="delta")  # not applied
     versions = store.table_versions(PIPELINE, target="delta")
     assert versions.tables == {"Orders": to_micros(at(120)), "Customers": to_micros(at(60))}
     assert versions.recorded_from_us is None
@@ -1307,6 +1305,20 @@ def test_table_versions_come_from_applied_windows_only(store: Metastore) -> None
     assert [(r.window_end, r.target_version, r.rows) for r in orders] == [
         (at(60), 0, 5), (at(120), 1, 3), (at(180), 2, 1)
     ]
+
+
+def test_table_versions_of_no_target_are_what_any_target_recorded(store: Metastore) -> None:
+    store.record_pipeline(PIPELINE, T0)
+    _apply(store, T0, at(60), {"Orders": (0, 5)})
+    store.open_window(PIPELINE, STREAM, at(60), at(120))
+    store.record_window_tables(PIPELINE, at(60), at(120), {"Customers": (None, 2)}, target="bigquery")
+    assert store.transition_window(PIPELINE, at(60), at(120), "reading", "applied")
+    assert store.table_versions(PIPELINE, target="delta").tables == {"Orders": to_micros(at(60))}
+    assert store.table_versions(PIPELINE, target=None).tables == {
+        "Orders": to_micros(at(60)),
+        "Customers": to_micros(at(120)),
+    }
+    assert store.table_versions(PIPELINE, target=None, before=at(60)).tables == {"Orders": to_micros(at(60))}
 
 
 def test_upgrade_to_version_4_records_existing_pipelines(metastore_url: str) -> None:
