@@ -4,9 +4,10 @@ target specs, with every rule the steps rely on wired once.
 A window's tasks (each source adds only what it needs)::
 
     [wait_parents | wait_for_files] ─► open_window ─► read (mapped) ─► [drained | complete]
-        ─► merge ─► each target's apply step (e.g. upsert, to_bigquery) ─► commit
+        ─► merge ─► each target's apply step ─► commit
 
-Each target spec builds its own apply step and says which targets it applies after; the commit
+Each target spec builds its own apply step; the targets that keep current rows apply first (a target
+that writes whole rows completes partial images from them); the commit
 takes every apply step's output (``applied=[…]``).
 
 The source's tasks are its spec's (:meth:`~airflow_provider_cdc.pipeline.specs.SourceSpec.window_tasks`:
@@ -189,7 +190,7 @@ def cdc_pipeline(
     :param pipeline_id: names the pipeline in the metastore and the targets (default the DAG id).
     :param readers: mapped readers per window (a fixed list: Airflow 2's ``dags backfill`` never
         expands a task mapped over the output of a task that is not a root of the DAG).
-    :param spark_conn_id: where the merge and the Delta upsert run (``spark``, ``spark_connect`` or
+    :param spark_conn_id: where the merge and the targets' Spark jobs run (``spark``, ``spark_connect`` or
         ``dataproc`` connection; default the operators' ``spark_default``).
     :param initial_snapshot: the pipeline starts with a snapshot of the source's tables as of
         ``first_window_start - 1µs``, for a source that takes one (``True``, or a template such as
@@ -199,8 +200,7 @@ def cdc_pipeline(
     :param metastore_conn_id: the metastore connection (default ``cdc_metastore_default``).
     :param poke_interval: seconds between the completion sensors' checks.
     :param outlets: the commits' outlets, e.g. ``[AssetAlias(alias_name(pipeline))]``: an asset event
-        per table a window applied (BigQuery's tables named by the :class:`BigQueryCdc` spec's project
-        and dataset, as its apply step reports them).
+        per table a window applied (each table named as its target's apply step reports it).
     :param group_id: prefix every task id with it (default: no prefix, the group ``cdc_pipeline``).
     """
     if isinstance(locations, Mapping):

@@ -1,7 +1,7 @@
 """The targets by name (their metastore key): what the commit, the status and the repair look up.
 
 Each :class:`TargetKind` names its implementation by import path, so that looking a target up
-imports nothing heavy (BigQuery's clients, delta-rs) until one is opened. A target is a folder
+imports nothing heavy (a target's clients and storage libraries) until one is opened. A target is a folder
 ``targets/<name>/`` whose ``__init__`` declares its kind as ``TARGET`` (found by :func:`discover`, so a
 new target needs no edit outside its folder); its class implements
 :class:`~airflow_provider_cdc.targets.protocol.Target` with ``name`` equal to the registered name.
