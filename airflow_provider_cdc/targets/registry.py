@@ -30,8 +30,9 @@ class TargetKind:
     ``{name}_watermarks`` argument into a ``TargetApplied``; ``cli`` (``module``) adds the target's
     commands to ``python -m airflow_provider_cdc`` (its ``register(subparsers)``). ``keeps_rows`` says the
     target keeps the current rows of its tables, so that a later target of the pipeline can complete
-    partial row images from them (its class then offers ``row_source(...)``, a
-    :class:`~airflow_provider_cdc.targets.images.RowSource`).
+    partial row images from them: its class, opened on its root, is then also a
+    :class:`~airflow_provider_cdc.targets.images.RowSource` (``current_rows``, ``table_uri``), and
+    ``cdc_pipeline`` applies it before the targets that write whole rows.
     """
 
     name: str
