@@ -183,9 +183,9 @@ def cdc_pipeline(
 
     :param source: the source's spec (a :class:`~airflow_provider_cdc.pipeline.specs.SourceSpec`;
         :mod:`airflow_provider_cdc.pipeline` exports every source's).
-    :param targets: target specs (:mod:`airflow_provider_cdc.pipeline` exports every target's), each
-        the targets that keep current rows first (a target that writes whole rows completes partial
-        row images from them).
+    :param targets: target specs (:mod:`airflow_provider_cdc.pipeline` exports every target's), applied
+        as given except that the targets that keep current rows apply first (a target that writes whole
+        rows completes partial row images from them).
     :param locations: the roots (:class:`Locations`, or its fields as a mapping).
     :param pipeline_id: names the pipeline in the metastore and the targets (default the DAG id).
     :param readers: mapped readers per window (a fixed list: Airflow 2's ``dags backfill`` never
