@@ -1,7 +1,7 @@
 """One resolver from a location (absolute local path or URI) to a pyarrow filesystem and path.
 
-Staging, change sets and the merge and upsert jobs all open their files here, with the same
-credentials as the Delta tables: delta-rs storage options (``google_service_account_key``, the key
+Staging, change sets and the Spark jobs all open their files here, with the same credentials as the
+targets' tables: the object-store client's storage options (``google_service_account_key``, the key
 JSON, or ``google_service_account``, a key file path; none means Application Default Credentials).
 Airflow tasks build them from the Google connection (:mod:`airflow_provider_cdc.hooks.storage`) and
 hand them to Spark jobs through the environment variable :data:`STORAGE_OPTIONS_ENV`, never on a
@@ -12,8 +12,8 @@ command line.
   anonymously (as Google's client libraries do);
 - ``gs://`` without storage options: pyarrow's Cloud Storage client with Application Default
   Credentials;
-- any other object-store URI, and ``gs://`` with storage options: delta-rs's object store, the client
-  the Delta tables are written with.
+- any other object-store URI, and ``gs://`` with storage options: the object-store client (delta-rs,
+  a library; the same client a target's tables may be written with).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def resolve(
 ) -> tuple[pafs.FileSystem, str]:
     """The filesystem holding ``location`` and the path of ``location`` in it.
 
-    Paths of a delta-rs object store are relative to ``location`` (the returned path is ``""``).
+    Paths of the object-store client are relative to ``location`` (the returned path is ``""``).
     """
     if not isinstance(location, str) or not location.strip():
         raise ValueError(f"a location must be a non-empty path or URI, got {location!r}")
@@ -67,7 +67,7 @@ def resolve(
 
 
 def _object_store_handler(location: str, storage_options: Mapping[str, str] | None) -> Any:
-    """delta-rs's object store as a pyarrow filesystem handler whose output streams accept what
+    """The object-store client as a pyarrow filesystem handler whose output streams accept what
     pyarrow writes (its own ``pyarrow.Buffer`` objects as well as ``bytes``)."""
     from deltalake.fs import DeltaStorageHandler
 

@@ -1,7 +1,7 @@
 """The targets by name (their metastore key): what the commit, the status and the repair look up.
 
 Each :class:`TargetKind` names its implementation by import path, so that looking a target up
-imports nothing heavy (BigQuery's clients, delta-rs) until one is opened. A target is a folder
+imports nothing heavy (a target's clients and storage libraries) until one is opened. A target is a folder
 ``targets/<name>/`` whose ``__init__`` declares its kind as ``TARGET`` (found by :func:`discover`, so a
 new target needs no edit outside its folder); its class implements
 :class:`~airflow_provider_cdc.core.contract.target.Target` with ``name`` equal to the registered name.
@@ -28,7 +28,11 @@ class TargetKind:
     window steps' ``locations`` that holds its tables (a commit given no ``applied`` commits the targets
     whose field is set); ``reported`` (``module:function``) converts the value of the commit's deprecated
     ``{name}_watermarks`` argument into a ``TargetApplied``; ``cli`` (``module``) adds the target's
-    commands to ``python -m airflow_provider_cdc`` (its ``register(subparsers)``).
+    commands to ``python -m airflow_provider_cdc`` (its ``register(subparsers)``). ``keeps_rows`` says the
+    target keeps the current rows of its tables, so that a later target of the pipeline can complete
+    partial row images from them: its class, opened on its root, is then also a
+    :class:`~airflow_provider_cdc.targets.images.RowSource` (``current_rows``, ``table_uri``), and
+    ``cdc_pipeline`` applies it before the targets that write whole rows.
     """
 
     name: str
@@ -41,6 +45,7 @@ class TargetKind:
     reported: str = ""
     cli: str = ""
     catch_up: str = ""
+    keeps_rows: bool = False
 
     def load(self) -> type:
         """The implementing class (imported now), checked to carry this kind's name."""
@@ -124,6 +129,19 @@ def target_kinds() -> list[TargetKind]:
     """The registered kinds, by name."""
     discover()
     return [_KINDS[name] for name in sorted(_KINDS)]
+
+
+def location_fields() -> list[str]:
+    """The roots the registered targets keep their tables under (their ``location_field``), by name."""
+    return sorted({kind.location_field for kind in target_kinds() if kind.location_field})
+
+
+def location_kind(field: str) -> TargetKind:
+    """The registered kind whose tables live under the root ``field``; an unknown root names the known."""
+    for kind in target_kinds():
+        if kind.location_field == field:
+            return kind
+    raise KeyError(f"no registered target keeps its tables under {field!r}; known roots: {location_fields()}")
 
 
 def open_target(name: str, *args: Any, **kwargs: Any) -> Target:

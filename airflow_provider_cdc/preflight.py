@@ -8,9 +8,9 @@ gather the same :class:`~airflow_provider_cdc.core.findings.Finding` list:
 - **connections**: every connection the provider's tasks name is defined; a default one may be missing,
   and what that means is said (Application Default Credentials, the local SQLite metastore, Spark
   ``local[*]``);
-- **roots**: ``staging_root``, ``changeset_root`` and ``lake_root`` are absolute and writable (a local
-  folder: a probe file created and deleted, or its nearest existing parent writable; ``gs://``: the
-  bucket exists);
+- **roots**: ``staging_root``, ``changeset_root`` and each target's root are known, absolute and
+  writable (a local folder: a probe file created and deleted, or its nearest existing parent
+  writable; ``gs://``: the bucket exists);
 - **Spark**: a ``spark_connect`` server answers, a ``spark://host:port`` master's port answers; other
   connections (YARN, Kubernetes, Dataproc) are defined;
 - **the window** is over: one that ends in the future is refused, naming the pipeline's last applied
@@ -44,6 +44,7 @@ from airflow_provider_cdc.core.findings import ERROR, OK, WARNING, Finding, did_
 from airflow_provider_cdc.core.identifiers import InvalidIdentifierError
 from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.core.window import Window
+from airflow_provider_cdc.operators._window import known_roots
 
 __all__ = [
     "Preflight",
@@ -65,7 +66,6 @@ __all__ = [
 CONNECTIONS: dict[str, tuple[str, str, Callable[[], str] | None]] = {}
 #: Environment variables whose ``…_EMULATOR_HOST`` points Google clients at an emulator.
 _EMULATOR_SUFFIX = "_EMULATOR_HOST"
-ROOTS = ("staging_root", "changeset_root", "lake_root")
 _PARAM_TEMPLATE = re.compile(r"^\{\{\s*params\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
 #: Seconds a TCP probe of a Spark server waits for an answer.
 PROBE_TIMEOUT = 3.0
@@ -532,6 +532,7 @@ def dag_findings(dag: Any, render: Callable[[Any, Any], Any]) -> list[Finding]:
     """The connections, roots and Spark connections of ``dag``'s provider tasks, each rendered with
     ``render(task, value)`` and checked once per value."""
     uses: dict[tuple[str, str, str], _Use] = {}
+    findings_of_task: list[Finding] = []
 
     def note(kind: str, argument: str, value: Any, task: Any, template: list[str], **extra: Any) -> None:
         if value is NotImplemented or value in (None, ""):
@@ -562,7 +563,16 @@ def dag_findings(dag: Any, render: Callable[[Any, Any], Any]) -> list[Finding]:
         locations, template = _rendered(task, _argument(task, "locations"), render)
         if isinstance(locations, Mapping):
             raw = _argument(task, "locations")
-            for name in ROOTS:
+            known = known_roots()
+            for name in sorted(str(key) for key in set(locations) - set(known)):
+                findings_of_task.append(
+                    Finding(
+                        f"{task.task_id}: locations[{name!r}]",
+                        "is not a root of the pipeline or of a registered target",
+                        f"give only {known}",
+                    )
+                )
+            for name in known:
                 own = [raw[name]] if isinstance(raw, Mapping) and isinstance(raw.get(name), str) else []
                 note(
                     "root",
@@ -572,7 +582,7 @@ def dag_findings(dag: Any, render: Callable[[Any, Any], Any]) -> list[Finding]:
                     [t for t in own if "{{" in t],
                     **storage,
                 )
-    findings: list[Finding] = []
+    findings: list[Finding] = findings_of_task
     for (kind, argument, value), use in uses.items():
         setting = use.setting(argument)
         if kind == "connection":

@@ -14,7 +14,7 @@ field and the fix.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -90,31 +90,57 @@ def spec_text(spec: object, name: str) -> None:
 _refuse, _identifier, _root, _text = spec_error, spec_identifier, spec_root, spec_text
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, init=False)
 class Locations:
     """Where a pipeline's data lives, the same for every step after the read.
 
     :param staging_root: the staged changes (a source's staging belongs to the source: pipelines
         reading one stream may share it).
     :param changeset_root: the merged change sets, one per window.
-    :param lake_root: the Delta tables; needed by :class:`DeltaLake`, and by :class:`BigQueryCdc` to
-        complete partial row images.
+    :param target_roots: the targets' roots by name, also given as keywords (``lake_root=…``): each
+        registered target that keeps its tables under a root names it (its kind's ``location_field``);
+        ``cdc_pipeline`` refuses a root no registered target names. A target's root reads as an
+        attribute too (``locations.lake_root``; ``None`` when not given).
     """
 
     staging_root: str
     changeset_root: str
-    lake_root: str | None = None
+    target_roots: Mapping[str, str]
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        staging_root: str,
+        changeset_root: str,
+        target_roots: Mapping[str, str | None] | None = None,
+        **roots: str | None,
+    ) -> None:
+        given = {**dict(target_roots or {}), **roots}
+        object.__setattr__(self, "staging_root", staging_root)
+        object.__setattr__(self, "changeset_root", changeset_root)
+        object.__setattr__(self, "target_roots", {k: v for k, v in given.items() if v is not None})
         _root(self, "staging_root")
         _root(self, "changeset_root")
-        _root(self, "lake_root", required=False)
+        for name in sorted(given):
+            if name in ("staging_root", "changeset_root") or not name.endswith("_root"):
+                raise _refuse(
+                    self, name, "is not a target's root", "name each target's root by its *_root name"
+                )
+            _root(self, name, required=False)
+
+    def __getattr__(self, name: str) -> str | None:
+        if name.startswith("_") or not name.endswith("_root"):
+            raise AttributeError(name)
+        return self.__dict__.get("target_roots", {}).get(name)
+
+    def root(self, name: str) -> str | None:
+        """The root ``name`` (``None``: not given)."""
+        return getattr(self, name)
 
     def as_argument(self) -> dict[str, str]:
         """The window steps' ``locations`` argument."""
         roots = {"staging_root": self.staging_root, "changeset_root": self.changeset_root}
-        if self.lake_root:
-            roots["lake_root"] = self.lake_root
+        roots.update((name, root) for name, root in sorted(self.target_roots.items()) if root)
         return roots
 
 
@@ -206,6 +232,9 @@ class SourceSpec:
     kind: ClassVar[str] = "source"
     #: whether the pipeline may start with a snapshot of the source's database
     takes_snapshot: ClassVar[bool] = False
+    #: whether its UPDATEs may carry partial row images (only the changed columns): a pipeline whose
+    #: targets all need full images is then refused
+    sends_partial_images: ClassVar[bool] = False
 
     def validate(self) -> None:
         """Check the literal fields (called when the spec is made)."""
@@ -232,16 +261,17 @@ class TargetSpec:
     and builds the target's apply step; the factory names no target.
 
     ``target`` is the registered target the spec applies to, ``task_id`` its apply step's task id and
-    ``reads`` the targets whose tables it reads while it applies (it applies after them: BigQuery
-    completes partial rows from the Delta tables).
+    ``needs_full_images`` whether it writes whole rows only: it completes partial row images from a
+    target of the same pipeline that keeps current rows (a kind with ``keeps_rows``), which applies
+    before it.
     """
 
     #: the task id of the target's apply step
     task_id: ClassVar[str] = "apply"
     #: the registered target (its metastore key)
     target: ClassVar[str] = ""
-    #: the targets whose tables the apply step reads: it applies after them
-    reads: ClassVar[tuple[str, ...]] = ()
+    #: the target writes whole rows: partial images are completed from a target that keeps rows
+    needs_full_images: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -260,18 +290,8 @@ class TargetSpec:
         raise NotImplementedError(f"{type(self).__name__} builds no apply step")
 
 
-def apply_order(targets: Sequence[TargetSpec]) -> list[TargetSpec]:
-    """``targets`` in the order they apply: each after the targets it ``reads`` (otherwise as given)."""
-    ordered: list[TargetSpec] = []
-    pending = list(targets)
-    while pending:
-        names = {t.target for t in pending}
-        ready = [t for t in pending if not (set(t.reads) & (names - {t.target}))]
-        if not ready:
-            raise PipelineSpecError(
-                f"cdc_pipeline targets: {[type(t).__name__ for t in pending]} read each other's tables; "
-                "give targets that can apply one after the other"
-            )
-        ordered.append(ready[0])
-        pending.remove(ready[0])
-    return ordered
+def apply_order(targets: Sequence[TargetSpec], keeps_rows: Collection[str] = ()) -> list[TargetSpec]:
+    """``targets`` in the order they apply: those whose target keeps current rows (``keeps_rows``, the
+    names of such targets) first, then the others, each group as given."""
+    keeping = [t for t in targets if t.target in keeps_rows]
+    return [*keeping, *(t for t in targets if t.target not in keeps_rows)]

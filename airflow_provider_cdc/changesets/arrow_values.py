@@ -31,9 +31,9 @@ from airflow_provider_cdc.core.types import (
     parse_logical_type,
 )
 
-# Field metadata keys written to table schemas (Delta). Tables written by earlier versions carry the
-# type and key flag under the LEGACY_* keys and keep them (a schema's metadata is not rewritten);
-# readers take either (field_type_text, field_is_primary_key, key_column_names).
+# Field metadata keys written to the schemas of tables that hold the columns' types. Tables written
+# by earlier versions carry the type and key flag under the LEGACY_* keys and keep them (a schema's
+# metadata is not rewritten); readers take either (field_type_text, field_is_primary_key, key_column_names).
 #: Field metadata key of a column's logical type in its text form (``ARRAY<INT64>``).
 FIELD_METADATA_TYPE = "cdc.type"
 #: Field metadata key of a column's primary-key flag (``true``/``false``).

@@ -4,7 +4,7 @@ A change set holds, per source table, one row per changed key of a window (see A
 "Change sets"): the key and row image in the JSON value encoding, the non-key columns the image
 carries, ``_CHANGE_TYPE`` (``UPSERT``/``DELETE``) and the sortable ``_CHANGE_SEQUENCE_NUMBER``.
 :func:`to_merge_source` checks one batch and decodes it into the table's typed columns plus the
-change metadata (:meth:`TableColumns.source_schema`), the input of the Delta and BigQuery targets.
+change metadata (:meth:`TableColumns.source_schema`), the input of the targets.
 """
 
 from __future__ import annotations
@@ -78,7 +78,8 @@ class TableColumns:
         return tuple(c for c in self.columns if not c.is_primary_key)
 
     def table_schema(self) -> pa.Schema:
-        """Schema of the Delta table: source columns, then sequence number and commit timestamp."""
+        """Schema of a target table that keeps rows: source columns, then sequence number and commit
+        timestamp."""
         fields = list(arrow_schema(self.columns))
         fields.append(pa.field(SOURCE_SEQUENCE, SEQUENCE_TYPE))
         fields.append(pa.field(SOURCE_COMMIT_TIMESTAMP, COMMIT_TIMESTAMP_TYPE))

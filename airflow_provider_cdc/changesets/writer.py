@@ -1,7 +1,7 @@
 """Building and writing change sets from Python values.
 
 Produces exactly the change-set contract of ARCHITECTURE.md ("Change sets"), for sources other
-than the merge job, for tools and for tests of pipelines that end in the Delta Lake target.
+than the merge job, for tools and for tests of pipelines that end in a target.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ def validate_identifier(name: object, kind: str = "identifier") -> str:
     return name
 
 
-#: Pipeline ids name windows in the metastore and Delta app transactions: an Airflow DAG id's
+#: Pipeline ids name windows in the metastore and in the targets' own records: an Airflow DAG id's
 #: characters (letters, digits, ``_ . -``), starting with a letter or digit, at most 250 long.
 MAX_PIPELINE_ID_LENGTH = 250
 _PIPELINE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,249}$")

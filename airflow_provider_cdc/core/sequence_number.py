@@ -1,4 +1,5 @@
-"""Change sequence numbers in BigQuery CDC's ``_CHANGE_SEQUENCE_NUMBER`` format.
+"""Change sequence numbers in the CDC format of change sequence numbers (``_CHANGE_SEQUENCE_NUMBER``,
+as BigQuery's change data capture defines it; the change contract's one citation of the format).
 
 A sequence number is one to four ``/``-separated sections of one to sixteen hexadecimal digits
 (upper or lower case), e.g. ``18F2EBB6480`` or ``FFF/ABC``. Two sequence numbers compare section by

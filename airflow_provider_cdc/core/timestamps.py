@@ -23,8 +23,8 @@ def ensure_utc(value: datetime) -> datetime:
 
 def to_micros(value: datetime) -> int:
     """Microseconds since the Unix epoch (exact, no float rounding)."""
-    delta = ensure_utc(value) - EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    elapsed = ensure_utc(value) - EPOCH
+    return (elapsed.days * 86_400 + elapsed.seconds) * 1_000_000 + elapsed.microseconds
 
 
 def from_micros(micros: int) -> datetime:

@@ -1,25 +1,26 @@
 """Logical column types: the one type model sources map to and the merge job and targets map from.
 
-Each scalar type is declared once (:data:`SCALAR_TYPES`) with its Arrow type, Spark SQL type,
-BigQuery type and JSON value encoding; ``ARRAY<T>`` holds any scalar ``T`` (no nested arrays).
+Each scalar type is declared once (:data:`SCALAR_TYPES`) with its Arrow type, Spark SQL type and
+JSON value encoding; ``ARRAY<T>`` holds any scalar ``T`` (no nested arrays). A target that stores
+other types keeps its own mapping from these (in its folder).
 
-| Type | Arrow | Spark SQL | BigQuery | JSON value |
-| --- | --- | --- | --- | --- |
-| BOOL | bool | BOOLEAN | BOOL | ``true``/``false`` |
-| INT64 | int64 | BIGINT | INT64 | decimal string (a JSON integer is accepted) |
-| FLOAT32 | float32 | FLOAT | FLOAT64 | number, or ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` |
-| FLOAT64 | float64 | DOUBLE | FLOAT64 | as FLOAT32 |
-| NUMERIC | decimal128(38, 9) | DECIMAL(38,9) | NUMERIC | decimal string, ≤ 9 fractional, ≤ 38 digits |
-| BIGNUMERIC | decimal256(76, 38) | STRING | BIGNUMERIC | decimal string, ≤ 38 fractional and integer digits |
-| STRING | string | STRING | STRING | string |
-| BYTES | binary | BINARY | BYTES | base64 string |
-| JSON | string | STRING | JSON | string holding the JSON text |
-| DATE | date32 | DATE | DATE | ``"YYYY-MM-DD"`` |
-| TIME | time64[us] | STRING | TIME | ``"HH:MM:SS[.ffffff]"`` |
-| DATETIME | timestamp[us] | TIMESTAMP_NTZ | DATETIME | ``"YYYY-MM-DDTHH:MM:SS[.ffffff]"``, no zone |
-| TIMESTAMP | timestamp[us, UTC] | TIMESTAMP | TIMESTAMP | RFC 3339 text, written in UTC with ``Z`` |
-| UUID | string | STRING | STRING | string |
-| ARRAY<T> | list<T> | ARRAY<T> | T, mode REPEATED | JSON array of T's values |
+| Type | Arrow | Spark SQL | JSON value |
+| --- | --- | --- | --- |
+| BOOL | bool | BOOLEAN | ``true``/``false`` |
+| INT64 | int64 | BIGINT | decimal string (a JSON integer is accepted) |
+| FLOAT32 | float32 | FLOAT | number, or ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` |
+| FLOAT64 | float64 | DOUBLE | as FLOAT32 |
+| NUMERIC | decimal128(38, 9) | DECIMAL(38,9) | decimal string, ≤ 9 fractional, ≤ 38 digits |
+| BIGNUMERIC | decimal256(76, 38) | STRING | decimal string, ≤ 38 fractional and integer digits |
+| STRING | string | STRING | string |
+| BYTES | binary | BINARY | base64 string |
+| JSON | string | STRING | string holding the JSON text |
+| DATE | date32 | DATE | ``"YYYY-MM-DD"`` |
+| TIME | time64[us] | STRING | ``"HH:MM:SS[.ffffff]"`` |
+| DATETIME | timestamp[us] | TIMESTAMP_NTZ | ``"YYYY-MM-DDTHH:MM:SS[.ffffff]"``, no zone |
+| TIMESTAMP | timestamp[us, UTC] | TIMESTAMP | RFC 3339 text, written in UTC with ``Z`` |
+| UUID | string | STRING | string |
+| ARRAY<T> | list<T> | ARRAY<T> | JSON array of T's values |
 
 NULL is ``null`` for every type. TIME, DATETIME and TIMESTAMP keep microseconds: digits beyond
 them are truncated when read (a DATETIME or TIME may also use a space or no fraction). Spark SQL
@@ -28,7 +29,7 @@ has no decimal wider than 38 digits and no time of day, so BIGNUMERIC and TIME a
 
 A type's JSON form is ``{"code": "INT64"}`` or ``{"code": "ARRAY", "array_element_type": {...}}``
 (the codes staged rows and change sets hold) and its text form
-``INT64`` or ``ARRAY<INT64>`` (Delta field metadata holds it). :func:`decode_value` gives a JSON
+``INT64`` or ``ARRAY<INT64>`` (a target's table metadata may hold it). :func:`decode_value` gives a JSON
 value's Python value, :func:`encode_value` the inverse.
 """
 
@@ -108,10 +109,6 @@ class LogicalType:
         if self.element is not None:
             return f"ARRAY<{self.element.spark_type()}>"
         return self.scalar.spark
-
-    def bigquery_type(self) -> tuple[str, str]:
-        """The BigQuery column type and mode: ``("INT64", "NULLABLE")``, ``("STRING", "REPEATED")``."""
-        return self.scalar.bigquery, "REPEATED" if self.element is not None else "NULLABLE"
 
 
 # --------------------------------------------------------------------------- value decoding
@@ -293,8 +290,6 @@ class ScalarType:
     arrow: Callable[[Any], Any]
     #: The Spark SQL type (DDL text).
     spark: str
-    #: The BigQuery standard SQL type.
-    bigquery: str
     #: JSON value → Python value (raises on a value of another type).
     decode: Callable[[Any], Any]
     #: Python value → JSON value.
@@ -304,15 +299,14 @@ class ScalarType:
 SCALAR_TYPES: dict[str, ScalarType] = {
     t.code: t
     for t in (
-        ScalarType("BOOL", lambda pa: pa.bool_(), "BOOLEAN", "BOOL", _decode_bool, _encode_text),
-        ScalarType("INT64", lambda pa: pa.int64(), "BIGINT", "INT64", _decode_int64, _encode_str),
-        ScalarType("FLOAT32", lambda pa: pa.float32(), "FLOAT", "FLOAT64", _decode_float32, _encode_float),
-        ScalarType("FLOAT64", lambda pa: pa.float64(), "DOUBLE", "FLOAT64", _decode_float, _encode_float),
+        ScalarType("BOOL", lambda pa: pa.bool_(), "BOOLEAN", _decode_bool, _encode_text),
+        ScalarType("INT64", lambda pa: pa.int64(), "BIGINT", _decode_int64, _encode_str),
+        ScalarType("FLOAT32", lambda pa: pa.float32(), "FLOAT", _decode_float32, _encode_float),
+        ScalarType("FLOAT64", lambda pa: pa.float64(), "DOUBLE", _decode_float, _encode_float),
         ScalarType(
             "NUMERIC",
             lambda pa: pa.decimal128(NUMERIC_PRECISION, NUMERIC_SCALE),
             f"DECIMAL({NUMERIC_PRECISION},{NUMERIC_SCALE})",
-            "NUMERIC",
             _decode_numeric,
             _encode_str,
         ),
@@ -320,20 +314,18 @@ SCALAR_TYPES: dict[str, ScalarType] = {
             "BIGNUMERIC",
             lambda pa: pa.decimal256(BIGNUMERIC_PRECISION, BIGNUMERIC_SCALE),
             "STRING",
-            "BIGNUMERIC",
             _decode_bignumeric,
             _encode_bignumeric,
         ),
-        ScalarType("STRING", lambda pa: pa.string(), "STRING", "STRING", _decode_string, _encode_text),
-        ScalarType("JSON", lambda pa: pa.string(), "STRING", "JSON", _decode_json, _encode_text),
-        ScalarType("BYTES", lambda pa: pa.binary(), "BINARY", "BYTES", _decode_bytes, _encode_bytes),
-        ScalarType("DATE", lambda pa: pa.date32(), "DATE", "DATE", _decode_date, _encode_isoformat),
-        ScalarType("TIME", lambda pa: pa.time64("us"), "STRING", "TIME", _decode_time, _encode_time),
+        ScalarType("STRING", lambda pa: pa.string(), "STRING", _decode_string, _encode_text),
+        ScalarType("JSON", lambda pa: pa.string(), "STRING", _decode_json, _encode_text),
+        ScalarType("BYTES", lambda pa: pa.binary(), "BINARY", _decode_bytes, _encode_bytes),
+        ScalarType("DATE", lambda pa: pa.date32(), "DATE", _decode_date, _encode_isoformat),
+        ScalarType("TIME", lambda pa: pa.time64("us"), "STRING", _decode_time, _encode_time),
         ScalarType(
             "DATETIME",
             lambda pa: pa.timestamp("us"),
             "TIMESTAMP_NTZ",
-            "DATETIME",
             _decode_datetime,
             _encode_datetime,
         ),
@@ -341,11 +333,10 @@ SCALAR_TYPES: dict[str, ScalarType] = {
             "TIMESTAMP",
             lambda pa: pa.timestamp("us", tz="UTC"),
             "TIMESTAMP",
-            "TIMESTAMP",
             _decode_timestamp,
             format_timestamp,
         ),
-        ScalarType("UUID", lambda pa: pa.string(), "STRING", "STRING", _decode_string, _encode_text),
+        ScalarType("UUID", lambda pa: pa.string(), "STRING", _decode_string, _encode_text),
     )
 }
 #: Scalar type codes a column may have (``ARRAY`` of any of them as well).

@@ -145,12 +145,12 @@ def applied_outputs(
     (``applied``: a list, or a list of lists from several tasks; each a ``TargetApplied`` or its
     ``to_dict``) and the deprecated ``{target}_watermarks`` values (``reported``: target → value, each
     converted by its target). Without ``applied`` (``None``), every registered target whose location
-    field (``lake_root``) is set in ``locations`` is committed from what it holds. A target given
+    field (its root) is set in ``locations`` is committed from what it holds. A target given
     twice, or an output of another window, fails before anything is written."""
     outputs: list[TargetApplied] = []
     if applied is None:
         for kind in target_kinds():
-            root = getattr(locations, kind.location_field, None) if kind.location_field else None
+            root = locations.target_roots.get(kind.location_field) if kind.location_field else None
             if root:
                 outputs.append(TargetApplied(kind.name, window.end_micros, str(root)))
     else:
@@ -238,8 +238,9 @@ class CdcPipelineHook(BaseHook):
     ) -> MergeInput:
         """Every unit of the window as its reader recorded it (claim, files, rows), after checking
         that each is read; with ``pipeline``, that ``epoch`` (default: the window's current one) is
-        the window's, and per table the end of the last earlier applied window that changed it
-        (which needs the window before this one applied, or this one the pipeline's first)."""
+        the window's, and per table the end of the last earlier applied window that changed it, as
+        any of the pipeline's targets recorded it (which needs the window before this one applied, or
+        this one the pipeline's first)."""
         from airflow_provider_cdc.merge.input import StagedUnit
 
         what = f"window {window} of {stream_key}: reading its units"
@@ -252,9 +253,11 @@ class CdcPipelineHook(BaseHook):
                 else:
                     require_epoch(store, pipeline, window, epoch, "merge")
                 store.require_predecessor_applied(pipeline, window.start, window.end)
-                versions = store.table_versions(pipeline, before=window.start)
-                previous = {"tables": dict(sorted(versions.tables.items())),
-                            "recorded_from_us": versions.recorded_from_us}
+                versions = store.table_versions(pipeline, target=None, before=window.start)
+                previous = {
+                    "tables": dict(sorted(versions.tables.items())),
+                    "recorded_from_us": versions.recorded_from_us,
+                }
             items = self._read_items(
                 stream_key, window, store.window_partitions(stream_key, window.start, window.end)
             )
@@ -310,17 +313,17 @@ class CdcPipelineHook(BaseHook):
                 out.write(manifest_bytes(manifest))
         filesystem.delete_file(pending)
 
-    def expected_versions(self, pipeline: str, window: Window, epoch: int | None = None) -> str:
-        """What the metastore says each table holds (JSON for the upsert job), after checking the
-        window may apply: ``epoch`` (when given) is the window's, and the pipeline's previous window
-        is applied, or this is its first."""
+    def expected_versions(self, pipeline: str, window: Window, target: str, epoch: int | None = None) -> str:
+        """What the metastore says each table of ``target`` holds (JSON for its apply job), after
+        checking the window may apply: ``epoch`` (when given) is the window's, and the pipeline's
+        previous window is applied, or this is its first."""
         with metastore_errors(f"window {window} of pipeline {pipeline!r}: checking it can apply"):
             with CdcMetastoreHook(self.metastore_conn_id) as metastore:
                 store = metastore.metastore
                 if epoch is not None:
                     require_epoch(store, pipeline, window, epoch, "upsert")
                 store.require_predecessor_applied(pipeline, window.start, window.end)
-                return store.table_versions(pipeline).to_json()
+                return store.table_versions(pipeline, target=target).to_json()
 
     def commit_window(
         self,

@@ -1,6 +1,6 @@
 """Storage credentials from an Airflow Google Cloud connection, for every location a pipeline uses.
 
-Staging, change sets, the Delta tables and the Spark jobs all open their locations with the
+Staging, change sets, the targets' tables and the Spark jobs all open their locations with the
 storage options built here (:mod:`airflow_provider_cdc.filesystems`), so a pipeline reads and
 writes with one identity: the DAG's ``gcp_conn_id``.
 

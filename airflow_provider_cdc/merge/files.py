@@ -5,7 +5,7 @@ Spark reads the staging and writes the change set itself through its Hadoop file
 a location's scheme (``gs://`` without the GCS connector) and runs locally, the driver copies the
 staging folder to local disk and the change set back (:func:`download_tree`,
 :func:`upload_change_set`) with the filesystems of :func:`airflow_provider_cdc.filesystems.resolve`,
-so with the same storage options (credentials) as staging, change sets and the lake.
+so with the same storage options (credentials) as staging, change sets and the targets' tables.
 """
 
 from __future__ import annotations

@@ -29,9 +29,6 @@ MAX_OWNER_LENGTH = 256
 MAX_PIPELINE_LENGTH = MAX_PIPELINE_ID_LENGTH
 MAX_TARGET_LENGTH = 32
 
-#: The target whose ledger and apply watermarks a call that names none reads (the ledger and the apply
-#: watermarks are kept per (pipeline, target, table); a target's name is data, see targets.registry).
-DELTA_TARGET = "delta"
 _TARGET = re.compile(rf"^[a-z][a-z0-9_]{{0,{MAX_TARGET_LENGTH - 1}}}$")
 
 _DATABASE_PATH_SEGMENT = re.compile(r"^[A-Za-z0-9_.:\-]+$")
@@ -134,7 +131,7 @@ def validate_pipeline(pipeline: object) -> str:
 
 
 def validate_target(target: object) -> str:
-    """Validate a target name (``delta``, ``bigquery``): a lowercase letter, then lowercase letters,
+    """Validate a target name (a registered target's key): a lowercase letter, then lowercase letters,
     digits or underscores, at most 32 in all."""
     if not isinstance(target, str) or not _TARGET.match(target):
         raise ValueError(

@@ -47,7 +47,7 @@ class PipelineSummary:
     #: the reading window that starts first: the one the pipeline waits for
     oldest_reading: WindowRecord | None
     reading: int
-    #: the targets (``delta``, ``bigquery``) that hold apply watermarks of the pipeline
+    #: the targets (their registered names) that hold apply watermarks of the pipeline
     targets: tuple[str, ...]
 
 

@@ -1,5 +1,5 @@
 """The pipeline ledger: each pipeline's first window and what each applied window did to each
-table of each target (``delta``, ``bigquery``), keyed by (pipeline, target, table).
+table of each target (by its registered name), keyed by (pipeline, target, table).
 
 Part of :class:`~airflow_provider_cdc.metastore.store.Metastore`. It answers the two questions
 that keep applies exactly once (``domain.apply_order``): may this window apply now (is the window
@@ -22,7 +22,6 @@ from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.metastore.engine import MetastoreEngine
 from airflow_provider_cdc.metastore.errors import MetastoreError
 from airflow_provider_cdc.metastore.model import (
-    DELTA_TARGET,
     WindowState,
     timestamp_micros,
     validate_count,
@@ -169,7 +168,7 @@ class PipelineLedger(MetastoreEngine):
         end: datetime | str,
         tables: Mapping[str, tuple[int | None, int | None]],
         *,
-        target: str = DELTA_TARGET,
+        target: str,
         replace: bool = False,
     ) -> None:
         """Record, per table of ``target``, the target version the window committed and its change
@@ -194,7 +193,7 @@ class PipelineLedger(MetastoreEngine):
         self,
         pipeline: str,
         *,
-        target: str = DELTA_TARGET,
+        target: str,
         table: str | None = None,
         window: tuple[datetime | str, datetime | str] | None = None,
         starting_from: datetime | str | None = None,
@@ -219,16 +218,24 @@ class PipelineLedger(MetastoreEngine):
             ]
 
     def table_versions(
-        self, pipeline: str, *, target: str = DELTA_TARGET, before: datetime | str | None = None
+        self, pipeline: str, *, target: str | None, before: datetime | str | None = None
     ) -> TableVersions:
         """Per table of ``target``, the version (window end in µs) of the last applied window
         recorded for it; with ``before``, of the last one ending at or before that time (what a
-        window starting there finds in the tables once every window before it is applied)."""
-        pipeline, target = validate_pipeline(pipeline), validate_target(target)
-        applied = (W.c.pipeline == WT.c.pipeline) & (W.c.start_us == WT.c.window_start_us) & (
-            W.c.end_us == WT.c.window_end_us
-        ) & (W.c.state == WindowState.APPLIED.value)
-        cond = (WT.c.pipeline == pipeline) & (WT.c.target == target) & sa.exists().where(applied)
+        window starting there finds in the tables once every window before it is applied). With
+        ``target`` ``None``, of the last applied window any target recorded for the table (every target
+        of a pipeline applies each window)."""
+        pipeline = validate_pipeline(pipeline)
+        target = None if target is None else validate_target(target)
+        applied = (
+            (W.c.pipeline == WT.c.pipeline)
+            & (W.c.start_us == WT.c.window_start_us)
+            & (W.c.end_us == WT.c.window_end_us)
+            & (W.c.state == WindowState.APPLIED.value)
+        )
+        cond = (WT.c.pipeline == pipeline) & sa.exists().where(applied)
+        if target is not None:
+            cond = cond & (WT.c.target == target)
         if before is not None:
             cond = cond & (WT.c.window_end_us <= timestamp_micros(before, f"pipeline {pipeline!r}: before"))
         with self._tx() as conn:

@@ -167,10 +167,10 @@ window_tables = sa.Table(
     sa.Column("window_start_us", sa.BigInteger, nullable=False, autoincrement=False),
     sa.Column("window_end_us", sa.BigInteger, nullable=False, autoincrement=False),
     sa.Column("table_name", sa.String(MAX_TABLE_NAME_LENGTH), nullable=False),
-    sa.Column("target_version", sa.BigInteger, nullable=True),  # e.g. the Delta version it committed
+    sa.Column("target_version", sa.BigInteger, nullable=True),  # the target's own version of the table
     sa.Column("rows", sa.BigInteger, nullable=True),
     sa.Column("recorded_us", sa.BigInteger, nullable=False),
-    # version 6: the target (delta, bigquery) the window was applied to is part of the key
+    # version 6: the target the window was applied to is part of the key
     sa.Column("target", sa.String(MAX_TARGET_LENGTH), nullable=False),
     sa.PrimaryKeyConstraint("pipeline", "target", "window_start_us", "window_end_us", "table_name"),
     sa.Index("ix_cdc_window_tables_table", "pipeline", "target", "table_name", "window_end_us"),

@@ -1,5 +1,5 @@
 """Watermarks: how far each partition has been read, and how far each table of each target
-(``delta``, ``bigquery``) has been applied.
+(by its registered name) has been applied.
 
 Both only move forward: every write is ``UPDATE … WHERE watermark < :new``.
 """
@@ -15,7 +15,6 @@ from airflow_provider_cdc.core.timestamps import from_micros
 from airflow_provider_cdc.metastore.engine import MetastoreEngine
 from airflow_provider_cdc.metastore.errors import LeaseLostError
 from airflow_provider_cdc.metastore.model import (
-    DELTA_TARGET,
     timestamp_micros,
     validate_count,
     validate_owner,
@@ -72,11 +71,11 @@ class WatermarkAccess(MetastoreEngine):
                     raise LeaseLostError(stream, token, owner, row["lease_owner"])
             return moved
 
-    # Per-table apply watermarks of each pipeline and target (the Delta tables' committed window
-    # ends; BigQuery's upsert_stream_apply_watermark).
+    # Per-table apply watermarks of each pipeline and target (a window end, or the watermark a target
+    # reports).
 
     def advance_table_watermark(
-        self, pipeline: str, table: str, timestamp: datetime | str, *, target: str = DELTA_TARGET
+        self, pipeline: str, table: str, timestamp: datetime | str, *, target: str
     ) -> bool:
         """Raise the apply watermark of ``target``'s table to ``timestamp`` if that moves it forward;
         True if it moved."""
@@ -99,7 +98,7 @@ class WatermarkAccess(MetastoreEngine):
                 updated_us=now,
             )
 
-    def table_watermarks(self, pipeline: str, *, target: str = DELTA_TARGET) -> dict[str, datetime]:
+    def table_watermarks(self, pipeline: str, *, target: str) -> dict[str, datetime]:
         """Apply watermark of each table of the pipeline's ``target``: changes committed before it
         are applied."""
         pipeline, target = validate_pipeline(pipeline), validate_target(target)

@@ -126,7 +126,7 @@ class ObservedStep:
     #: the step this operator runs (``open``, ``read``, ``merge``, ``upsert``, ``commit``); ``None``:
     #: not observed
     cdc_step: ClassVar[str | None] = None
-    #: the target an upsert applies to (``delta``, ``bigquery``)
+    #: the target an apply step applies to (its registered name)
     cdc_target: ClassVar[str | None] = None
     _cdc_observing: bool = False
     _cdc_source_key: str | None = None

@@ -7,14 +7,20 @@ from datetime import datetime
 from typing import Any
 
 from airflow_provider_cdc._errors import InvalidSettingError, require_absolute
-from airflow_provider_cdc.core.contract.locations import WindowLocations
+from airflow_provider_cdc.core.contract.locations import PIPELINE_ROOTS, WindowLocations
 from airflow_provider_cdc.core.timestamps import coerce_timestamp, format_timestamp
 from airflow_provider_cdc.core.window import Window
 
 #: The run's data interval: the default window of every step.
 WINDOW_START = "{{ data_interval_start }}"
 WINDOW_END = "{{ data_interval_end }}"
-_ROOTS = ("staging_root", "changeset_root", "lake_root")
+
+
+def known_roots() -> list[str]:
+    """The roots a ``locations`` argument may name: the pipeline's own and each registered target's."""
+    from airflow_provider_cdc.plugins import location_fields
+
+    return [*PIPELINE_ROOTS, *location_fields()]
 
 
 def window_of(start: Any, end: Any) -> Window:
@@ -40,32 +46,34 @@ def window_of(start: Any, end: Any) -> Window:
 def locations_of(value: Mapping[str, Any] | WindowLocations | None, *required: str) -> WindowLocations:
     """The pipeline's :class:`WindowLocations` from a rendered ``locations`` argument.
 
-    ``locations`` maps ``staging_root``, ``changeset_root`` and ``lake_root`` to absolute local
-    paths or URIs; ``required`` names the roots the step needs. A relative path, an unknown key or a
-    missing root fails the task without retries.
+    ``locations`` maps ``staging_root``, ``changeset_root`` and the roots of the registered targets
+    (each target kind's ``location_field``) to absolute local paths or URIs; ``required`` names the
+    roots the step needs. A relative path, an unknown key or a missing root fails the task without
+    retries.
     """
+    known = known_roots()
     if isinstance(value, WindowLocations):
-        roots = {name: getattr(value, name) for name in _ROOTS}
+        roots: Mapping[str, Any] = value.roots()
     elif isinstance(value, Mapping):
-        unknown = sorted(set(value) - set(_ROOTS))
-        if unknown:
-            raise InvalidSettingError(
-                f"locations has unknown key(s) {unknown}; expected some of {list(_ROOTS)}"
-            )
-        roots = {name: value.get(name) for name in _ROOTS}
+        roots = value
     elif value is None:
-        roots = dict.fromkeys(_ROOTS)
+        roots = {}
     else:
-        raise TypeError(f"locations must be a mapping of {list(_ROOTS)}, got {type(value).__name__}")
+        raise TypeError(f"locations must be a mapping of {known}, got {type(value).__name__}")
+    unknown = sorted(str(name) for name in set(roots) - set(known))
+    if unknown:
+        raise InvalidSettingError(f"locations has unknown key(s) {unknown}; expected some of {known}")
     cleaned: dict[str, str | None] = {}
-    for name, root in roots.items():
+    for name in known:
+        root = roots.get(name)
         text = None if root is None or not str(root).strip() else str(root).strip()
         require_absolute(f"locations[{name!r}]", text)
         cleaned[name] = text
-    missing = [name for name in required if not cleaned[name]]
+    missing = [name for name in required if not cleaned.get(name)]
     if missing:
         raise InvalidSettingError(f"locations lacks {missing}: this step needs {list(required)}")
-    return WindowLocations(**cleaned)
+    targets = {name: text for name, text in cleaned.items() if name not in PIPELINE_ROOTS and text}
+    return WindowLocations(cleaned["staging_root"], cleaned["changeset_root"], targets)
 
 
 #: The XCom key under which a window's open operator pushes the epoch it opened.

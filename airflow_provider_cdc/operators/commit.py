@@ -27,8 +27,8 @@ from airflow_provider_cdc.operators.window_step import (
 )
 from airflow_provider_cdc.plugins import target_kind, target_names
 
-#: The suffix of the deprecated per-target arguments (``{target}_watermarks``, e.g. the BigQuery
-#: upsert's output), each converted into that target's ``applied`` entry.
+#: The suffix of the deprecated per-target arguments (``{target}_watermarks``: a target's former apply
+#: step output), each converted into that target's ``applied`` entry.
 _REPORTED = "_watermarks"
 
 
@@ -36,19 +36,19 @@ class CdcCommitWindowOperator(WindowStepMixin, BaseOperator):
     """Marks a window applied, records what each target applied and advances each table's apply
     watermark.
 
-    ``applied`` takes the target apply steps' outputs (``[upsert.output, to_bigquery.output]``: each a
+    ``applied`` takes the target apply steps' outputs (``[apply.output, …]``: each a
     ``TargetApplied``, see :mod:`airflow_provider_cdc.core.contract.target`), any number of targets. Each
-    target's commit part checks what it must hold (the Delta target: every table of the change set
-    holds the window) and gives the results recorded in the metastore ledger per (pipeline, target,
-    table), against which the next apply checks the tables, and the tables' apply watermarks (the
-    analog of BigQuery's ``upsert_stream_apply_watermark``: every change committed before it is in the
-    target table), recorded only forward. A table a target has applied nothing to yet is logged as a
+    target's commit part checks what it must hold (e.g. every table of the change set holds the
+    window) and gives the results recorded in the metastore ledger per (pipeline, target, table),
+    against which the next apply checks the tables, and the tables' apply watermarks (every change
+    committed before it is in the target table: a window end, or the watermark a target reports),
+    recorded only forward. A table a target has applied nothing to yet is logged as a
     warning. With ``max_staleness`` set, the task fails when a table's watermark, in any target, lags
     the current time (or ``staleness_reference``) by more than that, naming table and lag.
 
-    Without ``applied`` the targets whose location is in ``locations`` (``lake_root``) are committed
-    from what they hold. The former ``bigquery_watermarks=`` (any ``{target}_watermarks=``) is
-    deprecated: it is converted into that target's ``applied`` entry.
+    Without ``applied`` the targets whose root is in ``locations`` (their kind's ``location_field``) are
+    committed from what they hold. The former ``{target}_watermarks=`` arguments are deprecated: each
+    is converted into that target's ``applied`` entry.
 
     A window commits only after the pipeline's previous window (the one ending at its start) is
     applied, or when it is the pipeline's first window. The work is
@@ -56,8 +56,8 @@ class CdcCommitWindowOperator(WindowStepMixin, BaseOperator):
 
     Data-aware scheduling: each :class:`AssetAlias` among the task's ``outlets`` (see
     :func:`table_asset_outlets`) gets, on success, one asset event per table with an apply watermark
-    and an asset URI, as its target names it (a Delta table ``{lake_root}/{table}``: ``file:///...``,
-    ``gs://...``; a BigQuery table ``bigquery://{project}/{dataset}/{table}``); the event's extra holds
+    and an asset URI, as its target names it (a table under a root: ``file:///...``, ``gs://...``; a
+    warehouse table: the warehouse's own URI); the event's extra holds
     the window (``window_start``, ``window_end``, ``window_id``), the ``target``, the ``table``, its
     apply ``watermark`` after the commit and the window's change ``rows`` of it (see
     :mod:`airflow_provider_cdc.assets`). A window committed again (a retry, a backfill) emits again:
@@ -66,7 +66,7 @@ class CdcCommitWindowOperator(WindowStepMixin, BaseOperator):
 
     :param applied: the target apply steps' outputs (a list; a list of lists from several tasks).
         Templated.
-    :param locations: the pipeline's roots (templated), as for the merge and the upsert: the tables
+    :param locations: the pipeline's roots (templated), as for the merge and the apply steps: the tables
         of the ``changeset_root`` change set's manifest are the window's.
     :param read_summaries: the readers' summaries (XCom), summed into the window's counts.
     :param gcp_conn_id: Google Cloud connection for ``gs://`` locations (default
@@ -162,7 +162,7 @@ class CdcCommitWindowOperator(WindowStepMixin, BaseOperator):
         if aliases:
             self._emit_table_events(context, aliases, window, summary)
         if lineage_enabled():  # here, not in the lineage callback: that runs in a forked process,
-            # where a target's storage runtime (delta-rs) this process started cannot run
+            # where a target's storage runtime this process started cannot run
             try:
                 self._lineage = self._commit_lineage(pipeline, summary, applied, reported)
             except Exception as error:  # lineage is reported on the side: the commit itself succeeded

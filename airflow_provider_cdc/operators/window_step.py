@@ -58,7 +58,7 @@ class WindowStepFields(ConnectionFields):
         DAG id).
     :param window_start: inclusive window start, RFC 3339 (default the data interval start).
     :param window_end: exclusive window end, RFC 3339 (default the data interval end).
-    :param locations: the pipeline's roots: ``staging_root``, ``changeset_root``, ``lake_root``
+    :param locations: the pipeline's roots: ``staging_root``, ``changeset_root`` and its targets' roots
         (absolute local paths or URIs; see :class:`WindowLocations`).
     :param epoch: the opening of the window this run belongs to (the open task's ``epoch`` XCom);
         with ``window`` the handle's.
@@ -82,9 +82,7 @@ class WindowStepFields(ConnectionFields):
     def storage_conn_id(self) -> str | None:
         """The connection whose credentials open the locations (``None``: none is read)."""
         roots = locations_of(self.locations)
-        return storage_connection(
-            self.gcp_conn_id, (roots.staging_root, roots.changeset_root, roots.lake_root)
-        )
+        return storage_connection(self.gcp_conn_id, tuple(roots.roots().values()))
 
     def to_hook(self) -> CdcPipelineHook:
         """The pipeline hook of these fields: the metastore and the storage credentials."""

@@ -4,9 +4,10 @@ target specs, with every rule the steps rely on wired once.
 A window's tasks (each source adds only what it needs)::
 
     [wait_parents | wait_for_files] ─► open_window ─► read (mapped) ─► [drained | complete]
-        ─► merge ─► each target's apply step (e.g. upsert, to_bigquery) ─► commit
+        ─► merge ─► each target's apply step ─► commit
 
-Each target spec builds its own apply step and says which targets it applies after; the commit
+Each target spec builds its own apply step; the targets that keep current rows apply first (a target
+that writes whole rows completes partial images from them); the commit
 takes every apply step's output (``applied=[…]``).
 
 The source's tasks are its spec's (:meth:`~airflow_provider_cdc.specs.SourceSpec.window_tasks`:
@@ -84,6 +85,21 @@ def _pipeline_id(value: str | None, group: Any) -> str:
     return str(pipeline)
 
 
+def _keeping_rows(targets: Sequence[TargetSpec]) -> set[str]:
+    """The targets among ``targets`` whose kind keeps current rows (partial images complete from them)."""
+    from airflow_provider_cdc.plugins import target_kind, target_names
+
+    known = set(target_names())
+    return {t.target for t in targets if t.target in known and target_kind(t.target).keeps_rows}
+
+
+def _row_keepers() -> str:
+    """The registered targets that keep current rows, by their titles."""
+    from airflow_provider_cdc.plugins import target_kinds
+
+    return ", ".join(kind.title for kind in target_kinds() if kind.keeps_rows)
+
+
 def _validate(
     source: SourceSpec,
     targets: Sequence[TargetSpec],
@@ -99,13 +115,30 @@ def _validate(
         )
     if not targets or not all(isinstance(target, TargetSpec) for target in targets):
         raise PipelineSpecError(
-            f"cdc_pipeline targets: {targets!r}; give target specs, such as DeltaLake() and/or BigQueryCdc(…)"
+            f"cdc_pipeline targets: {targets!r}; give target specs (each a TargetSpec: "
+            "airflow_provider_cdc.pipeline exports every target's)"
         )
     kinds = [target.target for target in targets]
     if len(set(kinds)) != len(kinds):
         raise PipelineSpecError("cdc_pipeline targets: a target is given twice; give each target once")
+    from airflow_provider_cdc.plugins import location_fields
+
+    known = location_fields()
+    unknown = sorted(set(locations.target_roots) - set(known))
+    if unknown:
+        raise PipelineSpecError(
+            f"cdc_pipeline locations: {unknown} is no registered target's root; give staging_root, "
+            f"changeset_root and the roots of the pipeline's targets among {known}"
+        )
     for target in targets:
         target.validate_locations(locations)
+    keeping = _keeping_rows(targets)
+    whole = [type(t).__name__ for t in targets if t.needs_full_images]
+    if whole and not keeping and source.sends_partial_images:
+        raise PipelineSpecError(
+            f"cdc_pipeline targets: {whole} write whole rows and a {source.kind} sends partial row images; "
+            f"add a target that keeps current rows ({_row_keepers()}) before it, to complete them from"
+        )
     if isinstance(readers, bool) or not isinstance(readers, int) or readers < 1:
         raise PipelineSpecError(
             f"cdc_pipeline readers: {readers!r}; give a positive number (mapped readers are fixed when "
@@ -150,13 +183,14 @@ def cdc_pipeline(
 
     :param source: the source's spec (a :class:`~airflow_provider_cdc.specs.SourceSpec`;
         :mod:`airflow_provider_cdc.pipeline` exports every source's).
-    :param targets: target specs (:mod:`airflow_provider_cdc.pipeline` exports every target's), each
-        applied after the targets it reads (BigQuery completes partial rows from the Delta tables).
+    :param targets: target specs (:mod:`airflow_provider_cdc.pipeline` exports every target's), applied
+        as given except that the targets that keep current rows apply first (a target that writes whole
+        rows completes partial row images from them).
     :param locations: the roots (:class:`Locations`, or its fields as a mapping).
     :param pipeline_id: names the pipeline in the metastore and the targets (default the DAG id).
     :param readers: mapped readers per window (a fixed list: Airflow 2's ``dags backfill`` never
         expands a task mapped over the output of a task that is not a root of the DAG).
-    :param spark_conn_id: where the merge and the Delta upsert run (``spark``, ``spark_connect`` or
+    :param spark_conn_id: where the merge and the targets' Spark jobs run (``spark``, ``spark_connect`` or
         ``dataproc`` connection; default the operators' ``spark_default``).
     :param initial_snapshot: the pipeline starts with a snapshot of the source's tables as of
         ``first_window_start - 1µs``, for a source that takes one (``True``, or a template such as
@@ -166,14 +200,13 @@ def cdc_pipeline(
     :param metastore_conn_id: the metastore connection (default ``cdc_metastore_default``).
     :param poke_interval: seconds between the completion sensors' checks.
     :param outlets: the commits' outlets, e.g. ``[AssetAlias(alias_name(pipeline))]``: an asset event
-        per table a window applied (BigQuery's tables named by the :class:`BigQueryCdc` spec's project
-        and dataset, as its apply step reports them).
+        per table a window applied (each table named as its target's apply step reports it).
     :param group_id: prefix every task id with it (default: no prefix, the group ``cdc_pipeline``).
     """
     if isinstance(locations, Mapping):
         locations = Locations(**locations)
     _validate(source, targets, locations, readers, initial_snapshot, first_window_start)
-    ordered = apply_order(targets)
+    ordered = apply_order(targets, _keeping_rows(targets))
     with TaskGroup(
         group_id=group_id or DEFAULT_GROUP_ID,
         prefix_group_id=group_id is not None,

@@ -2,7 +2,7 @@
 
 A root is a local path or a URI; without an explicit filesystem it is opened by
 :func:`airflow_provider_cdc.filesystems.resolve` with the given storage options (the same
-credentials as the lake), so that paths of a delta-rs object store are relative to the root (its
+credentials as the targets' tables), so that paths of the object-store client are relative to the root (its
 path is ``""``). Paths are built with :func:`airflow_provider_cdc.filesystems.join` for that reason.
 """
 

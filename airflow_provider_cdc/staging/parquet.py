@@ -122,8 +122,8 @@ class StagingWriter:
     ...; leaving the ``with`` block normally writes the rest, leaving it with an exception discards
     the unwritten rows (they were not acknowledged, so the reader reads them again).
     ``on_file_written`` is called after each file is committed, e.g. to advance a watermark.
-    ``root`` is opened with ``storage_options`` (delta-rs object-store options, as for the lake)
-    unless ``filesystem`` is given.
+    ``root`` is opened with ``storage_options`` (the object-store client's options, as for the
+    targets' tables) unless ``filesystem`` is given.
     """
 
     def __init__(

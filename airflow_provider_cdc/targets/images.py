@@ -1,10 +1,11 @@
 """Full row images for targets whose upsert replaces whole rows, completed by one shared step.
 
-A target such as BigQuery CDC replaces the whole row on UPSERT, while a source's UPDATE (e.g. a
-change stream's) may carry only the columns it changed (``_present_columns``, ``_full_image`` false).
-A row whose image lacks a column the target writes is completed from a :class:`RowSource`: the
-current rows of the same source table in a target that applied the window before (the Delta table of
-the lake), reading only the touched keys:
+A target that writes whole rows (its spec's ``needs_full_images``) replaces the whole row on UPSERT,
+while a source's UPDATE (e.g. a change stream's) may carry only the columns it changed
+(``_present_columns``, ``_full_image`` false). A row whose image lacks a column the target writes is
+completed from a :class:`RowSource`: the current rows of the same source table in a target of the
+pipeline that keeps them (a kind with ``keeps_rows``, :func:`open_row_source`) and applied the window
+before, reading only the touched keys:
 
 * The source's row has the change's sequence number: its values fill the missing columns.
 * The source's row is newer, or gone (a later window changed or deleted the key): the change is
@@ -16,18 +17,18 @@ the lake), reading only the touched keys:
 When the source has applied windows after this one (a re-send of a table after a partial failure, a
 backfill), every UPSERT row is checked against it this way, full images too: a row a later window
 changed or deleted is superseded and not written, so that an old image never comes back once the
-target has forgotten the later DELETE (BigQuery keeps DELETEs for two days).
+target has forgotten the later DELETE (a target may keep DELETEs for a limited time only).
 
-Keys match NULL-safely: a NULL key value finds the source row whose key column is NULL (the Delta
-upsert matches keys with ``IS NOT DISTINCT FROM``).
+Keys match NULL-safely: a NULL key value finds the source row whose key column is NULL (as the
+row-keeping targets match keys, ``IS NOT DISTINCT FROM``).
 
 Without a row source the rows cannot be completed and the apply fails naming table and keys.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -43,7 +44,7 @@ from airflow_provider_cdc.changesets.reader import (
 )
 
 _ROW = "__row"
-_DELTA_SEQUENCE = "__delta_sequence"
+_HELD_SEQUENCE = "__held_sequence"
 _LOOKUP_ROW = "__lookup_row"
 _NULL_FLAG = "__null_"
 _SHOWN_KEYS = 5
@@ -55,7 +56,13 @@ class ImageError(RuntimeError):
 
 class RowSource(Protocol):
     """Where the current rows of a table are read from to complete partial images: the table's
-    columns and ``_change_sequence_number`` (the Delta lake, ``DeltaLakeTarget``)."""
+    columns and ``_change_sequence_number`` (the class of a target kind with ``keeps_rows``)."""
+
+    name: str
+
+    def applied_window(self, table: str, pipeline: str) -> int | None:
+        """The end (µs) of the last window of ``pipeline`` the table holds (``None``: none)."""
+        ...
 
     def current_rows(self, table: str) -> pa_ds.Dataset | None:
         """The table's current rows; ``None`` when there is no such table."""
@@ -64,6 +71,38 @@ class RowSource(Protocol):
     def table_uri(self, table: str) -> str:
         """Where the table is (for messages)."""
         ...
+
+
+def row_source_root(target_roots: Mapping[str, str]) -> tuple[str, str] | None:
+    """The ``(target, root)`` partial images are completed from: the first registered target (by
+    name) that keeps current rows and whose root is among ``target_roots`` (``None``: none is)."""
+    from airflow_provider_cdc.plugins import target_kinds
+
+    for kind in target_kinds():
+        root = target_roots.get(kind.location_field) if kind.keeps_rows and kind.location_field else None
+        if root:
+            return kind.name, root
+    return None
+
+
+def open_row_source(
+    target_roots: Mapping[str, str], storage_options: Mapping[str, str] | None = None
+) -> Any | None:
+    """The :class:`RowSource` of :func:`row_source_root` opened on its root (``None``: no root of a
+    target that keeps rows is given)."""
+    from airflow_provider_cdc.plugins import open_target
+
+    found = row_source_root(target_roots)
+    return None if found is None else open_target(found[0], found[1], dict(storage_options or {}))
+
+
+def row_source_fix() -> str:
+    """How a pipeline gets a row source: the roots of the targets that keep rows."""
+    from airflow_provider_cdc.plugins import target_kinds
+
+    kinds = [k for k in target_kinds() if k.keeps_rows and k.location_field]
+    named = " or ".join(f"{k.location_field} (the {k.title} target)" for k in kinds) or "a root"
+    return f"pass {named} in locations and apply that target first, so the images are completed from it"
 
 
 def _carried(source: pa.Table, table: TableColumns, column: str) -> pa.Array:
@@ -117,28 +156,27 @@ def complete_images(
     if rows is None:
         raise ImageError(
             f"table {name!r}: {len(partial_keys)} change(s) carry partial row images (keys {shown}) and "
-            "the target's UPSERT replaces whole rows; pass lake_root so the images are completed from the "
-            "Delta table the pipeline applied"
+            f"the target's UPSERT replaces whole rows; {row_source_fix()}"
         )
     dataset = rows.current_rows(source_table or name)
     if dataset is None:
         raise ImageError(
             f"table {name!r}: no table at {rows.table_uri(source_table or name)!r} to complete partial "
-            f"row images (keys {shown}) from; run the Delta upsert for this window first"
+            f"row images (keys {shown}) from; run the {rows.name} apply step for this window first"
         )
     partial = source.filter(needs)
     partial = partial.append_column(_ROW, pa.array(range(partial.num_rows), pa.int64()))
-    delta_columns = [c for c in (*keys, *values, SOURCE_SEQUENCE) if c in dataset.schema.names]
+    held_columns = [c for c in (*keys, *values, SOURCE_SEQUENCE) if c in dataset.schema.names]
     unknown = [c for c in values if c not in dataset.schema.names]
     first = keys[0]
     wanted = pc.unique(partial.column(first))
     scan = _key_field(dataset, first).isin(wanted.drop_null())
     if wanted.null_count:
         scan = scan | pc.field(first).is_null()
-    lookup = dataset.to_table(columns=delta_columns, filter=scan).rename_columns(
+    lookup = dataset.to_table(columns=held_columns, filter=scan).rename_columns(
         [
-            _DELTA_SEQUENCE if c == SOURCE_SEQUENCE else f"__delta_{c}" if c not in keys else c
-            for c in delta_columns
+            _HELD_SEQUENCE if c == SOURCE_SEQUENCE else f"__held_{c}" if c not in keys else c
+            for c in held_columns
         ]
     )
     # Join on the keys (NULL-safe) and a row number only (Arrow joins carry no list columns), then take.
@@ -151,16 +189,16 @@ def complete_images(
     )
     joined = lookup.drop_columns(keys).take(matched.column(_LOOKUP_ROW))
     change_sequence = partial.column(SOURCE_SEQUENCE)
-    delta_sequence = joined.column(_DELTA_SEQUENCE)
-    behind = pc.fill_null(pc.less(delta_sequence, change_sequence), False)
+    held_sequence = joined.column(_HELD_SEQUENCE)
+    behind = pc.fill_null(pc.less(held_sequence, change_sequence), False)
     if pc.any(behind).as_py():
         late = pc.filter(partial.column(SOURCE_KEYS_JSON), behind).to_pylist()
         raise ImageError(
             f"table {name!r}: the table at {rows.table_uri(source_table or name)!r} holds older images than "
-            f"this window for keys {', '.join(late[:_SHOWN_KEYS])}; run the Delta upsert for this window "
-            "before this target's apply"
+            f"this window for keys {', '.join(late[:_SHOWN_KEYS])}; run the {rows.name} apply step for this "
+            "window before this target's apply"
         )
-    current = pc.fill_null(pc.equal(delta_sequence, change_sequence), False)
+    current = pc.fill_null(pc.equal(held_sequence, change_sequence), False)
     for column in unknown:
         missing = pc.and_(current, pc.invert(carried[column].filter(needs)))
         if pc.any(missing).as_py():
@@ -173,14 +211,14 @@ def complete_images(
     for column in values:
         if column in unknown:
             continue
-        from_delta = joined.column(f"__delta_{column}").combine_chunks()
+        from_held = joined.column(f"__held_{column}").combine_chunks()
         if column in partial.column_names:
             own = partial.column(column).combine_chunks()
-            if own.type != from_delta.type:
-                from_delta = from_delta.cast(own.type)
-            filled[column] = pc.if_else(carried[column].filter(needs), own, from_delta)
+            if own.type != from_held.type:
+                from_held = from_held.cast(own.type)
+            filled[column] = pc.if_else(carried[column].filter(needs), own, from_held)
         else:
-            filled[column] = from_delta
+            filled[column] = from_held
     completed = _with_columns(partial.drop_columns([_ROW]), values, filled).filter(current)
     superseded = partial.num_rows - completed.num_rows
     ready = _with_columns(source.filter(pc.invert(needs)), values, None, like=completed)
@@ -240,9 +278,9 @@ def _placeholder(kind: pa.DataType) -> pa.Scalar:
 
 
 def _key_field(dataset: pa_ds.Dataset, column: str) -> pc.Expression:
-    """The key column in a scan filter. Files that delta-rs's MERGE wrote store strings and binaries
-    as views, which pyarrow cannot compare with the table's type when it prunes files by their
-    statistics; the cast to the table's type keeps the filter exact."""
+    """The key column in a scan filter. A row source's files may store strings and binaries as views,
+    which pyarrow cannot compare with the table's type when it prunes files by their statistics; the
+    cast to the table's type keeps the filter exact."""
     kind = dataset.schema.field(column).type
     viewable = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
     return pc.field(column).cast(kind) if any(test(kind) for test in viewable) else pc.field(column)

@@ -81,8 +81,14 @@ class Pipeline:
 
     def upsert(self, n: int) -> dict[str, Any]:
         self.store.require_predecessor_applied(PIPELINE, window(n).start, window(n).end)
-        return upsert_job.run(str(self.changesets / window(n).window_id), str(self.lake), PIPELINE, None,
-                              None, self.store.table_versions(PIPELINE))
+        return upsert_job.run(
+            str(self.changesets / window(n).window_id),
+            str(self.lake),
+            PIPELINE,
+            None,
+            None,
+            self.store.table_versions(PIPELINE, target="delta"),
+        )
 
     def commit(self, n: int) -> dict[str, Any]:
         return CdcCommitWindowOperator(
@@ -113,12 +119,16 @@ def pipeline(tmp_path: Path, monkeypatch) -> Pipeline:
 def test_the_commit_records_the_delta_version_each_table_got(pipeline: Pipeline) -> None:
     pipeline.run(0)
     pipeline.run(1, tables=("Orders",))
-    recorded = pipeline.store.window_tables(PIPELINE)
+    recorded = pipeline.store.window_tables(PIPELINE, target="delta")
     records = [(r.table, r.window_end, r.target_version, r.rows) for r in recorded]
-    assert records == [("Customers", window(0).end, 0, 2), ("Orders", window(0).end, 0, 2),
-                       ("Orders", window(1).end, 1, 2)]
-    assert pipeline.store.table_versions(PIPELINE).tables == {
-        "Orders": window(1).end_micros, "Customers": window(0).end_micros
+    assert records == [
+        ("Customers", window(0).end, 0, 2),
+        ("Orders", window(0).end, 0, 2),
+        ("Orders", window(1).end, 1, 2),
+    ]
+    assert pipeline.store.table_versions(PIPELINE, target="delta").tables == {
+        "Orders": window(1).end_micros,
+        "Customers": window(0).end_micros,
     }
 
 
@@ -141,7 +151,7 @@ def test_a_window_waits_for_the_one_before_it(pipeline: Pipeline) -> None:
     pipeline.upsert(2)
     pipeline.commit(2)
     assert pipeline.rows("Orders") == [(0, 2), (1, 0), (2, 1), (3, 2)]
-    assert pipeline.store.table_watermarks(PIPELINE) == {t: window(2).end for t in TABLES}
+    assert pipeline.store.table_watermarks(PIPELINE, target="delta") == {t: window(2).end for t in TABLES}
 
 
 def test_the_commit_refuses_a_window_the_upsert_did_not_apply(pipeline: Pipeline) -> None:
@@ -151,7 +161,7 @@ def test_the_commit_refuses_a_window_the_upsert_did_not_apply(pipeline: Pipeline
     with pytest.raises(LakeNotAppliedError, match="table 'Customers' does not hold it"):
         pipeline.commit(1)
     assert pipeline.store.get_window(PIPELINE, window(1).start, window(1).end).state is WindowState.READING
-    assert pipeline.store.table_watermarks(PIPELINE) == {t: window(0).end for t in TABLES}
+    assert pipeline.store.table_watermarks(PIPELINE, target="delta") == {t: window(0).end for t in TABLES}
 
 
 def test_a_restored_table_stops_the_pipeline_and_repair_heals_it(pipeline: Pipeline, capsys) -> None:

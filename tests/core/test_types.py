@@ -39,22 +39,22 @@ from airflow_provider_cdc.sources.spanner.types import (
     parse_spanner_type,
 )
 
-#: code → (Arrow, Spark SQL, BigQuery)
-MAPPINGS: dict[str, tuple[pa.DataType, str, str]] = {
-    "BOOL": (pa.bool_(), "BOOLEAN", "BOOL"),
-    "INT64": (pa.int64(), "BIGINT", "INT64"),
-    "FLOAT32": (pa.float32(), "FLOAT", "FLOAT64"),
-    "FLOAT64": (pa.float64(), "DOUBLE", "FLOAT64"),
-    "NUMERIC": (pa.decimal128(38, 9), "DECIMAL(38,9)", "NUMERIC"),
-    "BIGNUMERIC": (pa.decimal256(76, 38), "STRING", "BIGNUMERIC"),
-    "STRING": (pa.string(), "STRING", "STRING"),
-    "BYTES": (pa.binary(), "BINARY", "BYTES"),
-    "JSON": (pa.string(), "STRING", "JSON"),
-    "DATE": (pa.date32(), "DATE", "DATE"),
-    "TIME": (pa.time64("us"), "STRING", "TIME"),
-    "DATETIME": (pa.timestamp("us"), "TIMESTAMP_NTZ", "DATETIME"),
-    "TIMESTAMP": (pa.timestamp("us", tz="UTC"), "TIMESTAMP", "TIMESTAMP"),
-    "UUID": (pa.string(), "STRING", "STRING"),
+#: code → (Arrow, Spark SQL)
+MAPPINGS: dict[str, tuple[pa.DataType, str]] = {
+    "BOOL": (pa.bool_(), "BOOLEAN"),
+    "INT64": (pa.int64(), "BIGINT"),
+    "FLOAT32": (pa.float32(), "FLOAT"),
+    "FLOAT64": (pa.float64(), "DOUBLE"),
+    "NUMERIC": (pa.decimal128(38, 9), "DECIMAL(38,9)"),
+    "BIGNUMERIC": (pa.decimal256(76, 38), "STRING"),
+    "STRING": (pa.string(), "STRING"),
+    "BYTES": (pa.binary(), "BINARY"),
+    "JSON": (pa.string(), "STRING"),
+    "DATE": (pa.date32(), "DATE"),
+    "TIME": (pa.time64("us"), "STRING"),
+    "DATETIME": (pa.timestamp("us"), "TIMESTAMP_NTZ"),
+    "TIMESTAMP": (pa.timestamp("us", tz="UTC"), "TIMESTAMP"),
+    "UUID": (pa.string(), "STRING"),
 }
 
 _MICROS = st.integers(min_value=0, max_value=999_999)
@@ -98,19 +98,14 @@ def test_the_declared_types_are_the_model() -> None:
 
 
 @pytest.mark.parametrize("code", sorted(MAPPINGS))
-def test_every_type_maps_to_its_arrow_spark_and_bigquery_types(code: str) -> None:
-    arrow, spark, bigquery = MAPPINGS[code]
+def test_every_type_maps_to_its_arrow_and_spark_types(code: str) -> None:
+    arrow, spark = MAPPINGS[code]
     scalar = parse_logical_type({"code": code})
-    assert (scalar.arrow_type(), scalar.spark_type(), scalar.bigquery_type()) == (
-        arrow,
-        spark,
-        (bigquery, "NULLABLE"),
-    )
+    assert (scalar.arrow_type(), scalar.spark_type()) == (arrow, spark)
     array = parse_logical_type(f"ARRAY<{code}>")
     assert array == LogicalType("ARRAY", scalar)
     assert array.arrow_type() == pa.list_(arrow)
     assert array.spark_type() == f"ARRAY<{spark}>"
-    assert array.bigquery_type() == (bigquery, "REPEATED")
 
 
 @pytest.mark.parametrize("code", sorted(MAPPINGS))

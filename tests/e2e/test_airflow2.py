@@ -248,7 +248,7 @@ def test_backfill_applies_each_window_and_the_lake_equals_the_history(backfilled
     store = backfilled.metastore()
     try:
         windows = [(w.start, w.end, w.state.value, w.attempt) for w in store.list_windows(DAG_ID)]
-        watermarks = store.table_watermarks(DAG_ID)
+        watermarks = store.table_watermarks(DAG_ID, target="delta")
     finally:
         store.dispose()
     assert windows == [(start, end, "applied", 1) for start, end in [SNAPSHOT_WINDOW, *WINDOWS]]

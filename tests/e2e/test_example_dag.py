@@ -478,7 +478,7 @@ class Pipeline:
         store = self.metastore()
         try:
             windows = store.list_windows(PIPELINE)
-            watermarks = store.table_watermarks(PIPELINE)
+            watermarks = store.table_watermarks(PIPELINE, target="delta")
         finally:
             store.dispose()
         bounds = [(w.start, w.end) for w in windows]

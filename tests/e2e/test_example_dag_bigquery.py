@@ -176,7 +176,7 @@ def test_windows_reach_bigquery_equal_to_the_history_and_a_rerun_changes_nothing
         store = dag.metastore()
         try:
             windows = [(w.start, w.end, w.state.value) for w in store.list_windows(PIPELINE)]
-            delta_marks = store.table_watermarks(PIPELINE)
+            delta_marks = store.table_watermarks(PIPELINE, target="delta")
             bigquery_marks = store.table_watermarks(PIPELINE, target=BIGQUERY_TARGET)
         finally:
             store.dispose()

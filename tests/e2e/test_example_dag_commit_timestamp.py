@@ -164,7 +164,7 @@ def _assert_applied_through(dag: LedgerDag, index: int) -> dict[datetime, int]:
     store = dag.metastore()
     try:
         windows = store.list_windows(PIPELINE)
-        watermarks = store.table_watermarks(PIPELINE)
+        watermarks = store.table_watermarks(PIPELINE, target="delta")
     finally:
         store.dispose()
     assert [(w.start, w.end, w.state.value) for w in windows] == [

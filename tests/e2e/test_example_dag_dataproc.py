@@ -90,7 +90,7 @@ def test_windows_on_dataproc_apply_what_a_local_window_does(dataproc_dag: tuple[
         assert_equal_to_history(dag, index, f"after window {index} ({spark})")
         store = dag.metastore()
         try:
-            marks = store.table_watermarks(PIPELINE)
+            marks = store.table_watermarks(PIPELINE, target="delta")
         finally:
             store.dispose()
         assert marks == dict.fromkeys(TABLES, dag.window(index)[1])

@@ -68,7 +68,7 @@ def test_windows_on_gcs_equal_the_history_and_a_rerun_changes_nothing(gcs_dag: G
         store = dag.metastore()
         try:
             windows = [(w.start, w.end, w.state.value) for w in store.list_windows(PIPELINE)]
-            marks = store.table_watermarks(PIPELINE)
+            marks = store.table_watermarks(PIPELINE, target="delta")
         finally:
             store.dispose()
         assert windows == [(*dag.snapshot_window(), "applied")] + [

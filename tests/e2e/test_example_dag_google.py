@@ -194,7 +194,7 @@ def test_consecutive_windows_against_google_emulator_equal_the_committed_history
         store = Metastore(home.metastore_url)
         try:
             windows = [(w.start, w.end, w.state.value) for w in store.list_windows(PIPELINE)]
-            after.append((LakeSnapshot(lake), windows, store.table_watermarks(PIPELINE)))
+            after.append((LakeSnapshot(lake), windows, store.table_watermarks(PIPELINE, target="delta")))
         finally:
             store.dispose()
     workload = google_dag.live.finish()

@@ -240,7 +240,7 @@ def _delta_output(locations: dict[str, str]) -> dict[str, Any]:
     from airflow_provider_cdc.core.contract.locations import WindowLocations
     from airflow_provider_cdc.targets.delta.commit import held_output
 
-    change_set = WindowLocations(None, locations["changeset_root"], None).change_set(WINDOW)
+    change_set = WindowLocations(changeset_root=locations["changeset_root"]).change_set(WINDOW)
     changed = {t.name: t.expected_rows for t in ChangeSetReader(change_set).tables()}
     return held_output(locations["lake_root"], {}, changed, PIPELINE, WINDOW).to_dict()
 

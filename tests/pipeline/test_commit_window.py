@@ -82,7 +82,7 @@ def test_commit_applies_the_window_and_advances_the_watermarks(store: Metastore,
     record = store.get_window(PIPELINE, START, END)
     assert record.state is WindowState.APPLIED and record.applied_at is not None
     assert (record.record_count, record.transaction_count) == (42, 4)
-    assert store.table_watermarks(PIPELINE) == {"Customers": END, "Orders": END}
+    assert store.table_watermarks(PIPELINE, target="delta") == {"Customers": END, "Orders": END}
     assert result["rows"] == 42 and set(result["watermarks"]) == {DELTA_TARGET}
     assert set(result["watermarks"][DELTA_TARGET]) == {"Customers", "Orders"}
 
@@ -90,7 +90,7 @@ def test_commit_applies_the_window_and_advances_the_watermarks(store: Metastore,
     later = END + timedelta(minutes=10)
     store.open_window(PIPELINE, STREAM, END, later)
     _commit(_changeset(tmp_path, ["Orders"], END, later), END, later).execute({})
-    assert store.table_watermarks(PIPELINE) == {"Customers": later, "Orders": later}
+    assert store.table_watermarks(PIPELINE, target="delta") == {"Customers": later, "Orders": later}
 
 
 def test_a_second_commit_of_an_applied_window_changes_nothing(store: Metastore, tmp_path: Path) -> None:
@@ -102,7 +102,7 @@ def test_a_second_commit_of_an_applied_window_changes_nothing(store: Metastore, 
     again = store.get_window(PIPELINE, START, END)
     assert again.state is WindowState.APPLIED
     assert (again.record_count, again.applied_at) == (5, applied.applied_at)
-    assert store.table_watermarks(PIPELINE) == {"Orders": END}
+    assert store.table_watermarks(PIPELINE, target="delta") == {"Orders": END}
 
 
 def _commit_racing(store: Metastore, monkeypatch, meanwhile) -> None:
@@ -130,7 +130,7 @@ def test_losing_the_commit_to_a_run_that_applied_the_window_is_not_a_failure(
     _commit(_changeset(tmp_path, ["Orders"]), read_summaries=[{"rows": 7}]).execute({})
     record = store.get_window(PIPELINE, START, END)
     assert record.state is WindowState.APPLIED and record.record_count == 7
-    assert store.table_watermarks(PIPELINE) == {"Orders": END}
+    assert store.table_watermarks(PIPELINE, target="delta") == {"Orders": END}
 
 
 def test_a_window_reopened_while_committing_fails_the_commit(
@@ -142,7 +142,7 @@ def test_a_window_reopened_while_committing_fails_the_commit(
     with pytest.raises(WindowStepError, match=r"changed state to reading \(attempt 2\)"):
         _commit(_changeset(tmp_path, ["Orders"])).execute({})
     assert store.get_window(PIPELINE, START, END).state is WindowState.READING
-    assert store.table_watermarks(PIPELINE) == {}
+    assert store.table_watermarks(PIPELINE, target="delta") == {}
 
 
 def test_a_commit_of_an_earlier_opening_of_the_window_changes_nothing(
@@ -158,7 +158,7 @@ def test_a_commit_of_an_earlier_opening_of_the_window_changes_nothing(
     with pytest.raises(AirflowFailException, match=stale):
         _commit(root, epoch="1").execute({})
     assert store.get_window(PIPELINE, START, END).state is WindowState.READING
-    assert store.table_watermarks(PIPELINE) == {}
+    assert store.table_watermarks(PIPELINE, target="delta") == {}
     # A change set merged in another epoch than the run's is refused too.
     manifest = Path(root) / Window(START, END).window_id / "_manifest.json"
     manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "epoch": 1}))
@@ -201,7 +201,7 @@ def test_a_window_without_a_change_set_manifest_is_not_committed(store: Metastor
     with pytest.raises(ChangeSetError, match="has no _manifest.json: it is incomplete"):
         _commit(str(tmp_path)).execute({})
     assert store.get_window(PIPELINE, START, END).state is WindowState.READING
-    assert store.table_watermarks(PIPELINE) == {}
+    assert store.table_watermarks(PIPELINE, target="delta") == {}
 
 
 @pytest.mark.parametrize(
@@ -227,7 +227,7 @@ def test_a_manifest_that_disagrees_with_the_change_set_is_refused_naming_the_tab
     with pytest.raises(ChangeSetError, match=re.escape(problem)):
         _commit(root).execute({})
     assert store.get_window(PIPELINE, START, END).state is WindowState.READING
-    assert store.table_watermarks(PIPELINE) == {}
+    assert store.table_watermarks(PIPELINE, target="delta") == {}
 
 
 # ------------------------------------------------------------------------------ BigQuery watermarks
@@ -256,7 +256,7 @@ def test_the_commit_records_the_bigquery_watermarks_only_forward(store: Metastor
         "Customers": "2026-03-01T12:11:05.123456Z", "Orders": "2026-03-01T12:11:05.123456Z"
     }
     # The Delta tables' watermarks are the pipeline's own, apart from BigQuery's.
-    assert store.table_watermarks(PIPELINE) == {"Customers": END, "Orders": END}
+    assert store.table_watermarks(PIPELINE, target="delta") == {"Customers": END, "Orders": END}
 
     # A re-run reads an older watermark for Orders (never recorded backwards), a newer one for
     # Customers; the plain mapping form and datetimes are accepted too.
@@ -287,8 +287,13 @@ def test_a_null_bigquery_watermark_is_a_warning_not_a_failure(store: Metastore, 
     summary["tables"]["Lines"] = {"rows": 2}
     log = mock.Mock()
     result = CdcPipelineHook(CONN_ID).commit_window(
-        PIPELINE, Window(START, END), WindowLocations(None, root, None), reported={"bigquery": summary},
-        max_staleness=timedelta(minutes=5), now=END + timedelta(minutes=1), log=log,
+        PIPELINE,
+        Window(START, END),
+        WindowLocations(changeset_root=root),
+        reported={"bigquery": summary},
+        max_staleness=timedelta(minutes=5),
+        now=END + timedelta(minutes=1),
+        log=log,
     )
     assert result["watermarks"] == {BIGQUERY_TARGET: {"Customers": None, "Orders": format_timestamp(fresh)}}
     assert store.table_watermarks(PIPELINE, target=BIGQUERY_TARGET) == {"Orders": fresh}
@@ -372,7 +377,7 @@ def test_malformed_bigquery_watermarks_fail_before_the_window_is_committed(
     with pytest.raises((TypeError, ValueError), match=problem):
         _commit(_changeset(tmp_path, ["Orders"]), bigquery_watermarks=value).execute({})
     assert store.get_window(PIPELINE, START, END).state is WindowState.READING
-    assert store.table_watermarks(PIPELINE) == {}
+    assert store.table_watermarks(PIPELINE, target="delta") == {}
     assert store.table_watermarks(PIPELINE, target=BIGQUERY_TARGET) == {}
 
 
@@ -472,16 +477,18 @@ def test_a_deferred_tables_watermark_is_the_end_of_the_last_window_folded_into_i
         ).execute({})
 
     run(START, END, DeltaLakeTarget(str(lake), apply_mode="immediate"))
-    assert store.table_watermarks(PIPELINE) == {"Orders": END}
+    assert store.table_watermarks(PIPELINE, target="delta") == {"Orders": END}
     deferred = DeltaLakeTarget(str(lake), apply_mode="deferred", compact_every=None)
     result = run(END, later, deferred)
     assert deferred.pending_windows("Orders", PIPELINE) == [to_micros(later)]
     assert store.get_window(PIPELINE, END, later).state is WindowState.APPLIED  # held, pending
-    assert store.table_watermarks(PIPELINE) == {"Orders": END}  # the table itself holds up to END
+    assert store.table_watermarks(PIPELINE, target="delta") == {
+        "Orders": END
+    }  # the table itself holds up to END
     assert result["watermarks"] == {DELTA_TARGET: {"Orders": format_timestamp(END)}}
     deferred.compact("Orders", PIPELINE)
     run(END, later, deferred)  # the commit again, after the compaction: the watermark catches up
-    assert store.table_watermarks(PIPELINE) == {"Orders": later}
+    assert store.table_watermarks(PIPELINE, target="delta") == {"Orders": later}
 
 
 def test_an_unreachable_lake_fails_the_commit_naming_the_window_and_the_location(

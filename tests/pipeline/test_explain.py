@@ -25,7 +25,7 @@ STREAM = "projects/p/instances/i/databases/d/OrdersStream"
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
 LENGTH = timedelta(minutes=10)
 FIRST, SECOND = Window(T0, T0 + LENGTH), Window(T0 + LENGTH, T0 + 2 * LENGTH)
-DAG_FILE = '''
+DAG_FILE = """
 try:
     from airflow.sdk import DAG
 except ImportError:
@@ -37,7 +37,7 @@ except ImportError:
 
 with DAG("shop_to_lake", schedule=None, params={"pipeline_id": "shop"}):
     EmptyOperator(task_id="noop")
-'''
+"""
 
 
 def _connection(url: str) -> str:
@@ -82,7 +82,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     store.record_pipeline("orders", T0)
     store.open_window("orders", "datastream/local/data/orders", FIRST.start, FIRST.end)
     store.transition_window("orders", FIRST.start, FIRST.end, "reading", "applied", record_count=7)
-    store.advance_table_watermark("orders", "Orders", FIRST.end)
+    store.advance_table_watermark("orders", "Orders", FIRST.end, target="delta")
     store.dispose()
     dags = tmp_path / "dags"
     dags.mkdir()
@@ -140,8 +140,9 @@ def test_explain_names_why_a_window_waits_its_units_and_their_leases(home: dict[
     ), waits
     assert f"explain --pipeline shop --window {FIRST.window_id}" in out
     reading = next(r for r in reasons if r.startswith("unit tokA"))
-    assert f"is being read (running) by task read[0] of DAG shop (run {run}); its lease expires in " \
-        in reading
+    assert (
+        f"is being read (running) by task read[0] of DAG shop (run {run}); its lease expires in " in reading
+    )
     assert " min" in reading.split("expires in ")[1]
     expired = next(r for r in reasons if r.startswith("unit tokB"))
     assert f"was left running by task read[1] of DAG shop (run {run}), whose lease expired " in expired

@@ -63,19 +63,25 @@ USER_DAG = textwrap.dedent(
 )
 
 
-def scheduled_dag(tmp_path: Path, source: str, targets: str, snapshot: str = "") -> Any:
-    """The DAG as the scheduler gets it: parsed by a DagBag, serialized and read back."""
+def parsed(tmp_path: Path, source: str, targets: str, snapshot: str = "") -> Any:
+    """A DagBag of the user's DAG file of ``source`` and ``targets``."""
     from airflow.dag_processing.dagbag import DagBag
-    from airflow.serialization.serialized_objects import DagSerialization
 
     dag_id = f"{source}_to_{targets}"
     path = tmp_path / f"{dag_id}.py"
     path.write_text(
         USER_DAG.format(dag_id=dag_id, source=SOURCES[source], targets=TARGETS[targets], snapshot=snapshot)
     )
-    bag = DagBag(str(path))
+    return DagBag(str(path))
+
+
+def scheduled_dag(tmp_path: Path, source: str, targets: str, snapshot: str = "") -> Any:
+    """The DAG as the scheduler gets it: parsed by a DagBag, serialized and read back."""
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    bag = parsed(tmp_path, source, targets, snapshot)
     assert bag.import_errors == {}
-    return DagSerialization.from_dict(DagSerialization.to_dict(bag.dags[dag_id]))
+    return DagSerialization.from_dict(DagSerialization.to_dict(bag.dags[f"{source}_to_{targets}"]))
 
 
 def downstream(dag: Any, task_id: str) -> set[str]:
@@ -105,10 +111,22 @@ def render(dag: Any, template: str, **context: Any) -> str:
 FIRST = {"change_stream": "wait_parents", "datastream": "wait_for_files"}
 COMPLETE = {"change_stream": "drained", "datastream": "complete", "tablestore": "complete"}
 APPLY = {"delta": ["upsert"], "bigquery": ["to_bigquery"], "both": ["upsert", "to_bigquery"]}
+#: Sources whose UPDATEs carry only the columns they change: a target that writes whole rows (BigQuery)
+#: needs a target that keeps current rows (Delta) before it, to complete them from.
+PARTIAL = ("change_stream", "tablestore")
+PAIRS = [(s, t) for s in SOURCES for t in TARGETS if not (s in PARTIAL and t == "bigquery")]
 
 
-@pytest.mark.parametrize("targets", list(TARGETS))
-@pytest.mark.parametrize("source", list(SOURCES))
+@pytest.mark.parametrize("source", PARTIAL)
+def test_a_source_of_partial_images_to_bigquery_alone_is_refused_when_the_dag_is_parsed(
+    tmp_path: Path, source: str
+) -> None:
+    (error,) = parsed(tmp_path, source, "bigquery").import_errors.values()
+    assert "['BigQueryCdc'] write whole rows" in error
+    assert "add a target that keeps current rows (Delta) before it" in error
+
+
+@pytest.mark.parametrize(("source", "targets"), PAIRS)
 def test_every_source_and_target_builds_one_window_in_order(
     tmp_path: Path, source: str, targets: str
 ) -> None:
@@ -299,11 +317,57 @@ def test_target_specs_live_in_their_folders_and_keep_their_import_paths() -> Non
     from airflow_provider_cdc.targets.bigquery.pipeline import BigQueryCdc as InFolder
 
     assert BigQueryCdc is InFolder
-    assert (DeltaLake.target, BigQueryCdc.target, BigQueryCdc.reads) == ("delta", "bigquery", ("delta",))
+    assert (DeltaLake.target, BigQueryCdc.target, BigQueryCdc.needs_full_images) == (
+        "delta",
+        "bigquery",
+        True,
+    )
     with pytest.raises(PipelineSpecError, match="lake_root: missing; the DeltaLake target needs it"):
         cdc_pipeline(
             source=SpannerChangeStream(instance_id="i", database_id="d", stream="Orders"),
             targets=[DeltaLake()],
+            locations=Locations(staging_root="/s", changeset_root="/c"),
+            pipeline_id="p",
+        )
+
+
+def test_a_target_root_is_any_registered_targets_and_reads_by_its_name() -> None:
+    locations = Locations(staging_root="/s", changeset_root="/c", lake_root="/l")
+    assert (locations.lake_root, locations.root("lake_root"), locations.target_roots) == (
+        "/l",
+        "/l",
+        {"lake_root": "/l"},
+    )
+    assert locations.as_argument() == {"staging_root": "/s", "changeset_root": "/c", "lake_root": "/l"}
+    assert Locations(staging_root="/s", changeset_root="/c").lake_root is None
+    with pytest.raises(PipelineSpecError, match=r"Locations\.lake_root: 'lake' is a relative path"):
+        Locations(staging_root="/s", changeset_root="/c", lake_root="lake")
+    with pytest.raises(
+        PipelineSpecError, match=r"\['warehouse_root'\] is no registered target's root.*'lake_root'"
+    ):
+        cdc_pipeline(
+            source=TablestoreStream(table="orders"),
+            targets=[DeltaLake()],
+            locations={
+                "staging_root": "/s",
+                "changeset_root": "/c",
+                "lake_root": "/l",
+                "warehouse_root": "/w",
+            },
+            pipeline_id="p",
+        )
+
+
+def test_a_pipeline_whose_targets_all_write_whole_rows_refuses_a_source_of_partial_images() -> None:
+    class PartialStream(TablestoreStream):
+        sends_partial_images = True
+
+    with pytest.raises(
+        PipelineSpecError, match=r"\['BigQueryCdc'\] write whole rows .*add a target that keeps"
+    ):
+        cdc_pipeline(
+            source=PartialStream(table="orders"),
+            targets=[BigQueryCdc(project_id="p", dataset="cdc")],
             locations=Locations(staging_root="/s", changeset_root="/c"),
             pipeline_id="p",
         )

@@ -272,8 +272,8 @@ def test_upgrade_from_version_1_keeps_data(metastore_url: str, sqlite_url: str) 
     )
     applied = store.get_window(PIPELINE, T0, at(60))
     assert (applied.change_set_uri, applied.key_count, applied.transaction_count) == ("file:///cs/w", 5, 3)
-    assert store.advance_table_watermark(PIPELINE, "Orders", at(60))
-    assert store.table_watermarks(PIPELINE) == {"Orders": at(60)}
+    assert store.advance_table_watermark(PIPELINE, "Orders", at(60), target="delta")
+    assert store.table_watermarks(PIPELINE, target="delta") == {"Orders": at(60)}
 
     # The upgraded tables have the same columns as freshly created ones.
     fresh = Metastore(sqlite_url) if store.dialect_name == "sqlite" else None
@@ -799,13 +799,13 @@ def test_list_windows(store: Metastore) -> None:
 
 
 def test_table_watermarks_only_advance(store: Metastore) -> None:
-    assert store.table_watermarks(PIPELINE) == {}
-    assert store.advance_table_watermark(PIPELINE, "Orders", at(60))
-    assert store.advance_table_watermark(PIPELINE, "Customers", at(30))
-    assert not store.advance_table_watermark(PIPELINE, "Orders", at(59))
-    assert store.advance_table_watermark(PIPELINE, "Orders", at(120))
-    assert store.advance_table_watermark("other", "Orders", at(1))
-    assert store.table_watermarks(PIPELINE) == {"Customers": at(30), "Orders": at(120)}
+    assert store.table_watermarks(PIPELINE, target="delta") == {}
+    assert store.advance_table_watermark(PIPELINE, "Orders", at(60), target="delta")
+    assert store.advance_table_watermark(PIPELINE, "Customers", at(30), target="delta")
+    assert not store.advance_table_watermark(PIPELINE, "Orders", at(59), target="delta")
+    assert store.advance_table_watermark(PIPELINE, "Orders", at(120), target="delta")
+    assert store.advance_table_watermark("other", "Orders", at(1), target="delta")
+    assert store.table_watermarks(PIPELINE, target="delta") == {"Customers": at(30), "Orders": at(120)}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -818,7 +818,7 @@ def test_bad_input_is_named(store: Metastore) -> None:
     with pytest.raises(ValueError, match="invalid database path"):
         store.add_partitions("projects//Orders", [PartitionSpec("t", T0)])
     with pytest.raises(InvalidIdentifierError, match="invalid table name 'Orders-x'"):
-        store.advance_table_watermark(PIPELINE, "Orders-x", T0)
+        store.advance_table_watermark(PIPELINE, "Orders-x", T0, target="delta")
     with pytest.raises(ValueError, match="invalid pipeline id 'a b'"):
         store.list_windows("a b")
     with pytest.raises(ValueError, match="invalid partition token ''"):
@@ -1264,7 +1264,7 @@ def test_backfill_finds_the_lineage_of_partitions_a_later_initial_query_recorded
 def _apply(store: Metastore, start: datetime, end: datetime, tables: dict | None = None) -> None:
     store.open_window(PIPELINE, STREAM, start, end)
     if tables:
-        store.record_window_tables(PIPELINE, start, end, tables)
+        store.record_window_tables(PIPELINE, start, end, tables, target="delta")
     assert store.transition_window(PIPELINE, start, end, "reading", "applied")
 
 
@@ -1298,18 +1298,32 @@ def test_table_versions_come_from_applied_windows_only(store: Metastore) -> None
     _apply(store, T0, at(60), {"Orders": (0, 5), "Customers": (0, 2)})
     _apply(store, at(60), at(120), {"Orders": (1, 3)})
     store.open_window(PIPELINE, STREAM, at(120), at(180))
-    store.record_window_tables(PIPELINE, at(120), at(180), {"Orders": (2, 1)})  # not applied (yet)
-    versions = store.table_versions(PIPELINE)
+    store.record_window_tables(PIPELINE, at(120), at(180), {"Orders": (2, 1)}, target="delta")  # not applied
+    versions = store.table_versions(PIPELINE, target="delta")
     assert versions.tables == {"Orders": to_micros(at(120)), "Customers": to_micros(at(60))}
     assert versions.recorded_from_us is None
     # A table recorded twice for one window keeps its first record.
-    store.record_window_tables(PIPELINE, T0, at(60), {"Orders": (7, 7)})
-    orders = store.window_tables(PIPELINE, table="Orders")
+    store.record_window_tables(PIPELINE, T0, at(60), {"Orders": (7, 7)}, target="delta")
+    orders = store.window_tables(PIPELINE, table="Orders", target="delta")
     assert [(r.window_end, r.target_version, r.rows) for r in orders] == [
         (at(60), 0, 5),
         (at(120), 1, 3),
         (at(180), 2, 1),
     ]
+
+
+def test_table_versions_of_no_target_are_what_any_target_recorded(store: Metastore) -> None:
+    store.record_pipeline(PIPELINE, T0)
+    _apply(store, T0, at(60), {"Orders": (0, 5)})
+    store.open_window(PIPELINE, STREAM, at(60), at(120))
+    store.record_window_tables(PIPELINE, at(60), at(120), {"Customers": (None, 2)}, target="bigquery")
+    assert store.transition_window(PIPELINE, at(60), at(120), "reading", "applied")
+    assert store.table_versions(PIPELINE, target="delta").tables == {"Orders": to_micros(at(60))}
+    assert store.table_versions(PIPELINE, target=None).tables == {
+        "Orders": to_micros(at(60)),
+        "Customers": to_micros(at(120)),
+    }
+    assert store.table_versions(PIPELINE, target=None, before=at(60)).tables == {"Orders": to_micros(at(60))}
 
 
 def test_upgrade_to_version_4_records_existing_pipelines(metastore_url: str) -> None:
@@ -1334,7 +1348,7 @@ def test_upgrade_to_version_4_records_existing_pipelines(metastore_url: str) -> 
             )  # fmt: skip
     assert store.create_schema() == list(range(4, CURRENT_VERSION + 1))
     assert store.get_pipeline(PIPELINE) == PipelineRecord(PIPELINE, T0, at(120))
-    assert store.table_versions(PIPELINE).recorded_from_us == to_micros(at(120))
+    assert store.table_versions(PIPELINE, target="delta").recorded_from_us == to_micros(at(120))
     assert [w.state.value for w in store.list_windows(PIPELINE)] == ["applied", "applied", "reading"]
     store.dispose()
 
@@ -1447,20 +1461,22 @@ def test_upgrade_from_version_4_leaves_windows_reading_or_applied(
 def test_ledger_and_apply_watermarks_are_kept_per_target(store: Metastore) -> None:
     store.record_pipeline(PIPELINE, T0)
     store.open_window(PIPELINE, STREAM, T0, at(60))
-    store.record_window_tables(PIPELINE, T0, at(60), {"Orders": (3, 5)})
+    store.record_window_tables(PIPELINE, T0, at(60), {"Orders": (3, 5)}, target="delta")
     store.record_window_tables(PIPELINE, T0, at(60), {"Orders": (None, 4)}, target="bigquery")
     assert store.transition_window(PIPELINE, T0, at(60), "reading", "applied")
-    assert [(r.table, r.target_version, r.rows) for r in store.window_tables(PIPELINE)] == [("Orders", 3, 5)]
+    assert [(r.table, r.target_version, r.rows) for r in store.window_tables(PIPELINE, target="delta")] == [
+        ("Orders", 3, 5)
+    ]
     sent = store.window_tables(PIPELINE, target="bigquery", window=(T0, at(60)))
     assert [(r.table, r.target_version, r.rows) for r in sent] == [("Orders", None, 4)]
     # What a window left in the Delta tables is the Delta target's record alone.
-    assert store.table_versions(PIPELINE).tables == {"Orders": to_micros(at(60))}
+    assert store.table_versions(PIPELINE, target="delta").tables == {"Orders": to_micros(at(60))}
     assert store.table_versions(PIPELINE, target="bigquery").tables == {"Orders": to_micros(at(60))}
 
-    assert store.advance_table_watermark(PIPELINE, "Orders", at(60))
+    assert store.advance_table_watermark(PIPELINE, "Orders", at(60), target="delta")
     assert store.advance_table_watermark(PIPELINE, "Orders", at(30), target="bigquery")
     assert not store.advance_table_watermark(PIPELINE, "Orders", at(20), target="bigquery")
-    assert store.table_watermarks(PIPELINE) == {"Orders": at(60)}
+    assert store.table_watermarks(PIPELINE, target="delta") == {"Orders": at(60)}
     assert store.table_watermarks(PIPELINE, target="bigquery") == {"Orders": at(30)}
     assert store.table_watermarks(PIPELINE, target="spark_sql") == {}
 
@@ -1558,11 +1574,11 @@ def test_upgrade_from_version_5_keys_the_ledger_and_watermarks_by_target(metasto
     assert ledger(PIPELINE, "bigquery") == [("Orders", at(60), None, 5), ("Orders", at(120), None, 2)]
     assert ledger("shop.eu") == [("Orders", at(60), 1, 9)] and ledger("shop.eu", "bigquery") == []
     assert ledger(f"{PIPELINE}.bigquery") == ledger(f"{PIPELINE}.bigquery", "bigquery") == []
-    versions = store.table_versions(PIPELINE).tables
+    versions = store.table_versions(PIPELINE, target="delta").tables
     assert versions == {"Orders": to_micros(at(120)), "Customers": to_micros(at(60))}
-    assert store.table_watermarks(PIPELINE) == {"Customers": at(60), "Orders": at(120)}
+    assert store.table_watermarks(PIPELINE, target="delta") == {"Customers": at(60), "Orders": at(120)}
     assert store.table_watermarks(PIPELINE, target="bigquery") == {"Orders": at(100)}
-    assert store.table_watermarks("shop.eu") == {"Orders": at(60)}
+    assert store.table_watermarks("shop.eu", target="delta") == {"Orders": at(60)}
     assert store.table_watermarks(f"{PIPELINE}.bigquery", target="bigquery") == {}
 
     # The tables, keys and index are those of a fresh database.
@@ -1596,10 +1612,10 @@ def test_upgrade_from_version_5_keys_the_ledger_and_watermarks_by_target(metasto
 
     # Both targets carry on under the pipeline's own id, each only forward.
     assert store.advance_table_watermark(PIPELINE, "Orders", at(150), target="bigquery")
-    assert not store.advance_table_watermark(PIPELINE, "Orders", at(90))
+    assert not store.advance_table_watermark(PIPELINE, "Orders", at(90), target="delta")
     store.open_window(PIPELINE, STREAM, at(120), at(180))
     store.record_window_tables(PIPELINE, at(120), at(180), {"Orders": (None, 1)}, target="bigquery")
-    store.record_window_tables(PIPELINE, at(120), at(180), {"Orders": (9, 1)})
+    store.record_window_tables(PIPELINE, at(120), at(180), {"Orders": (9, 1)}, target="delta")
     assert ledger(PIPELINE, "bigquery")[-1] == ("Orders", at(180), None, 1)
     assert ledger(PIPELINE)[-1] == ("Orders", at(180), 9, 1)
     store.dispose()
@@ -1784,8 +1800,8 @@ def test_where_a_pipeline_stands(store: Metastore) -> None:
         store.open_window(PIPELINE, STREAM, at(start), at(start + 60))
     store.transition_window(PIPELINE, at(0), at(60), "reading", "applied")
     store.record_window_error(PIPELINE, at(60), at(120), "ValueError: boom")
-    store.advance_table_watermark(PIPELINE, "Orders", at(60))
-    store.advance_table_watermark(PIPELINE, "Customers", at(30))
+    store.advance_table_watermark(PIPELINE, "Orders", at(60), target="delta")
+    store.advance_table_watermark(PIPELINE, "Customers", at(30), target="delta")
     store.advance_table_watermark(PIPELINE, "Orders", at(50), target="bigquery")
     standing = store.pipeline_standing(PIPELINE)
     assert (standing.applied, standing.failed, standing.in_flight) == (1, 1, 2)

@@ -415,6 +415,24 @@ def test_a_sources_own_connection_must_be_defined_and_the_open_step_is_found_by_
     assert "is not defined" in found[0].problem and "AIRFLOW_CONN_TABLESTORE_ORDERS" in found[0].fix
 
 
+def test_a_root_no_registered_target_names_is_refused_naming_the_known_roots(tmp_path: Path) -> None:
+    from airflow_provider_cdc.operators.commit import CdcCommitWindowOperator
+    from airflow_provider_cdc.preflight import dag_findings
+
+    try:  # Airflow 3
+        from airflow.sdk import DAG
+    except ImportError:  # Airflow 2.11
+        from airflow import DAG  # type: ignore[no-redef]
+
+    locations = {"changeset_root": str(tmp_path), "lake_root": str(tmp_path), "warehouse_root": "/w"}
+    with DAG("roots_dag", start_date=T0, schedule=None) as dag:
+        CdcCommitWindowOperator(task_id="commit", locations=locations)
+    found = [f for f in dag_findings(dag, lambda task, value: value) if "warehouse_root" in f.setting]
+    assert len(found) == 1 and found[0].level == "error", found
+    assert found[0].setting == "commit: locations['warehouse_root']"
+    assert "'staging_root', 'changeset_root'" in found[0].fix and "'lake_root'" in found[0].fix
+
+
 def test_a_source_registers_a_judge_of_its_services_answers_that_is_asked_first() -> None:
     from airflow_provider_cdc.failures import TRANSIENT, permanent_reason, register_verdict
 

@@ -404,3 +404,23 @@ def test_the_completion_sensor_waits_for_the_handles_source_and_window() -> None
         other.render_template_fields(_context())
     with pytest.raises(TypeError, match="needs window"):
         WindowCompleteSensor(task_id="complete")
+
+
+def test_locations_name_the_pipelines_roots_and_each_registered_targets() -> None:
+    from airflow_provider_cdc._errors import InvalidSettingError
+    from airflow_provider_cdc.operators._window import known_roots, locations_of
+
+    assert known_roots()[:2] == ["staging_root", "changeset_root"] and "lake_root" in known_roots()
+    roots = locations_of({"staging_root": "/s", "changeset_root": "/c", "lake_root": "/l/"}, "lake_root")
+    assert (roots.staging_root, roots.target_roots, roots.root("lake_root")) == (
+        "/s",
+        {"lake_root": "/l/"},
+        "/l",
+    )
+    assert locations_of(roots) == roots
+    with pytest.raises(InvalidSettingError, match=r"unknown key\(s\) \['warehouse_root'\].*'lake_root'"):
+        locations_of({"staging_root": "/s", "warehouse_root": "/w"})
+    with pytest.raises(InvalidSettingError, match=r"locations lacks \['lake_root'\]"):
+        locations_of({"changeset_root": "/c"}, "changeset_root", "lake_root")
+    with pytest.raises(ValueError, match="lake_root is not set"):
+        locations_of({"changeset_root": "/c"}).root("lake_root")

@@ -267,7 +267,7 @@ def _commit(harness: TargetHarness, root: Path, window: Window, applied: TargetA
     )
     with mock.patch.dict(os.environ, {"AIRFLOW_CONN_CDC_CONFORMANCE": connection}):
         return CdcPipelineHook("cdc_conformance").commit_window(
-            PIPELINE, window, WindowLocations(None, str(root), None), applied=[applied.to_dict()]
+            PIPELINE, window, WindowLocations(changeset_root=str(root)), applied=[applied.to_dict()]
         )
 
 

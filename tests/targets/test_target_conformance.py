@@ -96,7 +96,7 @@ class BigQueryHarness(TargetHarness):
         write = BigQueryWriteClient(
             transport=BigQueryWriteGrpcTransport(channel=grpc.insecure_channel(self.fake.write_endpoint))
         )
-        return BigQueryCdcTarget(bq, write, PROJECT, DATASET, lake=self.lake, ledger=self.ledger)
+        return BigQueryCdcTarget(bq, write, PROJECT, DATASET, row_source=self.lake, ledger=self.ledger)
 
     def rows(self, table: str) -> list[dict[str, Any]]:
         if (PROJECT, DATASET, table) not in self.fake.state.tables:
@@ -160,3 +160,19 @@ def test_a_result_survives_its_xcom_form_and_refuses_an_unknown_outcome() -> Non
         TargetApplied(DELTA_TARGET, 6, None, (result,))
     with pytest.raises(ValueError, match="outcome must be one of"):
         TableApplyResult(DELTA_TARGET, "Orders", 5, "done")
+
+
+def test_a_target_that_keeps_rows_is_the_row_source_of_partial_images() -> None:
+    from airflow_provider_cdc.plugins import target_kinds
+    from airflow_provider_cdc.targets.images import open_row_source, row_source_fix, row_source_root
+
+    keeping = [kind for kind in target_kinds() if kind.keeps_rows]
+    assert [kind.name for kind in keeping] == [DELTA_TARGET]
+    for kind in keeping:
+        cls = kind.load()
+        assert kind.location_field
+        assert all(callable(getattr(cls, m, None)) for m in ("current_rows", "table_uri", "applied_window"))
+    assert row_source_root({"lake_root": "/l"}) == (DELTA_TARGET, "/l")
+    assert row_source_root({}) is None and open_row_source({}) is None
+    assert open_row_source({"lake_root": "/nonexistent/lake"}).name == DELTA_TARGET
+    assert "pass lake_root (the Delta target) in locations" in row_source_fix()

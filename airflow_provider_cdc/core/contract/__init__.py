@@ -1,7 +1,7 @@
 """The window contract: what every source, job and target of a window agrees on.
 
-- :mod:`.locations`: where a window's staged rows, change set and lake tables live, from one set of
-  roots (:class:`~.locations.WindowLocations`), and the folder names inside them.
+- :mod:`.locations`: where a window's staged rows and change set live, and the targets' roots, from
+  one set of roots (:class:`~.locations.WindowLocations`), and the folder names inside them.
 - :mod:`.staged_rows`: the staged change row (a source's output, the merge job's input) as an Arrow
   schema and as Spark DDL.
 - :mod:`.change_set`: the change set (the merge job's output, a target's input): its columns, Arrow

@@ -39,7 +39,7 @@ CHANGE_SET_FIELDS: tuple[tuple[str, str], ...] = (
     (COLUMN_TYPES_JSON, "string"),
 )
 CHANGE_SET_COLUMNS: tuple[str, ...] = tuple(name for name, _ in CHANGE_SET_FIELDS)
-#: ``_CHANGE_TYPE`` values, as BigQuery CDC names them.
+#: ``_CHANGE_TYPE`` values, as the CDC format of change types names them.
 UPSERT = "UPSERT"
 DELETE = "DELETE"
 CHANGE_TYPES = (UPSERT, DELETE)

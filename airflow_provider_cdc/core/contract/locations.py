@@ -19,13 +19,16 @@ epoch, ``{changeset_root}/{window_id}/epoch={n}/table={table}/``, and its manife
 of one window at once never write into the same folder, and the published manifest says which is
 the window's change set.
 
-Delta tables: ``{lake_root}/{table}``. Roots are absolute local paths or URIs (``gs://bucket/prefix``).
+Every other root is a target's: it holds the target's tables and is named by the target's kind (its
+``TargetKind.location_field``); the target alone knows its layout. Roots are absolute local paths or
+URIs (``gs://bucket/prefix``).
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from airflow_provider_cdc.core.identifiers import validate_identifier
 from airflow_provider_cdc.core.window import Window
@@ -37,6 +40,8 @@ EPOCH_DIR_PREFIX = "epoch="
 MANIFEST_NAME = "_manifest.json"
 #: The manifest's entry naming the folder (relative to the change set) that holds its tables.
 MANIFEST_FOLDER = "folder"
+#: The roots a pipeline owns (its staging and change sets); every other root is a target's.
+PIPELINE_ROOTS: tuple[str, ...] = ("staging_root", "changeset_root")
 
 
 def epoch_folder(epoch: int) -> str:
@@ -93,12 +98,29 @@ class WindowLocations:
 
     :param staging_root: staged change rows, ``{staging_root}/{stream}/{window_id}``.
     :param changeset_root: change sets, ``{changeset_root}/{window_id}``.
-    :param lake_root: Delta tables, ``{lake_root}/{table}``.
+    :param target_roots: the targets' roots by name (a target kind's ``location_field``); an unset
+        root is left out.
     """
 
     staging_root: str | None = None
     changeset_root: str | None = None
-    lake_root: str | None = None
+    target_roots: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        roots = {str(k): str(v) for k, v in dict(self.target_roots or {}).items() if v is not None}
+        clash = sorted(set(roots) & set(PIPELINE_ROOTS))
+        if clash:
+            raise ValueError(f"target_roots names the pipeline's own root(s) {clash}")
+        object.__setattr__(self, "target_roots", roots)
+
+    def root(self, name: str) -> str:
+        """The root ``name`` (a pipeline's or a target's); an unset one fails naming it."""
+        value = getattr(self, name) if name in PIPELINE_ROOTS else self.target_roots.get(name)
+        return _root(value, name)
+
+    def roots(self) -> dict[str, str | None]:
+        """Every root by name: the pipeline's (``None``: unset) and the targets' that are set."""
+        return {"staging_root": self.staging_root, "changeset_root": self.changeset_root, **self.target_roots}
 
     def staging(self, stream: str, window: Window) -> str:
         """The folder of a window's staged rows of ``stream``."""
@@ -122,11 +144,6 @@ class WindowLocations:
     def manifest(self, window: Window) -> str:
         """The manifest of a window's change set, written last."""
         return f"{self.change_set(window)}/{MANIFEST_NAME}"
-
-    def lake_table(self, table: str) -> str:
-        """The Delta table of a source table."""
-        validate_identifier(table, "table")
-        return f"{_root(self.lake_root, 'lake_root')}/{table}"
 
 
 def window_of_change_set(location: str) -> Window:

@@ -18,9 +18,10 @@ every source: what only one source knows (e.g. a change stream's value capture t
   columns an image carries are its keys (a column set to NULL is present with ``null``), so a
   partial image needs no separate list. ``before_json`` is NULL when the source has none.
 - ``column_types_json``: the table's columns with logical types (:mod:`airflow_provider_cdc.core.types`).
-- ``change_sequence_number``: the change's position in BigQuery's ``_CHANGE_SEQUENCE_NUMBER``
-  format (sortable form, :mod:`airflow_provider_cdc.core.sequence_number`): the one order of every
-  step, unique per change of a key, so (table, key, sequence number) identifies a change.
+- ``change_sequence_number``: the change's position in the CDC format of change sequence
+  numbers (``_CHANGE_SEQUENCE_NUMBER``; sortable form,
+  :mod:`airflow_provider_cdc.core.sequence_number`): the one order of every step, unique per change
+  of a key, so (table, key, sequence number) identifies a change.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A target holds one table per source table and applies a window's change set to e
 table, idempotently and in window order:
 
 * ``name`` is the target's key in the metastore (``cdc_window_tables`` and ``cdc_table_watermarks``
-  are keyed by pipeline, target and table): ``delta``, ``bigquery``.
+  are keyed by pipeline, target and table): the name it is registered under.
 * ``applied_window(table, pipeline)`` is the end (µs) of the last window of ``pipeline`` the table
   holds, ``None`` when it holds none.
 * ``apply_window(change_set, pipeline, window)`` applies one table's change set of one window. A
@@ -16,7 +16,7 @@ table, idempotently and in window order:
 * ``apply_watermark(table, pipeline)``: every change committed before it is in the table.
 
 Every target answers an apply with one :class:`TableApplyResult` per table. ``table`` arguments name
-the source table; a target that stores it under another name (BigQuery's ``table_names``) reports that
+the source table; a target that stores it under another name (a renaming setting of its own) reports that
 name in its results.
 
 A target's apply step (an Airflow task) returns one :class:`TargetApplied` (as its ``to_dict``, an
@@ -63,11 +63,11 @@ class TableApplyResult:
     """What applying one window to one table of a target did.
 
     ``window`` is the window end in µs; ``rows`` the change rows the apply took (0 when nothing was
-    written); ``version`` the target's own version of the table that holds the window (a Delta table
-    version; ``None`` for a target without versions); ``detail`` says why nothing was written.
+    written); ``version`` the target's own version of the table that holds the window (``None`` for
+    a target without versions); ``detail`` says why nothing was written.
     ``reports_watermark`` says whether the target reported the table's apply ``watermark`` with the
-    apply (BigQuery's ``upsert_stream_apply_watermark``); ``watermark`` ``None`` then means the target
-    has applied nothing to the table yet.
+    apply (a target that reports how far it has applied its appended changes); ``watermark``
+    ``None`` then means the target has applied nothing to the table yet.
     """
 
     target: str
@@ -162,7 +162,7 @@ class TargetApplied:
     :meth:`to_dict`) and what the commit takes (``applied=[…]``).
 
     ``target`` is the registered target name, ``window`` the window end (µs), ``location`` where the
-    target's tables live (a lake root, ``project.dataset``; ``None``: not named), ``tables`` one
+    target's tables live (a root, a dataset; ``None``: not named), ``tables`` one
     :class:`TableApplyResult` per table the step applied or found applied (it may be empty: the target
     then reads what it holds at commit time), ``names`` the :class:`TableName` of each table and
     ``details`` the target's own report of the step (JSON, shown to people, never read by the commit).

@@ -44,6 +44,8 @@ class SpannerChangeStream(SourceSpec):
 
     kind: ClassVar[str] = "Spanner change stream"
     takes_snapshot: ClassVar[bool] = True
+    # An UPDATE record lists only the columns it changed.
+    sends_partial_images: ClassVar[bool] = True
 
     instance_id: str
     database_id: str

@@ -67,7 +67,8 @@ def initial_snapshot(
     :param first_window_start: ``T``, the first stream window's start (the DAG's start date).
     :param source: the snapshot's name (a plain identifier): its staging folder and metastore key; one per
         pipeline.
-    :param locations: ``staging_root``, ``changeset_root`` and ``lake_root``, as the window steps take them.
+    :param locations: ``staging_root``, ``changeset_root`` and the targets' roots, as the window steps
+        take them.
     :param change_stream: the stream the pipeline reads: the snapshot reads the tables and columns it
         watches (unless ``tables`` names tables).
     :param readers: mapped readers of the snapshot's PartitionQuery batches.

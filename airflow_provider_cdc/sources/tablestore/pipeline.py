@@ -30,6 +30,8 @@ class TablestoreStream(SourceSpec):
     """
 
     kind: ClassVar[str] = "Table Store stream"
+    # An UpdateRow record carries only the columns it puts or deletes.
+    sends_partial_images: ClassVar[bool] = True
 
     table: str
     tablestore_conn_id: str = "tablestore_default"

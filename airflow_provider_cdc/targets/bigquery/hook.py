@@ -23,7 +23,6 @@ from airflow_provider_cdc.core.timestamps import format_timestamp
 from airflow_provider_cdc.core.window import Window
 from airflow_provider_cdc.hooks.metastore import CdcMetastoreHook
 from airflow_provider_cdc.targets.bigquery.schema import validate_dataset, validate_project
-from airflow_provider_cdc.targets.delta.commit import DELTA
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 #: The Google Cloud connection extras of anonymous access (the google provider's ``is_anonymous``).
@@ -135,7 +134,7 @@ class BigQueryCdcHook(GoogleBaseHook):
         project_id: str | None = None,
         *,
         max_staleness: timedelta | str | None = None,
-        lake: Any | None = None,
+        row_source: Any | None = None,
         derived_key: str | Mapping[str, str] | None = "auto",
         **options: Any,
     ) -> Any:
@@ -149,7 +148,7 @@ class BigQueryCdcHook(GoogleBaseHook):
             project,
             validate_dataset(dataset),
             max_staleness=max_staleness,
-            lake=lake,
+            row_source=row_source,
             derived_key=derived_key,
             **options,
         )
@@ -177,8 +176,10 @@ class BigQueryCdcHook(GoogleBaseHook):
         table it records for this window is not sent again (reported ``already_sent``), whatever the run
         (retry, clear, backfill) and however long after, and a window older than one it records for a
         table is refused. Every table still to send is checked before the first is sent
-        (``BigQueryCdcTarget.plan_window``). A table whose Delta table has applied later windows sends
-        only the rows those windows did not supersede.
+        (``BigQueryCdcTarget.plan_window``). Partial row images are completed from the target of the
+        pipeline that keeps current rows (its root in ``locations``), which must have applied the
+        window; a table whose rows there hold later windows sends only the rows those windows did not
+        supersede.
 
         ``epoch`` (the opening of the window this run belongs to, the open task's ``epoch`` XCom)
         fences a stale run: when the window was opened again since, nothing is sent
@@ -186,25 +187,25 @@ class BigQueryCdcHook(GoogleBaseHook):
         """
         from airflow_provider_cdc.changesets.reader import ChangeSetReader
         from airflow_provider_cdc.hooks.storage import storage_options
-        from airflow_provider_cdc.plugins import open_target
         from airflow_provider_cdc.targets.bigquery.target import TableResult, staleness_seconds
+        from airflow_provider_cdc.targets.images import open_row_source
 
         pipeline = validate_pipeline_id(pipeline)
         options = storage_options(self.gcp_conn_id) if _has_object_store(locations) else {}
         reader = ChangeSetReader(locations.change_set(window), options)
         tables = reader.tables()  # checks the manifest before anything is sent
-        lake = open_target(DELTA, str(locations.lake_root), options) if locations.lake_root else None
-        if lake is not None:
+        rows = open_row_source(locations.target_roots, options)
+        if rows is not None:
             behind = [
                 t.name
                 for t in tables
-                if t.expected_rows != 0 and (lake.applied_window(t.name, pipeline) or -1) < window.end_micros
+                if t.expected_rows != 0 and (rows.applied_window(t.name, pipeline) or -1) < window.end_micros
             ]
             if behind:
                 raise LakeBehindError(
-                    f"the Delta tables {behind} under {locations.lake_root!r} have not applied window "
-                    f"{window.window_id} of pipeline {pipeline!r}; run the Delta upsert first (partial row "
-                    "images are completed from them)"
+                    f"the {rows.name} tables {behind} at {rows.table_uri(behind[0])!r} have not applied "
+                    f"window {window.window_id} of pipeline {pipeline!r}; run the {rows.name} apply step "
+                    "first (partial row images are completed from them)"
                 )
         project = project_id or (None if is_loopback(self.api_endpoint) else self.project_id)
         results: list[TableResult]
@@ -215,7 +216,7 @@ class BigQueryCdcHook(GoogleBaseHook):
                 str(dataset),
                 project,
                 max_staleness=max_staleness,
-                lake=lake,
+                row_source=rows,
                 table_names=dict(table_names or {}),
                 derived_key=derived_key,
                 ledger=store,
@@ -267,13 +268,15 @@ def check_epoch(store: Any, pipeline: str, window: Window, epoch: int | None) ->
 
 
 class LakeBehindError(RuntimeError):
-    """The Delta tables that complete partial row images have not applied the window yet."""
+    """The tables that complete partial row images (the row source's) have not applied the window yet."""
 
 
 def _has_object_store(locations: WindowLocations) -> bool:
     from airflow_provider_cdc.filesystems import is_local
 
-    return any(root and not is_local(root) for root in (locations.changeset_root, locations.lake_root))
+    return any(
+        root and not is_local(root) for root in (locations.changeset_root, *locations.target_roots.values())
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -24,18 +24,19 @@ from airflow_provider_cdc.targets.bigquery.names import bigquery_table_name
 class BigQueryCdcUpsertOperator(WindowStepMixin, BaseOperator):
     """Apply a window's change set ``{changeset_root}/{window_id}`` to ``{project_id}.{dataset}.{table}``.
 
-    Run it after the Delta upsert of the same window (and before the commit): partial row images are
-    completed from the Delta tables under ``lake_root``. Each table is recorded in the metastore
+    Run it after the apply step of the pipeline's target that keeps current rows (and before the
+    commit): partial row images are completed from that target's tables (its root in ``locations``).
+    Each table is recorded in the metastore
     ledger (pipeline, target ``bigquery``, table) as soon as its rows are sent, and a table recorded
     for the window is never sent again (retry, clear, backfill; reported ``already_sent``); a table
-    sent again after a partial failure while its Delta table holds later windows sends only the rows
+    sent again after a partial failure while those tables hold later windows sends only the rows
     those windows did not supersede. The return value is a ``TargetApplied.to_dict()`` (per table: rows
     sent and ``upsert_stream_apply_watermark``; its ``details`` the send's report per table, with the
     staleness): the commit's ``applied`` takes it.
 
     :param locations: the pipeline's roots (templated), as for the merge, upsert and commit:
-        ``changeset_root`` (required) and ``lake_root`` (the Delta tables the pipeline applied, needed
-        to complete partial row images).
+        ``changeset_root`` (required) and the root of a target that keeps current rows (needed to
+        complete partial row images).
     :param dataset: BigQuery dataset of the target tables. Templated.
     :param project_id: BigQuery project (default: the connection's). Templated.
     :param pipeline_id: names the window in the metastore; the sends are recorded under it with the

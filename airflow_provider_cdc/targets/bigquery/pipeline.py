@@ -16,8 +16,8 @@ __all__ = ["BigQueryCdc"]
 class BigQueryCdc(TargetSpec):
     """BigQuery CDC tables (``_CHANGE_TYPE`` upserts over the Storage Write API; task ``to_bigquery``).
 
-    It applies after a ``DeltaLake`` target in the same pipeline: partial row images are completed
-    from the Delta tables.
+    It writes whole rows: partial row images are completed from a target of the same pipeline that
+    keeps current rows, which applies before it.
 
     :param dataset: the dataset (it must exist).
     :param project_id: its project (default: the connection's).
@@ -29,7 +29,7 @@ class BigQueryCdc(TargetSpec):
 
     task_id: ClassVar[str] = "to_bigquery"
     target: ClassVar[str] = "bigquery"
-    reads: ClassVar[tuple[str, ...]] = ("delta",)
+    needs_full_images: ClassVar[bool] = True
 
     dataset: str
     project_id: str | None = None

@@ -1,7 +1,7 @@
 """Source columns → BigQuery table schema and Storage Write API proto writer schema (pure mapping).
 
-A column's BigQuery type is its logical type's (``SCALAR_TYPES[code].bigquery``,
-:mod:`airflow_provider_cdc.core.types`), NUMERIC excepted; the writer sends these logical types:
+A column's BigQuery type is its logical type's (:data:`~airflow_provider_cdc.targets.bigquery.types.
+BIGQUERY_TYPES`), NUMERIC excepted; the writer sends these logical types:
 
 | logical type | BigQuery | proto field |
 | --- | --- | --- |
@@ -38,8 +38,8 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from airflow_provider_cdc.core.columns import ColumnType, LogicalType
 from airflow_provider_cdc.core.identifiers import validate_identifier
-from airflow_provider_cdc.core.types import SCALAR_TYPES
 from airflow_provider_cdc.core.values import NUMERIC_PRECISION, NUMERIC_SCALE
+from airflow_provider_cdc.targets.bigquery.types import BIGQUERY_TYPES
 
 CHANGE_TYPE_FIELD = "_CHANGE_TYPE"
 SEQUENCE_FIELD = "_CHANGE_SEQUENCE_NUMBER"
@@ -147,7 +147,7 @@ def _scalar_type(logical_type: LogicalType, table: str, column: str) -> str:
         )
     if logical_type.code == "NUMERIC":
         return numeric_type()
-    return SCALAR_TYPES[logical_type.code].bigquery
+    return BIGQUERY_TYPES[logical_type.code]
 
 
 def bigquery_column(column: ColumnType, table: str) -> BigQueryColumn:

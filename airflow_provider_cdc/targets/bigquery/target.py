@@ -15,8 +15,8 @@ As a :class:`~airflow_provider_cdc.core.contract.target.Target` (``plan_window``
 ``bigquery``, which records each table as soon as its send completed. A table the ledger records for
 the window is not sent again (BigQuery forgets DELETEs after two days, so a window must never be sent
 twice); a window older than one the ledger records for the table, and not recorded itself, is refused.
-A table sent while its Delta table holds later windows sends only the rows those windows did not
-supersede.
+A table sent while the row source (the target partial images are completed from) holds later windows
+sends only the rows those windows did not supersede.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ from airflow_provider_cdc.targets.bigquery.writer import (
     DefaultStreamWriter,
     default_stream,
 )
-from airflow_provider_cdc.targets.images import complete_images
+from airflow_provider_cdc.targets.images import RowSource, complete_images
 
 log = logging.getLogger(__name__)
 
@@ -149,8 +149,9 @@ class TablePlan:
 
 class BigQueryCdcTarget:
     """Writes change sets to one BigQuery dataset with the real ``bigquery.Client`` and
-    ``BigQueryWriteClient`` (see the module docstring). ``lake`` is the ``DeltaLakeTarget`` partial
-    images are completed from (a :class:`~airflow_provider_cdc.targets.images.RowSource`); ``ledger``
+    ``BigQueryWriteClient`` (see the module docstring). ``row_source`` is the target of the pipeline
+    that keeps current rows, partial images are completed from (a
+    :class:`~airflow_provider_cdc.targets.images.RowSource`); ``ledger``
     the metastore that records the sent windows (needed by the window methods)."""
 
     name = BIGQUERY
@@ -163,7 +164,7 @@ class BigQueryCdcTarget:
         dataset: str,
         *,
         max_staleness: timedelta | str | None = None,
-        lake: Any | None = None,
+        row_source: RowSource | None = None,
         table_names: Mapping[str, str] | None = None,
         batch_rows: int = 8_192,
         max_request_bytes: int = MAX_REQUEST_BYTES,
@@ -179,7 +180,7 @@ class BigQueryCdcTarget:
         self.project = validate_project(project)
         self.dataset = validate_dataset(dataset)
         self.max_staleness = interval_text(max_staleness)
-        self.lake = lake
+        self.row_source = row_source
         self.ledger = ledger
         self.table_names = {
             validate_identifier(k, "table"): validate_identifier(v, "table")
@@ -313,7 +314,7 @@ class BigQueryCdcTarget:
     def apply_table(
         self, table_or_plan: ChangeSetTable | TablePlan, *, later_windows: bool = False
     ) -> TableResult:
-        """Send one table's changes. ``later_windows``: its Delta table has applied windows after
+        """Send one table's changes. ``later_windows``: the row source has applied windows after
         this one, so UPSERT rows those windows superseded are not sent (``targets.images``)."""
         plan = table_or_plan if isinstance(table_or_plan, TablePlan) else self.plan_table(table_or_plan)
         change_set, source, table, columns = plan.change_set, plan.source, plan.table, plan.columns
@@ -384,7 +385,12 @@ class BigQueryCdcTarget:
         for batch in _read_batches(change_set, self.batch_rows):
             decoded = pa.Table.from_batches([to_merge_source(batch, columns)])
             decoded, superseded = complete_images(
-                decoded, columns, imaged, self.lake, source_table=change_set.name, later_windows=later_windows
+                decoded,
+                columns,
+                imaged,
+                self.row_source,
+                source_table=change_set.name,
+                later_windows=later_windows,
             )
             if derived_key:
                 decoded = decoded.append_column(DERIVED_KEY_COLUMN, derived_keys(decoded, columns.keys))
@@ -488,17 +494,17 @@ class BigQueryCdcTarget:
             )
 
     def send_planned(self, plan: TablePlan, pipeline: str, window: Window) -> TableResult:
-        """Send one planned table of ``window`` and record it in the ledger. When its Delta table holds
-        later windows, the rows they superseded are left out."""
-        later = plan.columns is not None and self._lake_holds_later(plan.source, pipeline, window)
+        """Send one planned table of ``window`` and record it in the ledger. When the row source holds
+        later windows of its table, the rows they superseded are left out."""
+        later = plan.columns is not None and self._rows_hold_later(plan.source, pipeline, window)
         result = self.apply_table(plan, later_windows=later)
         self._ledger().record_window_tables(
             pipeline, window.start, window.end, {result.table: (None, result.rows)}, target=BIGQUERY
         )
         return result
 
-    def _lake_holds_later(self, source: str, pipeline: str, window: Window) -> bool:
-        held = None if self.lake is None else self.lake.applied_window(source, pipeline)
+    def _rows_hold_later(self, source: str, pipeline: str, window: Window) -> bool:
+        held = None if self.row_source is None else self.row_source.applied_window(source, pipeline)
         return held is not None and held > window.end_micros
 
     def apply_window(self, change_set: ChangeSetTable, pipeline: str, window: Window) -> TableApplyResult:

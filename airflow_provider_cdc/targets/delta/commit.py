@@ -3,8 +3,8 @@
 At commit time every table of the window's change set must hold the window in the lake (the upsert
 applied it); the table version that applied it is what the ledger records. A table's apply watermark
 is the window end, except for a table with windows pending (deferred apply), whose watermark is the
-end of the last window folded into it (as BigQuery's ``upsert_stream_apply_watermark`` lags its
-appends).
+end of the last window folded into it (it lags the appended windows, as a target's reported apply
+watermark may).
 """
 
 from __future__ import annotations

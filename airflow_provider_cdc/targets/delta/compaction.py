@@ -4,7 +4,7 @@ A compaction folds every pending window after the table's apply watermark into t
 MERGE (:mod:`.fold` gives one net change per key), committed with the app transaction of the last
 folded window and, in its commit metadata, the list of the windows it folded
 (``airflow-provider-cdc.foldedWindows``). The table's held window, its apply watermark, is then the
-last folded window's end: BigQuery's ``upsert_stream_apply_watermark``. Pending rows of windows at or
+last folded window's end, which lags the appended windows. Pending rows of windows at or
 below the watermark are removed after the commit, and ignored until then, so a crash between the
 table's commit and the clean-up, or a compaction run again, neither loses nor repeats a window.
 Columns the pending windows add are committed to the table just before the MERGE (:func:`.merge.add_columns`).

@@ -34,7 +34,8 @@ from airflow_provider_cdc.placement.spark_submit import (
     local_environment,
     spark_defaults,
 )
-from airflow_provider_cdc.targets.delta.commit import held_output
+from airflow_provider_cdc.targets.delta import LAKE_ROOT
+from airflow_provider_cdc.targets.delta.commit import DELTA, held_output
 from airflow_provider_cdc.targets.delta.compaction import DEFAULT_COMPACT_EVERY
 from airflow_provider_cdc.targets.delta.tombstones import HORIZON_FIX
 
@@ -169,12 +170,12 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
         """The job's arguments from the rendered fields; with a metastore, after checking the window
         may apply, with what each table holds (``--expected-versions``)."""
         window = self.window()
-        locations = self.window_locations("changeset_root", "lake_root")
+        locations = self.window_locations("changeset_root", LAKE_ROOT)
         args = [
             "--changeset",
             locations.change_set(window),
             "--lake-root",
-            str(locations.lake_root),
+            locations.root(LAKE_ROOT),
             "--pipeline-id",
             str(self.pipeline_id),
             "--window-version",
@@ -197,7 +198,10 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
             args += ["--epoch", str(epoch)]
         if self.metastore_conn_id:
             hook = self.pipeline_hook()
-            args += ["--expected-versions", hook.expected_versions(str(self.pipeline_id), window, epoch)]
+            args += [
+                "--expected-versions",
+                hook.expected_versions(str(self.pipeline_id), window, DELTA, epoch),
+            ]
         return args
 
     def runs_locally(self, master: str | None) -> bool:
@@ -224,11 +228,11 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
         from airflow_provider_cdc.changesets.reader import ChangeSetReader
 
         window = self.window()
-        locations = self.window_locations("changeset_root", "lake_root")
+        locations = self.window_locations("changeset_root", LAKE_ROOT)
         options = self.storage_options()
         tables = ChangeSetReader(locations.change_set(window), options).tables()
         changed = {table.name: table.expected_rows for table in tables}
-        return held_output(str(locations.lake_root), options, changed, str(self.pipeline_id), window)
+        return held_output(locations.root(LAKE_ROOT), options, changed, str(self.pipeline_id), window)
 
     def _run(self, context: Any) -> None:
         self._conn_id = self.spark_conn_id = str(self.spark_conn_id)  # as rendered
@@ -247,12 +251,18 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
             self._local_job.run(self.log)
             return
         if is_dataproc(master):
-            locations = self.window_locations("changeset_root", "lake_root")
+            locations = self.window_locations("changeset_root", LAKE_ROOT)
             self.log.info("Applying window %s with arguments %s on Dataproc", window, arguments)
             run_on_dataproc(
-                self, context, step="upsert", master=str(master), application=self.application,
-                arguments=arguments, locations=(locations.change_set(window), str(locations.lake_root)),
-                pipeline=str(self.pipeline_id), window=window,
+                self,
+                context,
+                step="upsert",
+                master=str(master),
+                application=self.application,
+                arguments=arguments,
+                locations=(locations.change_set(window), locations.root(LAKE_ROOT)),
+                pipeline=str(self.pipeline_id),
+                window=window,
             )
             return
         env = job_credentials(master, env, self.gcp_conn_id, self.log)
@@ -266,13 +276,13 @@ class SparkUpsertWindowOperator(WindowStepMixin, SparkSubmitOperator):
         from airflow_provider_cdc.core.contract.change_set import manifest_tables
 
         window = self.window()
-        locations = self.window_locations("changeset_root", "lake_root")
+        locations = self.window_locations("changeset_root", LAKE_ROOT)
         change_set = locations.change_set(window)
         manifest = ChangeSetReader(change_set, self.storage_options()).manifest()
         tables = sorted(manifest_tables(manifest, change_set))
         return StepLineage(
             inputs=[location_dataset(f"{change_set}/{TABLE_DIR_PREFIX}{table}") for table in tables],
-            outputs=[location_table_dataset(str(locations.lake_root), table) for table in tables],
+            outputs=[location_table_dataset(locations.root(LAKE_ROOT), table) for table in tables],
         )
 
     def on_kill(self) -> None:

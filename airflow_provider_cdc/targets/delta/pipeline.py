@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from airflow_provider_cdc.specs import Locations, PipelineSpecError, TargetSpec
+from airflow_provider_cdc.targets.delta import LAKE_ROOT
 
 __all__ = ["DeltaLake"]
 
@@ -27,9 +28,9 @@ class DeltaLake(TargetSpec):
     arguments: Mapping[str, Any] = field(default_factory=dict)
 
     def validate_locations(self, locations: Locations) -> None:
-        if not locations.lake_root:
+        if not locations.root(LAKE_ROOT):
             raise PipelineSpecError(
-                "cdc_pipeline locations.lake_root: missing; the DeltaLake target needs it"
+                f"cdc_pipeline locations.{LAKE_ROOT}: missing; the DeltaLake target needs it"
             )
 
     def apply_step(self, common: Mapping[str, Any], spark: Mapping[str, Any]) -> Any:

@@ -356,7 +356,9 @@ def test_the_delta_upsert_must_run_first(fake: FakeBigQuery, store: Metastore, t
     history = History(seed=3, windows=1)
     history.write(tmp_path / "cs")
     window = history.windows[0][0]
-    with pytest.raises(Exception, match=r"have not applied window .*run the Delta upsert first"):
+    with pytest.raises(
+        Exception, match=r"the delta tables .* have not applied window .*run the delta apply step first"
+    ):
         _operator(fake, tmp_path / "cs", str(tmp_path / "lake"), window).execute({})
 
 
