@@ -33,7 +33,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "failures",
             "filesystems",
             "dag_settings",
-            "lineage",
             "assets",
             "specs",
         ),
