@@ -32,7 +32,8 @@ class TargetKind:
     target keeps the current rows of its tables, so that a later target of the pipeline can complete
     partial row images from them: its class, opened on its root, is then also a
     :class:`~airflow_provider_cdc.targets.images.RowSource` (``current_rows``, ``table_uri``), and
-    ``cdc_pipeline`` applies it before the targets that write whole rows.
+    ``cdc_pipeline`` applies it before the targets that write whole rows. ``spark_job`` (``module``)
+    names the target's Spark job: the job archive ships its folder (without its Airflow operators).
     """
 
     name: str
@@ -46,6 +47,7 @@ class TargetKind:
     cli: str = ""
     catch_up: str = ""
     keeps_rows: bool = False
+    spark_job: str = ""
 
     def load(self) -> type:
         """The implementing class (imported now), checked to carry this kind's name."""

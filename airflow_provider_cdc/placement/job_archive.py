@@ -54,14 +54,20 @@ JOB_ARCHIVE_NAME = "airflow_provider_cdc_jobs.zip"
 
 
 def job_modules() -> list[Path]:
-    """What the merge and the upsert jobs import: :func:`shipped_modules` plus the change-set reader
-    and the Delta target (without its Airflow operators). Dataproc jobs get it."""
-    delta = PACKAGE_DIR / "targets" / "delta"
+    """What the merge job and the targets' Spark jobs import: :func:`shipped_modules` plus the change-set
+    reader, the target registry and the folder of every target with a Spark job
+    (``TargetKind.spark_job``), without its Airflow operators. Dataproc jobs get it."""
+    from airflow_provider_cdc.plugins import target_kinds
+
+    folders = sorted(
+        {PACKAGE_DIR.joinpath(*kind.spark_job.split(".")[1:-1]) for kind in target_kinds() if kind.spark_job}
+    )
     return [
         *shipped_modules(),
         *sorted((PACKAGE_DIR / "changesets").glob("*.py")),
-        *(PACKAGE_DIR / "targets" / name for name in ("__init__.py", "protocol.py", "registry.py")),
-        *sorted(path for path in delta.glob("*.py") if path.name != "operators.py"),
+        PACKAGE_DIR / "plugins.py",
+        PACKAGE_DIR / "targets" / "__init__.py",
+        *(path for folder in folders for path in sorted(folder.glob("*.py")) if path.name != "operators.py"),
     ]
 
 

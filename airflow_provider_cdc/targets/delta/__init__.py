@@ -15,6 +15,7 @@ TARGET = TargetKind(
     location_field=LAKE_ROOT,
     keeps_rows=True,
     cli="airflow_provider_cdc.targets.delta.cli",
+    spark_job="airflow_provider_cdc.targets.delta.upsert_job",
     catch_up="a deferred-apply Delta table catches up when its pending windows are compacted "
     "(python -m airflow_provider_cdc compact …)",
 )

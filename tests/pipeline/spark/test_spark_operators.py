@@ -262,3 +262,25 @@ def test_the_job_archive_still_ships_the_packages_modules() -> None:
     assert (PACKAGE_DIR / "core" / "window.py") in shipped_modules()
     assert (PACKAGE_DIR / "targets" / "delta" / "upsert_job.py") in job_modules()
     assert all(path.is_file() for path in job_modules())
+
+
+def test_the_job_archive_runs_the_jobs_where_the_provider_is_not_installed(tmp_path: Path) -> None:
+    """On Dataproc the jobs import only the archive: each job module imports from it alone."""
+    import subprocess
+    import sys
+
+    from airflow_provider_cdc.placement.job_archive import build_job_archive
+
+    archive = build_job_archive(tmp_path)
+    code = (
+        "import sys\n"
+        f"sys.path.insert(0, {archive!r})\n"
+        # the installed package is out of reach: its editable finder and its checkout leave the path
+        "sys.meta_path = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n"
+        f"sys.path = [p for p in sys.path if p.rstrip('/') != {str(Path(__file__).parents[3])!r}]\n"
+        "import airflow_provider_cdc.merge.job, airflow_provider_cdc.targets.delta.upsert_job as job\n"
+        "print(job.__file__)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith(archive), done.stdout
