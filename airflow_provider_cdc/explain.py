@@ -134,7 +134,7 @@ def _unit_reasons(units: list[WindowPartitionRecord], now: datetime, stream: str
 
 
 def _lagging(store: Metastore, stream: str, window: Window, now: datetime) -> list[Reason]:
-    """The source partitions (Spanner change streams) not drained to the window's end."""
+    """The source's partitions (a source whose units are partitions) not drained to the window's end."""
     if not store.is_known_stream(stream):
         return []
     lagging = store.lagging_partitions(stream, window.end)

@@ -1,20 +1,20 @@
 """Operator's command line: what the metastore and the targets hold, for diagnosing a pipeline.
 
 python -m airflow_provider_cdc pipelines
-python -m airflow_provider_cdc explain --pipeline spanner_change_stream_to_lake --window latest
-python -m airflow_provider_cdc status --pipeline spanner_change_stream_to_lake
+python -m airflow_provider_cdc explain --pipeline orders --window latest
+python -m airflow_provider_cdc status --pipeline orders
 python -m airflow_provider_cdc tables --lake-root /path/to/lake
-python -m airflow_provider_cdc timings --dag-id spanner_change_stream_to_lake
+python -m airflow_provider_cdc timings --dag-id orders
 python -m airflow_provider_cdc compare --lake-root /path/to/lake --truth demo-truth.json
-python -m airflow_provider_cdc repair --pipeline spanner_change_stream_to_lake --lake-root /path/to/lake \
+python -m airflow_provider_cdc repair --pipeline orders --lake-root /path/to/lake \
     --changeset-root /path/to/changesets
 python -m airflow_provider_cdc migrate
 python -m airflow_provider_cdc latest --lake-root /path/to/lake --table Orders --output orders.parquet
 python -m airflow_provider_cdc compact --lake-root /path/to/lake --table Orders --pipeline orders
-python -m airflow_provider_cdc check --dag spanner_change_stream_to_lake --conf '{"stream": "Orders"}'
+python -m airflow_provider_cdc check --dag orders --conf '{"stream": "Orders"}'
 
-Each target adds its own commands (its ``TargetKind.cli`` module's ``register``): the Delta target's
-``tables``, ``compare``, ``repair``, ``latest`` and ``compact``.
+Each target adds its own commands (its ``TargetKind.cli`` module's ``register``), such as ``tables``,
+``compare``, ``repair``, ``latest`` and ``compact`` above.
 
 A command that takes a pipeline (``--pipeline``, ``--dag-id``, ``--dag``) accepts a pipeline id or the id
 of the DAG that runs it (its ``pipeline_id`` param, else the DAG id), and says so when neither is known.
@@ -233,7 +233,7 @@ def _lag(now: datetime, mark: datetime | None) -> str:
 def _recorded_watermarks(store: Any, pipeline: str) -> list[tuple[Any, dict[str, datetime]]]:
     """Per registered target, the apply watermarks the commit recorded for the pipeline (targets without
     any left out): first the targets whose watermarks are their committed window ends, then those that
-    report their own (BigQuery's upsert_stream_apply_watermark)."""
+    report their own."""
     from airflow_provider_cdc.plugins import target_kinds
 
     found = [(kind, store.table_watermarks(pipeline, target=kind.name)) for kind in target_kinds()]
@@ -432,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
         "(default ~/.cache/cdc-spark-connect, or CDC_SPARK_CONNECT_HOME)",
     )
     p.set_defaults(run=spark_connect)
-    for kind in target_kinds():  # each target's own commands (the Delta lake's tables, compare, repair…)
+    for kind in target_kinds():  # each target's own commands
         if kind.cli:
             importlib.import_module(kind.cli).register(commands, common.pipeline_command)
     args = parser.parse_args(argv)

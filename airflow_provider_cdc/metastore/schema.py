@@ -177,8 +177,8 @@ window_tables = sa.Table(
 )
 
 
-# version 7: where a unit of a source (a Table Store shard) stands at a window boundary, so the next window
-# continues there and a re-read of the window ending there reads exactly the same records.
+# version 7: where a unit of a source (a shard read through an iterator) stands at a window boundary, so
+# the next window continues there and a re-read of the window ending there reads exactly the same records.
 unit_checkpoints = sa.Table(
     UNIT_CHECKPOINTS_TABLE,
     metadata,

@@ -1,6 +1,6 @@
 """Unit checkpoints: where a unit of a source stands at a window boundary.
 
-A source whose units continue from window to window (a Table Store shard read through an iterator)
+A source whose units continue from window to window (a shard read through an iterator)
 records, per unit and boundary, a position (``kind`` and the source's ``position`` text, e.g. an
 iterator) and how many records the window ending there took from the unit. The next window starts at
 the checkpoint of its start, and a re-read of a window takes exactly the recorded number of records.

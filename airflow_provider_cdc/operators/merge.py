@@ -79,7 +79,7 @@ class SparkMergeWindowOperator(WindowStepMixin, SparkSubmitOperator):
         (``projects/…/databases/<db>/<stream>``; templated); its last segment names the staging folder.
     :param window_basis: without ``window``: which staged rows are the window's: ``commit_time``
         (default: those committed in the window) or ``arrival`` (every row staged for it: a source whose
-        windows are the changes that arrived in them, such as Datastream). Templated.
+        windows are the changes that arrived in them, such as files by arrival). Templated.
     :param window_start: inclusive window start, RFC 3339 (templated; default the data interval start).
     :param window_end: exclusive window end, RFC 3339 (templated; default the data interval end).
     :param gcp_conn_id: Google Cloud connection (default ``google_cloud_default``) whose credentials
