@@ -22,12 +22,12 @@ from google.cloud.spanner_v1 import param_types
 
 from airflow_provider_cdc.core.identifiers import validate_identifier
 from airflow_provider_cdc.core.timestamps import ONE_MICROSECOND, coerce_timestamp, format_timestamp
+from airflow_provider_cdc.sources.spanner.record_parser import parse_change_record_row
 from airflow_provider_cdc.sources.spanner.records import (
     ChangeStreamRecord,
     ChildPartitionsRecord,
     DataChangeRecord,
     HeartbeatRecord,
-    parse_change_record_row,
 )
 
 _PARAM_TYPES = {
