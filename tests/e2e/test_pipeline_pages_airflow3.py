@@ -212,14 +212,21 @@ def open_from_the_browse_menu(page: Page, home: UiHome) -> list[str]:
     page.navigate(f"{home.url}/")
     browse = "Array.from(document.querySelectorAll('button')).find(b => b.innerText.trim() === 'Browse')"
     page.wait_for(f"!!{browse}", what="the Browse menu of Airflow's navigation")
-    page.evaluate(f"{browse}.click()")
     item = (
         "Array.from(document.querySelectorAll('[role=menuitem]'))"
         ".find(e => e.innerText.trim() === 'CDC pipelines')"
     )
-    page.wait_for(f"!!{item}", what="the menu item CDC pipelines")
-    page.evaluate(f"{item}.click()")
-    page.wait_for("location.pathname === '/plugin/cdc-pipelines'", what="the plugin's page in Airflow's UI")
+    # As a user does: open the menu and click the item, again if the UI, still rendering, dropped a click.
+    page.wait_for(
+        f"""(() => {{
+            if (location.pathname === '/plugin/cdc-pipelines') return true;
+            const item = {item};
+            if (item) item.click();
+            else if (!document.querySelector('[role=menu]')) {browse}.click();
+            return false;
+        }})()""",
+        what="the plugin's page in Airflow's UI, from Browse → CDC pipelines",
+    )
     page.wait_for(f"!!({FRAME} && {FRAME}.querySelector('#cdc-pipelines'))", what="the page in its frame")
     rows = f"{FRAME}.querySelectorAll('#pipelines tr.pipeline')"
     listed = page.evaluate(f"Array.from({rows}, r => r.dataset.pipeline)")
